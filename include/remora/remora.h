@@ -1,0 +1,358 @@
+/*
+ * remora — remote memory access over UCX.
+ *
+ * A server exposes named memory regions; clients connect, list them, and read
+ * and write any byte range. The data path is chosen per connection: active
+ * messages with zero-copy rendezvous over TCP, one-sided RMA where UCX has a
+ * native lane for it, or a direct mapping of the server's memory on one host.
+ *
+ * Conventions
+ * - Every object is an opaque handle made by a *_create / *_connect call and
+ *   ended by the matching *_destroy / *_disconnect call.
+ * - Every call that can fail returns remora_status_t. Output arguments are
+ *   written only when the call returns REMORA_OK.
+ * - Every params struct starts with field_mask; a field is read only when its
+ *   bit is set, so new fields never break old callers. Unset fields take the
+ *   documented default.
+ * - Threading: every call is thread-safe. Event callbacks run on the
+ *   context's progress thread; they may call any remora function, but the
+ *   progress thread delivers nothing else while a callback runs, so keep them short.
+ * - Every blocking call is bounded by a timeout (REMORA_DEFAULT_TIMEOUT_MS
+ *   unless the caller gives one).
+ */
+#ifndef REMORA_REMORA_H
+#define REMORA_REMORA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define REMORA_API __attribute__((visibility("default")))
+#else
+#define REMORA_API
+#endif
+
+#define REMORA_VERSION_MAJOR 0
+#define REMORA_VERSION_MINOR 1
+#define REMORA_VERSION_PATCH 0
+
+/** Longest region name in bytes, excluding the terminating NUL. */
+#define REMORA_NAME_MAX 255
+/** Default for every blocking call that takes no explicit timeout. */
+#define REMORA_DEFAULT_TIMEOUT_MS 10000
+/** Longest shared token accepted, in bytes. */
+#define REMORA_TOKEN_MAX 1024
+
+/* ---------------------------------------------------------------- status */
+
+/** The one status type. 0 is success, 1 is "not finished yet", errors are negative. */
+typedef enum remora_status {
+    REMORA_OK                     = 0,
+    REMORA_INPROGRESS             = 1,
+    REMORA_ERR_INVALID_PARAM      = -1,  /**< a bad argument (caller's mistake) */
+    REMORA_ERR_NO_MEMORY          = -2,
+    REMORA_ERR_TIMED_OUT          = -3,
+    REMORA_ERR_DISCONNECTED       = -4,  /**< the peer went away or the connection failed */
+    REMORA_ERR_NOT_FOUND          = -5,  /**< no region of that name */
+    REMORA_ERR_OUT_OF_RANGE       = -6,  /**< offset/length outside the region */
+    REMORA_ERR_READ_ONLY          = -7,  /**< write to a region exposed read-only */
+    REMORA_ERR_AUTH               = -8,  /**< token missing or wrong */
+    REMORA_ERR_PROTOCOL           = -9,  /**< malformed or unexpected message */
+    REMORA_ERR_UNSUPPORTED        = -10, /**< not available here (e.g. no CUDA, no shared memory) */
+    REMORA_ERR_CONNECTION_REFUSED = -11, /**< nothing listens at that address */
+    REMORA_ERR_ADDRESS            = -12, /**< address malformed or not resolvable */
+    REMORA_ERR_EXISTS             = -13, /**< a region of that name is already exposed */
+    REMORA_ERR_IO                 = -14, /**< a local I/O or system call failed */
+    REMORA_ERR_TRANSPORT          = -15, /**< UCX reported an error not covered above */
+    REMORA_ERR_CANCELED           = -16, /**< the operation was canceled (e.g. by shutdown) */
+    REMORA_ERR_BUSY               = -17, /**< the object is still in use */
+    REMORA_ERR_VERSION            = -18  /**< the peer speaks an incompatible protocol version */
+} remora_status_t;
+
+/** A short English description of any status; never NULL. */
+REMORA_API const char *remora_status_string(remora_status_t status);
+
+/** "MAJOR.MINOR.PATCH" of the library. */
+REMORA_API const char *remora_version_string(void);
+
+/* ---------------------------------------------------------------- handles */
+
+typedef struct remora_context *remora_context_h;
+typedef struct remora_mem     *remora_mem_h;
+typedef struct remora_server  *remora_server_h;
+typedef struct remora_client  *remora_client_h;
+typedef struct remora_request *remora_request_h;
+
+/* ---------------------------------------------------------------- context */
+
+enum remora_context_field {
+    REMORA_CONTEXT_FIELD_NAME    = 1u << 0,
+    REMORA_CONTEXT_FIELD_SPIN_US = 1u << 1
+};
+
+typedef struct remora_context_params {
+    uint64_t    field_mask;
+    /** Shown in UCX logs. Default "remora". */
+    const char *name;
+    /** How long the progress thread spins after the last event before it sleeps
+     *  on the worker's event fd. Default 200 µs; 0 sleeps at once. */
+    unsigned    spin_us;
+} remora_context_params_t;
+
+/**
+ * Create a context: a UCX context, one worker and one progress thread.
+ * Servers, clients and memory made from a context must be destroyed before it.
+ */
+REMORA_API remora_status_t remora_context_create(const remora_context_params_t *params,
+                                                 remora_context_h *context_p);
+REMORA_API void remora_context_destroy(remora_context_h context);
+
+/** Memory types a region can live in. */
+typedef enum remora_mem_type {
+    REMORA_MEM_HOST = 0,
+    REMORA_MEM_CUDA = 1
+} remora_mem_type_t;
+
+typedef struct remora_context_attr {
+    unsigned ucx_major, ucx_minor, ucx_release; /**< version of the loaded UCX */
+    /** Bit (1 << remora_mem_type_t) for each memory type the loaded UCX handles itself. */
+    uint64_t ucx_mem_types;
+    /** Comma-separated UCX transports this context can use, e.g. "tcp,posix,sysv,cma". */
+    char     transports[256];
+} remora_context_attr_t;
+
+REMORA_API remora_status_t remora_context_query(remora_context_h context,
+                                                remora_context_attr_t *attr);
+
+/* ---------------------------------------------------------------- memory */
+
+enum remora_mem_field {
+    REMORA_MEM_FIELD_ADDRESS = 1u << 0,
+    REMORA_MEM_FIELD_LENGTH  = 1u << 1
+};
+
+typedef struct remora_mem_params {
+    uint64_t field_mask;
+    /** Caller-owned memory to register. Without it the library allocates
+     *  shareable memory (same-host peers can map it). */
+    void    *address;
+    /** Length in bytes; required, > 0. */
+    size_t   length;
+} remora_mem_params_t;
+
+/**
+ * Allocate or register memory for use as a region.
+ * Ownership: registered memory stays the caller's and must stay valid until the
+ * last reference is gone: remora_mem_destroy() drops the caller's reference,
+ * and every region using the memory holds one until it is unexposed or replaced
+ * (and, after a replace, until connected clients have let go of it).
+ * Allocated memory is freed when the last reference is dropped.
+ */
+REMORA_API remora_status_t remora_mem_create(remora_context_h context,
+                                             const remora_mem_params_t *params,
+                                             remora_mem_h *mem_p);
+REMORA_API void   remora_mem_destroy(remora_mem_h mem);
+REMORA_API void  *remora_mem_address(remora_mem_h mem);
+REMORA_API size_t remora_mem_length(remora_mem_h mem);
+
+/* ---------------------------------------------------------------- server */
+
+enum remora_server_field {
+    REMORA_SERVER_FIELD_LISTEN_ADDR = 1u << 0,
+    REMORA_SERVER_FIELD_TOKEN       = 1u << 1
+};
+
+typedef struct remora_server_params {
+    uint64_t    field_mask;
+    /** "HOST:PORT"; port 0 picks a free port. Default "127.0.0.1:60010". */
+    const char *listen_addr;
+    /** Shared secret; when set, clients must prove they know it before any
+     *  region is listed or touched. The bytes are copied. */
+    const void *token;
+    size_t      token_len;
+} remora_server_params_t;
+
+/** Start listening. The server serves from the context's progress thread. */
+REMORA_API remora_status_t remora_server_create(remora_context_h context,
+                                                const remora_server_params_t *params,
+                                                remora_server_h *server_p);
+/** Closes the listener and every connection; frees regions not otherwise referenced. */
+REMORA_API void remora_server_destroy(remora_server_h server);
+
+/** The address actually bound, "HOST:PORT" (port resolved when 0 was asked for). */
+REMORA_API remora_status_t remora_server_address(remora_server_h server, char *buf, size_t len);
+
+/** Region access flags. */
+enum remora_region_flag {
+    REMORA_REGION_WRITABLE = 1u << 0
+};
+
+enum remora_region_field {
+    REMORA_REGION_FIELD_FLAGS  = 1u << 0,
+    REMORA_REGION_FIELD_OFFSET = 1u << 1,
+    REMORA_REGION_FIELD_LENGTH = 1u << 2
+};
+
+typedef struct remora_region_params {
+    uint64_t field_mask;
+    unsigned flags;   /**< remora_region_flag bits; default 0 (read-only) */
+    size_t   offset;  /**< window start within the memory; default 0 */
+    size_t   length;  /**< window length; default: the rest of the memory */
+} remora_region_params_t;
+
+/** Expose a window of mem under name. REMORA_ERR_EXISTS if the name is taken. */
+REMORA_API remora_status_t remora_server_expose(remora_server_h server, const char *name,
+                                                remora_mem_h mem,
+                                                const remora_region_params_t *params);
+/**
+ * Point an exposed region at other memory (any size: this is also how a region
+ * is resized). The generation increases and every connected client gets a
+ * REMORA_EVENT_REGION_CHANGED event. Access flags are kept unless params sets them.
+ */
+REMORA_API remora_status_t remora_server_replace(remora_server_h server, const char *name,
+                                                 remora_mem_h mem,
+                                                 const remora_region_params_t *params);
+/** Remove a region; clients get REMORA_EVENT_REGION_REMOVED. */
+REMORA_API remora_status_t remora_server_unexpose(remora_server_h server, const char *name);
+
+/* ---------------------------------------------------------------- client */
+
+typedef enum remora_event_type {
+    REMORA_EVENT_REGION_CHANGED = 1, /**< replaced or resized: new size and generation */
+    REMORA_EVENT_REGION_REMOVED = 2,
+    REMORA_EVENT_DISCONNECTED   = 3  /**< the connection is gone; every later call fails */
+} remora_event_type_t;
+
+typedef struct remora_event {
+    remora_event_type_t type;
+    const char         *name;       /**< region name; NULL for DISCONNECTED */
+    uint64_t            size;       /**< REGION_CHANGED: new size */
+    uint64_t            generation; /**< REGION_CHANGED: new generation */
+    remora_status_t     status;     /**< DISCONNECTED: why */
+} remora_event_t;
+
+/** Runs on the progress thread; the event and its strings live until it returns. */
+typedef void (*remora_event_cb_t)(const remora_event_t *event, void *arg);
+
+/** How a client moves region data; see docs/protocol.md. */
+typedef enum remora_path {
+    REMORA_PATH_AUTO = 0, /**< choose per connection and region (default) */
+    REMORA_PATH_AM   = 1, /**< request/response active messages, rendezvous payload */
+    REMORA_PATH_RMA  = 2, /**< one-sided ucp_get/ucp_put with the region's remote key */
+    REMORA_PATH_MAP  = 3  /**< same host: the server's memory mapped into this process */
+} remora_path_t;
+
+enum remora_client_field {
+    REMORA_CLIENT_FIELD_TIMEOUT  = 1u << 0,
+    REMORA_CLIENT_FIELD_TOKEN    = 1u << 1,
+    REMORA_CLIENT_FIELD_EVENT_CB = 1u << 2,
+    REMORA_CLIENT_FIELD_PATH     = 1u << 3
+};
+
+typedef struct remora_client_params {
+    uint64_t          field_mask;
+    /** Bound on connecting and on every blocking call. Default REMORA_DEFAULT_TIMEOUT_MS. */
+    int               timeout_ms;
+    const void       *token;
+    size_t            token_len;
+    remora_event_cb_t event_cb;
+    void             *event_arg;
+    /** Force a data path. Default: REMORA_PATH_AUTO, or the REMORA_PATH
+     *  environment variable ("auto", "am", "rma", "map") when set. */
+    remora_path_t     path;
+} remora_client_params_t;
+
+/** Connect to "HOST:PORT", say hello and (if needed) authenticate. */
+REMORA_API remora_status_t remora_client_connect(remora_context_h context, const char *addr,
+                                                 const remora_client_params_t *params,
+                                                 remora_client_h *client_p);
+/** Close the connection. Requests still in flight complete with REMORA_ERR_CANCELED;
+ *  they must still be released with remora_request_release(). */
+REMORA_API void remora_client_disconnect(remora_client_h client);
+
+/** Region access as a client sees it. */
+enum remora_access {
+    REMORA_ACCESS_READ  = 1u << 0,
+    REMORA_ACCESS_WRITE = 1u << 1
+};
+
+typedef struct remora_region_info {
+    char              name[REMORA_NAME_MAX + 1];
+    uint64_t          size;
+    remora_mem_type_t mem_type;
+    unsigned          access;     /**< remora_access bits */
+    uint64_t          generation; /**< starts at 1, increases on every replace */
+} remora_region_info_t;
+
+/** List every region. *infos_p is freed with remora_region_info_free(). */
+REMORA_API remora_status_t remora_client_list(remora_client_h client,
+                                              remora_region_info_t **infos_p, size_t *count_p);
+REMORA_API void remora_region_info_free(remora_region_info_t *infos);
+/** Look one region up by name (always asks the server). */
+REMORA_API remora_status_t remora_client_lookup(remora_client_h client, const char *name,
+                                                remora_region_info_t *info);
+
+/**
+ * Blocking read/write of [offset, offset+length) of a region.
+ * The buffer is the caller's; it is not touched after the call returns.
+ */
+REMORA_API remora_status_t remora_client_read(remora_client_h client, const char *name,
+                                              uint64_t offset, void *buf, size_t length);
+REMORA_API remora_status_t remora_client_write(remora_client_h client, const char *name,
+                                               uint64_t offset, const void *buf, size_t length);
+
+/**
+ * Non-blocking forms. On REMORA_OK a request is returned in *req_p; the buffer
+ * must stay valid and untouched until the request completes (test/wait returns
+ * anything but REMORA_INPROGRESS). Any number may be in flight together.
+ * On an error return no request exists.
+ */
+REMORA_API remora_status_t remora_client_read_nb(remora_client_h client, const char *name,
+                                                 uint64_t offset, void *buf, size_t length,
+                                                 remora_request_h *req_p);
+REMORA_API remora_status_t remora_client_write_nb(remora_client_h client, const char *name,
+                                                  uint64_t offset, const void *buf,
+                                                  size_t length, remora_request_h *req_p);
+
+/** REMORA_INPROGRESS while in flight, then the final status. Never blocks. */
+REMORA_API remora_status_t remora_request_test(remora_request_h req);
+/**
+ * Wait up to timeout_ms (< 0: the client's timeout) for completion; returns the
+ * final status, or REMORA_ERR_TIMED_OUT with the request still in flight.
+ */
+REMORA_API remora_status_t remora_request_wait(remora_request_h req, int timeout_ms);
+/**
+ * Release a request. One still in flight is waited for first (bounded by the
+ * client's timeout; past that the connection is closed so that the buffer is
+ * provably no longer touched).
+ */
+REMORA_API void remora_request_release(remora_request_h req);
+
+/** Round trip to the server and back, in microseconds. */
+REMORA_API remora_status_t remora_client_ping(remora_client_h client, double *rtt_us);
+
+/**
+ * Same host only: map a region of library-allocated memory into this process,
+ * read-only. The pointer stays valid until remora_client_unmap() even if the
+ * server replaces the region (it then shows the old memory).
+ * REMORA_ERR_UNSUPPORTED when the server is on another host or the memory is
+ * not mappable.
+ */
+REMORA_API remora_status_t remora_client_map(remora_client_h client, const char *name,
+                                             const void **addr_p, size_t *length_p);
+REMORA_API remora_status_t remora_client_unmap(remora_client_h client, const void *addr);
+
+/** The data path reads and writes of this region use now. */
+REMORA_API remora_status_t remora_client_region_path(remora_client_h client, const char *name,
+                                                     remora_path_t *path_p);
+REMORA_API const char *remora_path_string(remora_path_t path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REMORA_REMORA_H */

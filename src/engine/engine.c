@@ -1,0 +1,564 @@
+/* Context lifetime, the progress thread, waiting and completion. */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "util/log.h"
+#include "util/time.h"
+
+#define RM_DEFAULT_SPIN_US   200
+#define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
+#define RM_IDLE_TICK_MS      100        /* the progress thread's sleep between housekeeping */
+#define RM_STAND_ASIDE_NS    1000000ull /* how often a standing-aside progress thread looks again */
+
+remora_status_t rm_status_from_ucs(ucs_status_t s)
+{
+    switch (s) {
+    case UCS_OK:                     return REMORA_OK;
+    case UCS_INPROGRESS:             return REMORA_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:          return REMORA_ERR_NO_MEMORY;
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR:       return REMORA_ERR_INVALID_PARAM;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:           return REMORA_ERR_CONNECTION_REFUSED;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_IO_ERROR:           return REMORA_ERR_DISCONNECTED;
+    case UCS_ERR_CANCELED:           return REMORA_ERR_CANCELED;
+    case UCS_ERR_TIMED_OUT:          return REMORA_ERR_TIMED_OUT;
+    case UCS_ERR_UNSUPPORTED:        return REMORA_ERR_UNSUPPORTED;
+    case UCS_ERR_BUSY:               return REMORA_ERR_BUSY;
+    default:                         return REMORA_ERR_TRANSPORT;
+    }
+}
+
+void rm_engine_lock(remora_context_h ctx)   { pthread_mutex_lock(&ctx->lock); }
+void rm_engine_unlock(remora_context_h ctx) { pthread_mutex_unlock(&ctx->lock); }
+
+/* ------------------------------------------------------------ waiting */
+
+static void wake_waiters(remora_context_h ctx)
+{
+    if (atomic_load(&ctx->sleepers) > 0) {
+        pthread_mutex_lock(&ctx->wait_mx);
+        pthread_cond_broadcast(&ctx->wait_cv);
+        pthread_mutex_unlock(&ctx->wait_mx);
+    }
+}
+
+void rm_engine_complete(remora_context_h ctx, atomic_int *done)
+{
+    atomic_store(done, 1);
+    wake_waiters(ctx);
+}
+
+void rm_engine_kick(remora_context_h ctx)
+{
+    if (atomic_load(&ctx->thread_asleep))
+        ucp_worker_signal(ctx->worker);
+}
+
+static void timespec_from_ns(struct timespec *ts, uint64_t ns)
+{
+    ts->tv_sec  = (time_t)(ns / 1000000000u);
+    ts->tv_nsec = (long)(ns % 1000000000u);
+}
+
+/* Sleep until done, the deadline, or a wake-up (at most 10 ms, so a driver slot
+ * that frees up is noticed). */
+static void sleep_once(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
+{
+    struct timespec ts;
+    uint64_t until = rm_now_ns() + 10000000u;
+
+    timespec_from_ns(&ts, until < deadline ? until : deadline);
+    pthread_mutex_lock(&ctx->wait_mx);
+    atomic_fetch_add(&ctx->sleepers, 1);
+    if (!atomic_load(done))
+        pthread_cond_timedwait(&ctx->wait_cv, &ctx->wait_mx, &ts);
+    atomic_fetch_sub(&ctx->sleepers, 1);
+    pthread_mutex_unlock(&ctx->wait_mx);
+}
+
+/* Progress as the driver until done, the deadline, or RM_DRIVER_IDLE_NS of nothing. */
+static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
+{
+    uint64_t last_event = rm_now_ns(), now = last_event;
+
+    while (!atomic_load(done) && now < deadline && now - last_event < RM_DRIVER_IDLE_NS) {
+        unsigned n = 0;
+        if (pthread_mutex_trylock(&ctx->lock) == 0) {
+            n = ucp_worker_progress(ctx->worker);
+            pthread_mutex_unlock(&ctx->lock);
+        }
+        now = rm_now_ns();
+        if (n)
+            last_event = now;
+        else
+            rm_cpu_relax();
+    }
+}
+
+/* Wake the progress thread if it stands aside for a driver. */
+static void wake_progress_thread(remora_context_h ctx)
+{
+    pthread_mutex_lock(&ctx->wait_mx);
+    pthread_cond_signal(&ctx->prog_cv);
+    pthread_mutex_unlock(&ctx->wait_mx);
+}
+
+remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
+{
+    while (!atomic_load(done)) {
+        if (rm_now_ns() >= deadline)
+            return REMORA_ERR_TIMED_OUT;
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&ctx->driver, &expected, 1)) {
+            drive(ctx, done, deadline);
+            atomic_store(&ctx->driver, 0);
+            if (atomic_load(done))
+                break;
+            /* Nothing is happening: let the progress thread sleep on the
+             * worker's event fd for us, and sleep ourselves. */
+            wake_progress_thread(ctx);
+        }
+        sleep_once(ctx, done, deadline);
+    }
+    return REMORA_OK;
+}
+
+/* ------------------------------------------------------------ deferred work */
+
+void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d)
+{
+    rm_list_push_back(&ctx->deferred, &d->link);
+    rm_engine_kick(ctx);
+    wake_progress_thread(ctx);
+    wake_waiters(ctx);
+}
+
+static void run_deferred(remora_context_h ctx)
+{
+    rm_list_t batch, *pos, *tmp;
+
+    rm_engine_lock(ctx);
+    if (rm_list_empty(&ctx->deferred)) {
+        rm_engine_unlock(ctx);
+        return;
+    }
+    /* Move the whole list out so callbacks may defer more. */
+    batch       = ctx->deferred;
+    batch.next->prev = &batch;
+    batch.prev->next = &batch;
+    rm_list_init(&ctx->deferred);
+    rm_engine_unlock(ctx);
+
+    rm_list_for_each_safe(pos, tmp, &batch) {
+        rm_list_del(pos);
+        rm_container_of(pos, rm_deferred_t, link)->fn(rm_container_of(pos, rm_deferred_t, link));
+    }
+}
+
+/* ------------------------------------------------------------ progress thread */
+
+/* Arm the worker and sleep on its event fd; returns when woken or after a tick. */
+static void sleep_on_worker(remora_context_h ctx)
+{
+    struct epoll_event ev;
+    ucs_status_t status;
+
+    rm_engine_lock(ctx);
+    status = ucp_worker_arm(ctx->worker);
+    rm_engine_unlock(ctx);
+    if (status == UCS_ERR_BUSY)
+        return; /* events are pending: progress again */
+    atomic_store(&ctx->thread_asleep, 1);
+    if (!rm_list_empty(&ctx->deferred) || atomic_load(&ctx->stop)) {
+        atomic_store(&ctx->thread_asleep, 0);
+        return;
+    }
+    epoll_wait(ctx->epfd, &ev, 1, RM_IDLE_TICK_MS);
+    atomic_store(&ctx->thread_asleep, 0);
+}
+
+/*
+ * While a caller drives progress, stand aside. A driver that finished its
+ * operation does not wake us (it usually comes straight back with the next
+ * one, and waking a third thread on a busy machine costs more than it
+ * saves); we look again after RM_STAND_ASIDE_NS. A driver that gives up
+ * idle, deferred work, and shutdown wake us at once.
+ */
+static void stand_aside(remora_context_h ctx)
+{
+    struct timespec ts;
+
+    timespec_from_ns(&ts, rm_now_ns() + RM_STAND_ASIDE_NS);
+    pthread_mutex_lock(&ctx->wait_mx);
+    if (atomic_load(&ctx->driver) && !atomic_load(&ctx->stop) && rm_list_empty(&ctx->deferred))
+        pthread_cond_timedwait(&ctx->prog_cv, &ctx->wait_mx, &ts);
+    pthread_mutex_unlock(&ctx->wait_mx);
+}
+
+static void *progress_thread(void *arg)
+{
+    remora_context_h ctx = arg;
+    uint64_t last_event  = rm_now_ns();
+
+    while (!atomic_load(&ctx->stop)) {
+        run_deferred(ctx);
+        if (atomic_load(&ctx->driver)) {
+            stand_aside(ctx);
+            last_event = rm_now_ns();
+            continue;
+        }
+        rm_engine_lock(ctx);
+        unsigned n = ucp_worker_progress(ctx->worker);
+        rm_engine_unlock(ctx);
+        uint64_t now = rm_now_ns();
+        if (n) {
+            last_event = now;
+        } else if (now - last_event >= (uint64_t)ctx->spin_us * 1000u) {
+            sleep_on_worker(ctx);
+            last_event = rm_now_ns();
+        } else {
+            rm_cpu_relax();
+        }
+    }
+    run_deferred(ctx);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ peers by ep */
+
+static size_t peer_slot(remora_context_h ctx, ucp_ep_h ep)
+{
+    uintptr_t h = (uintptr_t)ep;
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 20) & (ctx->peers_cap - 1);
+}
+
+static rm_peer_t *peer_find(remora_context_h ctx, ucp_ep_h ep)
+{
+    if (ctx->peers_cap == 0)
+        return NULL;
+    for (rm_peer_t *p = ctx->peers[peer_slot(ctx, ep)]; p; p = p->hash_next)
+        if (p->ep == ep)
+            return p;
+    return NULL;
+}
+
+static int peers_grow(remora_context_h ctx)
+{
+    size_t old_cap = ctx->peers_cap, cap = old_cap ? old_cap * 2 : 64;
+    rm_peer_t **old = ctx->peers, **tab = calloc(cap, sizeof(*tab));
+
+    if (tab == NULL)
+        return -1;
+    ctx->peers     = tab;
+    ctx->peers_cap = cap;
+    for (size_t i = 0; i < old_cap; i++) {
+        rm_peer_t *p = old[i], *next;
+        for (; p; p = next) {
+            next = p->hash_next;
+            size_t s = peer_slot(ctx, p->ep);
+            p->hash_next = tab[s];
+            tab[s]       = p;
+        }
+    }
+    free(old);
+    return 0;
+}
+
+int rm_engine_peer_add(remora_context_h ctx, rm_peer_t *peer)
+{
+    if (ctx->npeers >= ctx->peers_cap && peers_grow(ctx) != 0)
+        return -1;
+    size_t s        = peer_slot(ctx, peer->ep);
+    peer->hash_next = ctx->peers[s];
+    ctx->peers[s]   = peer;
+    ctx->npeers++;
+    return 0;
+}
+
+void rm_engine_peer_remove(remora_context_h ctx, rm_peer_t *peer)
+{
+    if (ctx->peers_cap == 0)
+        return;
+    for (rm_peer_t **pp = &ctx->peers[peer_slot(ctx, peer->ep)]; *pp; pp = &(*pp)->hash_next) {
+        if (*pp == peer) {
+            *pp = peer->hash_next;
+            ctx->npeers--;
+            return;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ AM dispatch */
+
+static ucs_status_t am_recv(void *arg, const void *header, size_t header_length, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
+{
+    remora_context_h ctx = arg;
+    rm_peer_t *peer      = NULL;
+    rm_hdr_t hdr;
+
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+        peer = peer_find(ctx, param->reply_ep);
+    if (peer == NULL || peer->failed) {
+        rm_debug("message from an unknown or closed endpoint dropped");
+        return UCS_OK;
+    }
+    if (rm_hdr_decode(header, header_length, &hdr) != 0)
+        return peer->ops->on_message(peer, NULL, data, length, param);
+    return peer->ops->on_message(peer, &hdr, data, length, param);
+}
+
+static ucs_status_t set_am_handler(remora_context_h ctx, unsigned id)
+{
+    ucp_am_handler_param_t p = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id    = id,
+        .cb    = am_recv,
+        .arg   = ctx,
+        .flags = UCP_AM_FLAG_WHOLE_MSG,
+    };
+    return ucp_worker_set_am_recv_handler(ctx->worker, &p);
+}
+
+/* ------------------------------------------------------------ create / destroy */
+
+/* Same-host identity: boot id, hostname and network namespace. Peers in other
+ * namespaces count as other hosts, so the cross-host paths can be tested. */
+static void compute_host_id(uint8_t out[RM_HOST_ID_LEN])
+{
+    char buf[512] = {0}, ns[128] = {0};
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY);
+
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, 64);
+        (void)n;
+        close(fd);
+    }
+    gethostname(buf + 64, 255);
+    ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+    if (n > 0)
+        memcpy(buf + 320, ns, (size_t)n);
+    crypto_generichash(out, RM_HOST_ID_LEN, (const uint8_t *)buf, sizeof(buf), NULL, 0);
+}
+
+static ucs_status_t create_ucp(remora_context_h ctx, const char *name)
+{
+    ucp_config_t *config;
+    ucs_status_t status = ucp_config_read(NULL, NULL, &config);
+
+    if (status != UCS_OK)
+        return status;
+    /* A dead peer must become an error promptly even without a TCP reset. */
+    if (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)
+        ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+    ucp_params_t params = {
+        .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                             UCP_PARAM_FIELD_NAME,
+        .features          = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+        .mt_workers_shared = 0,
+        .name              = name,
+    };
+    status = ucp_init(&params, config, &ctx->ucp);
+    ucp_config_release(config);
+    return status;
+}
+
+static ucs_status_t create_worker(remora_context_h ctx)
+{
+    ucp_worker_params_t wp = {
+        .field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS,
+        .thread_mode = UCS_THREAD_MODE_SERIALIZED,
+        .events      = UCP_WAKEUP_AMO | UCP_WAKEUP_RMA | UCP_WAKEUP_TAG_SEND |
+                       UCP_WAKEUP_TAG_RECV | UCP_WAKEUP_TX | UCP_WAKEUP_RX,
+    };
+    ucs_status_t status = ucp_worker_create(ctx->ucp, &wp, &ctx->worker);
+    if (status != UCS_OK)
+        return status;
+
+    ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER};
+    if (ucp_worker_query(ctx->worker, &attr) == UCS_OK)
+        ctx->max_am_header = attr.max_am_header;
+    if ((status = ucp_worker_get_efd(ctx->worker, &ctx->efd)) != UCS_OK ||
+        (status = set_am_handler(ctx, RM_AM_ID_TO_SERVER)) != UCS_OK ||
+        (status = set_am_handler(ctx, RM_AM_ID_TO_CLIENT)) != UCS_OK)
+        return status;
+    return UCS_OK;
+}
+
+static remora_status_t init_sync(remora_context_h ctx)
+{
+    pthread_condattr_t ca;
+
+    pthread_mutex_init(&ctx->lock, NULL);
+    pthread_mutex_init(&ctx->wait_mx, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ctx->wait_cv, &ca);
+    pthread_cond_init(&ctx->prog_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    rm_list_init(&ctx->deferred);
+
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = ctx->efd};
+    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (ctx->epfd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->efd, &ev) != 0) {
+        rm_error("epoll setup failed: %s", strerror(errno));
+        return REMORA_ERR_IO;
+    }
+    return REMORA_OK;
+}
+
+remora_status_t remora_context_create(const remora_context_params_t *params,
+                                      remora_context_h *context_p)
+{
+    remora_context_h ctx;
+    const char *name = "remora";
+    ucs_status_t ustatus;
+    remora_status_t status;
+
+    rm_log_init();
+    if (context_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (sodium_init() < 0)
+        return REMORA_ERR_UNSUPPORTED;
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    ctx->spin_us = RM_DEFAULT_SPIN_US;
+    ctx->epfd    = -1;
+    if (params && (params->field_mask & REMORA_CONTEXT_FIELD_NAME) && params->name)
+        name = params->name;
+    if (params && (params->field_mask & REMORA_CONTEXT_FIELD_SPIN_US))
+        ctx->spin_us = params->spin_us;
+    else if (getenv("REMORA_SPIN_US"))
+        ctx->spin_us = (unsigned)strtoul(getenv("REMORA_SPIN_US"), NULL, 10);
+    compute_host_id(ctx->host_id);
+
+    if ((ustatus = create_ucp(ctx, name)) != UCS_OK) {
+        rm_error("ucp_init failed: %s", ucs_status_string(ustatus));
+        status = rm_status_from_ucs(ustatus);
+        goto err_free;
+    }
+    if ((ustatus = create_worker(ctx)) != UCS_OK) {
+        rm_error("ucp worker setup failed: %s", ucs_status_string(ustatus));
+        status = rm_status_from_ucs(ustatus);
+        goto err_cleanup_ucp;
+    }
+    if ((status = init_sync(ctx)) != REMORA_OK)
+        goto err_destroy_worker;
+    if (pthread_create(&ctx->thread, NULL, progress_thread, ctx) != 0) {
+        status = REMORA_ERR_NO_MEMORY;
+        goto err_destroy_worker;
+    }
+    *context_p = ctx;
+    return REMORA_OK;
+
+err_destroy_worker:
+    if (ctx->epfd >= 0)
+        close(ctx->epfd);
+    if (ctx->worker)
+        ucp_worker_destroy(ctx->worker);
+err_cleanup_ucp:
+    ucp_cleanup(ctx->ucp);
+err_free:
+    free(ctx);
+    return status;
+}
+
+void remora_context_destroy(remora_context_h ctx)
+{
+    if (ctx == NULL)
+        return;
+    atomic_store(&ctx->stop, 1);
+    ucp_worker_signal(ctx->worker);
+    wake_progress_thread(ctx);
+    pthread_join(ctx->thread, NULL);
+    if (ctx->npeers)
+        rm_warn("context destroyed with %zu endpoint(s) still open", ctx->npeers);
+    ucp_worker_destroy(ctx->worker);
+    ucp_cleanup(ctx->ucp);
+    close(ctx->epfd);
+    pthread_cond_destroy(&ctx->wait_cv);
+    pthread_cond_destroy(&ctx->prog_cv);
+    pthread_mutex_destroy(&ctx->wait_mx);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx->peers);
+    free(ctx);
+}
+
+/* ------------------------------------------------------------ query */
+
+static void append_transport(char *out, size_t cap, const char *tl)
+{
+    size_t n = strlen(out), k = strlen(tl);
+    char needle[40];
+
+    snprintf(needle, sizeof(needle), "%s", tl);
+    for (const char *p = out; (p = strstr(p, needle)) != NULL; p += k)
+        if ((p == out || p[-1] == ',') && (p[k] == ',' || p[k] == '\0'))
+            return; /* already listed */
+    if (n + k + 2 > cap)
+        return;
+    if (n)
+        out[n++] = ',';
+    memcpy(out + n, tl, k + 1);
+}
+
+/* UCX 1.13 has no structured transport query; its context dump lists each
+ * resource as "#   resource N :  md M  dev D  flags -- TRANSPORT/DEVICE". */
+static void query_transports(remora_context_h ctx, char *out, size_t cap)
+{
+    char *dump = NULL, *line, *save = NULL;
+    size_t dump_len = 0;
+    FILE *f = open_memstream(&dump, &dump_len);
+
+    out[0] = '\0';
+    if (f == NULL)
+        return;
+    ucp_context_print_info(ctx->ucp, f);
+    fclose(f);
+    for (line = strtok_r(dump, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *res = strstr(line, "resource"), *dd = strstr(line, "-- "), *slash;
+        if (res == NULL || dd == NULL)
+            continue;
+        dd += 3;
+        if ((slash = strchr(dd, '/')) != NULL)
+            *slash = '\0';
+        append_transport(out, cap, dd);
+    }
+    free(dump);
+}
+
+remora_status_t remora_context_query(remora_context_h ctx, remora_context_attr_t *attr)
+{
+    ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+
+    if (ctx == NULL || attr == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    memset(attr, 0, sizeof(*attr));
+    ucp_get_version(&attr->ucx_major, &attr->ucx_minor, &attr->ucx_release);
+    if (ucp_context_query(ctx->ucp, &ca) == UCS_OK) {
+        if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_HOST))
+            attr->ucx_mem_types |= 1u << REMORA_MEM_HOST;
+        if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
+            attr->ucx_mem_types |= 1u << REMORA_MEM_CUDA;
+    }
+    query_transports(ctx, attr->transports, sizeof(attr->transports));
+    return REMORA_OK;
+}

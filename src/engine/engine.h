@@ -1,0 +1,145 @@
+/*
+ * The engine: one UCX context and worker per remora context, one progress
+ * thread, endpoints, and the active-message plumbing the remote layer uses.
+ *
+ * Design notes
+ * - One lock (ctx->lock) guards the worker and every piece of protocol state
+ *   built on it (servers, connections, clients, pending operations). UCX
+ *   callbacks run inside ucp_worker_progress() and therefore with it held.
+ * - Progress: the progress thread spins for spin_us after the last event, then
+ *   arms the worker and sleeps on its event fd. A thread blocked in a remora
+ *   call becomes the "driver" and progresses the worker itself (no hand-off
+ *   to another thread on the latency path); the progress thread stands aside
+ *   while a driver exists. Only one driver at a time; other waiters sleep.
+ * - Completions are published with rm_engine_complete(), which wakes sleepers.
+ * - Work that must run without the lock (user event callbacks) is deferred to
+ *   the progress thread with rm_engine_defer().
+ */
+#ifndef RM_ENGINE_ENGINE_H
+#define RM_ENGINE_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include <remora/remora.h>
+
+#include "util/list.h"
+#include "wire/wire.h"
+
+#define RM_AM_ID_TO_SERVER 0x52
+#define RM_AM_ID_TO_CLIENT 0x53
+
+typedef struct rm_peer rm_peer_t;
+
+/* What a peer does with a message; called with the context lock held. */
+typedef struct rm_peer_ops {
+    /* body is valid only during the call unless param says RNDV/DATA (see UCX docs). */
+    ucs_status_t (*on_message)(rm_peer_t *peer, const rm_hdr_t *hdr, void *body,
+                               size_t body_len, const ucp_am_recv_param_t *param);
+    /* The endpoint failed; the peer must stop using it. */
+    void (*on_error)(rm_peer_t *peer, remora_status_t status);
+} rm_peer_ops_t;
+
+/* Embedded in a server connection or a client. */
+struct rm_peer {
+    remora_context_h     ctx;
+    ucp_ep_h             ep;
+    const rm_peer_ops_t *ops;
+    int                  failed; /* on_error was delivered; ep is closed */
+    rm_peer_t           *hash_next;
+};
+
+typedef struct rm_deferred {
+    rm_list_t link;
+    void (*fn)(struct rm_deferred *d);
+} rm_deferred_t;
+
+struct remora_context {
+    ucp_context_h   ucp;
+    ucp_worker_h    worker;
+    int             efd;   /* worker event fd */
+    int             epfd;
+    pthread_mutex_t lock;  /* see design notes */
+    pthread_t       thread;
+    atomic_int      stop;
+    unsigned        spin_us;
+
+    atomic_int      driver;       /* 1 while a caller thread drives progress */
+    atomic_int      thread_asleep;/* progress thread is in epoll_wait */
+    pthread_mutex_t wait_mx;
+    pthread_cond_t  wait_cv;      /* completions, for callers in rm_engine_wait */
+    pthread_cond_t  prog_cv;      /* the progress thread standing aside */
+    atomic_int      sleepers;
+
+    rm_list_t       deferred;     /* guarded by lock */
+    rm_peer_t     **peers;        /* ep -> peer hash, guarded by lock */
+    size_t          peers_cap, npeers;
+
+    uint8_t         host_id[RM_HOST_ID_LEN];
+    size_t          max_am_header;
+};
+
+/* Status mapping, once for the whole library. */
+remora_status_t rm_status_from_ucs(ucs_status_t status);
+
+void rm_engine_lock(remora_context_h ctx);
+void rm_engine_unlock(remora_context_h ctx);
+
+/*
+ * Wait until *done becomes non-zero or the deadline passes, driving progress
+ * if no one else does. Call without the lock. Returns REMORA_OK or
+ * REMORA_ERR_TIMED_OUT.
+ */
+remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uint64_t deadline_ns);
+/* Publish a completion: set *done and wake waiters. Any thread, lock or not. */
+void rm_engine_complete(remora_context_h ctx, atomic_int *done);
+/* Wake the progress thread so it notices newly posted work. */
+void rm_engine_kick(remora_context_h ctx);
+/* Run d->fn on the progress thread without the lock. Call with the lock held. */
+void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
+
+/* ------------------------------------------------------------ endpoints */
+
+/* The ep -> peer table the AM handler dispatches through (lock held). */
+int  rm_engine_peer_add(remora_context_h ctx, rm_peer_t *peer);
+void rm_engine_peer_remove(remora_context_h ctx, rm_peer_t *peer);
+
+/* Register a peer whose ep is set, so that its messages reach it. */
+remora_status_t rm_peer_attach(rm_peer_t *peer);
+/* Unregister and close the ep (forcefully: pending operations are canceled). */
+void rm_peer_close(rm_peer_t *peer);
+
+/* Create an endpoint to a "HOST:PORT" server and attach the peer. */
+remora_status_t rm_peer_connect(rm_peer_t *peer, const char *addr);
+/* Accept a connection request into the peer. */
+remora_status_t rm_peer_accept(rm_peer_t *peer, ucp_conn_request_h conn_request);
+
+/*
+ * Send a message. hdr is encoded into storage that lives with the send. When
+ * the send completes (or fails), done(arg, status) runs, if given, with the
+ * lock held; body_free, if set, is free()d then. Returns an error only when
+ * the send could not start; in that case done does not run and body_free is
+ * freed here.
+ */
+typedef void (*rm_send_done_t)(void *arg, ucs_status_t status);
+typedef struct rm_send_params {
+    const void    *body;
+    size_t         body_len;
+    void          *body_free;  /* free() this when done */
+    ucp_mem_h      memh;       /* registration of body, if known */
+    rm_send_done_t done;
+    void          *arg;
+} rm_send_params_t;
+
+remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hdr,
+                             const rm_send_params_t *params);
+
+/* Parse "HOST:PORT" into a sockaddr (getaddrinfo); REMORA_ERR_ADDRESS if bad. */
+remora_status_t rm_parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *len);
+/* Format a sockaddr as "HOST:PORT" ("[v6]:PORT" for IPv6). */
+void rm_format_addr(const struct sockaddr *sa, char *buf, size_t len);
+
+#endif

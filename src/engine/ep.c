@@ -1,0 +1,227 @@
+/* Endpoints: connect, accept, close, send; and HOST:PORT addresses. */
+#include "engine/engine.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+/* ------------------------------------------------------------ addresses */
+
+remora_status_t rm_parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *len)
+{
+    char host[256], *end;
+    const char *colon, *hstart = addr, *hend;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_flags = AI_NUMERICSERV}, *res;
+    long port;
+
+    if (addr == NULL)
+        return REMORA_ERR_ADDRESS;
+    if (addr[0] == '[') { /* [v6]:port */
+        hstart = addr + 1;
+        hend   = strchr(hstart, ']');
+        if (hend == NULL || hend[1] != ':')
+            return REMORA_ERR_ADDRESS;
+        colon = hend + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (colon == NULL || strchr(addr, ':') != colon)
+            return REMORA_ERR_ADDRESS;
+        hend = colon;
+    }
+    if (hend == hstart || (size_t)(hend - hstart) >= sizeof(host) || colon[1] == '\0')
+        return REMORA_ERR_ADDRESS;
+    port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535)
+        return REMORA_ERR_ADDRESS;
+    memcpy(host, hstart, (size_t)(hend - hstart));
+    host[hend - hstart] = '\0';
+
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || res == NULL)
+        return REMORA_ERR_ADDRESS;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return REMORA_OK;
+}
+
+void rm_format_addr(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        snprintf(buf, len, "%s:%u", host, port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        snprintf(buf, len, "[%s]:%u", host, port);
+    } else {
+        snprintf(buf, len, "?");
+    }
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    rm_peer_t *peer = arg;
+
+    if (peer->failed)
+        return;
+    rm_debug("endpoint %p failed: %s", (void *)ep, ucs_status_string(status));
+    peer->failed = 1;
+    rm_engine_peer_remove(peer->ctx, peer);
+    peer->ops->on_error(peer, rm_status_from_ucs(status));
+}
+
+static ucp_ep_params_t base_ep_params(rm_peer_t *peer)
+{
+    ucp_ep_params_t p = {
+        .field_mask      = UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        .err_mode        = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler.cb  = ep_error_cb,
+        .err_handler.arg = peer,
+    };
+    return p;
+}
+
+remora_status_t rm_peer_attach(rm_peer_t *peer)
+{
+    peer->failed = 0;
+    return rm_engine_peer_add(peer->ctx, peer) == 0 ? REMORA_OK : REMORA_ERR_NO_MEMORY;
+}
+
+static remora_status_t create_ep(rm_peer_t *peer, const ucp_ep_params_t *params)
+{
+    ucs_status_t status = ucp_ep_create(peer->ctx->worker, params, &peer->ep);
+    remora_status_t rs;
+
+    if (status != UCS_OK) {
+        rm_debug("ucp_ep_create failed: %s", ucs_status_string(status));
+        return rm_status_from_ucs(status);
+    }
+    if ((rs = rm_peer_attach(peer)) != REMORA_OK) {
+        peer->failed = 1;
+        rm_peer_close(peer);
+    }
+    return rs;
+}
+
+remora_status_t rm_peer_connect(rm_peer_t *peer, const char *addr)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    remora_status_t rs = rm_parse_addr(addr, &ss, &len);
+
+    if (rs != REMORA_OK)
+        return rs;
+    ucp_ep_params_t p = base_ep_params(peer);
+    p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    p.flags             = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    p.sockaddr.addr     = (const struct sockaddr *)&ss;
+    p.sockaddr.addrlen  = len;
+    return create_ep(peer, &p);
+}
+
+remora_status_t rm_peer_accept(rm_peer_t *peer, ucp_conn_request_h conn_request)
+{
+    ucp_ep_params_t p = base_ep_params(peer);
+    p.field_mask  |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    p.conn_request = conn_request;
+    return create_ep(peer, &p);
+}
+
+void rm_peer_close(rm_peer_t *peer)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags        = UCP_EP_CLOSE_FLAG_FORCE};
+    void *req;
+
+    if (peer->ep == NULL)
+        return;
+    if (!peer->failed)
+        rm_engine_peer_remove(peer->ctx, peer);
+    peer->failed = 1;
+    /* Forced close cancels pending operations; their callbacks run with
+     * UCS_ERR_CANCELED. UCX frees the close request when it finishes. */
+    req = ucp_ep_close_nbx(peer->ep, &p);
+    if (UCS_PTR_IS_PTR(req))
+        ucp_request_free(req);
+    peer->ep = NULL;
+}
+
+/* ------------------------------------------------------------ sending */
+
+typedef struct rm_send {
+    uint8_t        hdr[RM_HDR_MAX];
+    void          *body_free;
+    rm_send_done_t done;
+    void          *arg;
+} rm_send_t;
+
+static void send_finish(rm_send_t *s, ucs_status_t status)
+{
+    if (s->done)
+        s->done(s->arg, status);
+    free(s->body_free);
+    free(s);
+}
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    send_finish(user_data, status);
+    ucp_request_free(request);
+}
+
+remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hdr,
+                             const rm_send_params_t *sp)
+{
+    rm_send_t *s;
+    size_t hlen;
+    ucs_status_ptr_t req;
+
+    if (peer->failed || peer->ep == NULL) {
+        free(sp->body_free);
+        return REMORA_ERR_DISCONNECTED;
+    }
+    s = malloc(sizeof(*s));
+    if (s == NULL) {
+        free(sp->body_free);
+        return REMORA_ERR_NO_MEMORY;
+    }
+    hlen         = rm_hdr_encode(hdr, s->hdr);
+    s->body_free = sp->body_free;
+    s->done      = sp->done;
+    s->arg       = sp->arg;
+
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .cb.send      = send_cb,
+        .user_data    = s,
+        .flags        = UCP_AM_SEND_FLAG_REPLY,
+    };
+    if (sp->memh) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = sp->memh;
+    }
+    req = ucp_am_send_nbx(peer->ep, am_id, s->hdr, hlen, sp->body, sp->body_len, &p);
+    if (UCS_PTR_IS_ERR(req)) {
+        ucs_status_t status = UCS_PTR_STATUS(req);
+        rm_debug("send %s failed: %s", rm_msg_type_name(hdr->type), ucs_status_string(status));
+        s->done = NULL;
+        send_finish(s, status);
+        return rm_status_from_ucs(status);
+    }
+    if (req == NULL)
+        send_finish(s, UCS_OK);
+    return REMORA_OK;
+}

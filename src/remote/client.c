@@ -1,0 +1,798 @@
+/* The client: connection and handshake, control calls, the region cache, events. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote/auth.h"
+#include "remote/client.h"
+#include "util/log.h"
+#include "util/time.h"
+
+#define RM_DEFAULT_CHUNK   (4u << 20)
+#define RM_DEFAULT_WINDOW  4u
+#define RM_CLOSE_WAIT_MS   2000
+
+/* ------------------------------------------------------------ ops */
+
+rm_op_t *rm_client_op_new(remora_client_h c, uint8_t reply_type)
+{
+    rm_op_t *op = calloc(1, sizeof(*op));
+
+    if (op == NULL)
+        return NULL;
+    op->client     = c;
+    op->reply_type = reply_type;
+    op->req_id     = ++c->next_req_id;
+    rm_list_push_back(&c->pending, &op->link);
+    c->nops++;
+    atomic_store(&c->drained, 0);
+    return op;
+}
+
+static void op_free(rm_op_t *op)
+{
+    remora_client_h c = op->client;
+
+    free(op->reply);
+    free(op);
+    if (--c->nops == 0)
+        rm_engine_complete(c->ctx, &c->drained);
+}
+
+/* Finish an op once its reply is in and UCX has called back for everything. */
+void rm_client_op_finish(rm_op_t *op)
+{
+    if (!op->replied || op->ucx_busy)
+        return;
+    rm_list_del(&op->link);
+    if (op->req) {
+        rm_transfer_chunk_done(op);
+        op_free(op);
+    } else {
+        /* The waiter frees control ops; it may be gone (timed out): then
+         * done was already set by it and we free here. */
+        if (atomic_load(&op->done))
+            op_free(op);
+        else
+            rm_engine_complete(op->client->ctx, &op->done);
+    }
+}
+
+static rm_op_t *op_by_req_id(remora_client_h c, uint64_t req_id)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &c->pending) {
+        rm_op_t *op = rm_container_of(pos, rm_op_t, link);
+        if (op->req_id == req_id && op->reply_type)
+            return op;
+    }
+    return NULL;
+}
+
+/* Send a control message and wait for its reply. On REMORA_OK the reply body
+ * (if any) is handed over in *body_p (free()) and the reply's status returned. */
+static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
+                                   rm_wbuf_t *body, void **body_p, size_t *len_p)
+{
+    rm_hdr_t hdr = {.type = type};
+    rm_send_params_t sp = {0};
+    remora_status_t st;
+    rm_op_t *op;
+
+    if (body && body->failed) {
+        rm_wbuf_free(body);
+        return REMORA_ERR_NO_MEMORY;
+    }
+    rm_engine_lock(c->ctx);
+    if (c->disconnected) {
+        rm_engine_unlock(c->ctx);
+        rm_wbuf_free(body);
+        return c->disc_status;
+    }
+    if ((op = rm_client_op_new(c, reply_type)) == NULL) {
+        rm_engine_unlock(c->ctx);
+        rm_wbuf_free(body);
+        return REMORA_ERR_NO_MEMORY;
+    }
+    hdr.req_id = op->req_id;
+    if (body) {
+        sp.body = sp.body_free = body->data;
+        sp.body_len = body->len;
+    }
+    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp)) != REMORA_OK) {
+        op->status  = st;
+        op->replied = 1;
+    }
+    rm_engine_unlock(c->ctx);
+    rm_engine_kick(c->ctx);
+
+    st = rm_engine_wait(c->ctx, &op->done, rm_deadline_ns(c->timeout_ms));
+    rm_engine_lock(c->ctx);
+    if (st != REMORA_OK && !atomic_load(&op->done)) {
+        /* Timed out: leave the op to be freed by its late reply (or the close). */
+        atomic_store(&op->done, 1);
+        rm_engine_unlock(c->ctx);
+        return REMORA_ERR_TIMED_OUT;
+    }
+    st = op->status;
+    if (st == REMORA_OK && body_p) {
+        *body_p  = op->reply;
+        *len_p   = op->reply_len;
+        op->reply = NULL;
+    }
+    op_free(op);
+    rm_engine_unlock(c->ctx);
+    return st;
+}
+
+/* A control reply: keep the body, finish the op. */
+static void ctrl_reply(rm_op_t *op, const rm_hdr_t *hdr, const void *body, size_t len)
+{
+    op->status = (remora_status_t)hdr->status;
+    if (op->status > 0 || op->status < REMORA_ERR_VERSION)
+        op->status = REMORA_ERR_PROTOCOL; /* not a status we know */
+    if (hdr->type == RM_MSG_ERROR && op->status == REMORA_OK)
+        op->status = REMORA_ERR_PROTOCOL;
+    if (len && (op->reply = malloc(len)) != NULL) {
+        memcpy(op->reply, body, len);
+        op->reply_len = len;
+    } else if (len) {
+        op->status = REMORA_ERR_NO_MEMORY;
+    }
+    op->replied = 1;
+    rm_client_op_finish(op);
+}
+
+/* ------------------------------------------------------------ events */
+
+static void deliver_events(rm_deferred_t *d)
+{
+    remora_client_h c = rm_container_of(d, struct remora_client, event_task);
+    rm_list_t batch, *pos, *tmp;
+
+    rm_list_init(&batch);
+    rm_engine_lock(c->ctx);
+    rm_list_for_each_safe(pos, tmp, &c->events) {
+        rm_list_del(pos);
+        rm_list_push_back(&batch, pos);
+    }
+    c->event_task_queued = 0;
+    rm_engine_complete(c->ctx, &c->events_idle);
+    rm_engine_unlock(c->ctx);
+    /* From here on the client may be gone: items carry their own callback. */
+    rm_list_for_each_safe(pos, tmp, &batch) {
+        rm_event_item_t *e = rm_container_of(pos, rm_event_item_t, link);
+        e->ev.name = e->ev.type == REMORA_EVENT_DISCONNECTED ? NULL : e->name;
+        e->cb(&e->ev, e->arg);
+        free(e);
+    }
+}
+
+static void queue_event(remora_client_h c, remora_event_type_t type, const char *name,
+                        uint64_t size, uint64_t generation, remora_status_t status)
+{
+    rm_event_item_t *e;
+
+    if (c->event_cb == NULL || (e = calloc(1, sizeof(*e))) == NULL)
+        return;
+    e->ev.type       = type;
+    e->ev.size       = size;
+    e->ev.generation = generation;
+    e->ev.status     = status;
+    e->cb            = c->event_cb;
+    e->arg           = c->event_arg;
+    if (name)
+        snprintf(e->name, sizeof(e->name), "%s", name);
+    rm_list_push_back(&c->events, &e->link);
+    if (!c->event_task_queued) {
+        c->event_task_queued = 1;
+        atomic_store(&c->events_idle, 0);
+        c->event_task.fn = deliver_events;
+        rm_engine_defer(c->ctx, &c->event_task);
+    }
+}
+
+/* ------------------------------------------------------------ regions */
+
+static void send_ack(remora_client_h c, uint64_t epoch)
+{
+    rm_hdr_t hdr = {.type = RM_MSG_EVENT_ACK, .epoch = epoch};
+    rm_send_params_t sp = {0};
+
+    if (!c->disconnected)
+        rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp);
+}
+
+static void region_free(remora_client_h c, rm_rregion_t *r)
+{
+    if (r->rkey)
+        ucp_rkey_destroy(r->rkey);
+    free(r->rkey_buf);
+    if (r->ack_epoch)
+        send_ack(c, r->ack_epoch);
+    free(r);
+}
+
+/* Take a region out of the cache; it is freed now or by its last user. */
+static void region_detach(remora_client_h c, rm_rregion_t *r, uint64_t ack_epoch)
+{
+    if (!r->detached) {
+        rm_list_del(&r->link);
+        r->detached = 1;
+    }
+    if (ack_epoch > r->ack_epoch)
+        r->ack_epoch = ack_epoch;
+    if (r->users == 0)
+        region_free(c, r);
+}
+
+void rm_client_region_put(remora_client_h c, rm_rregion_t *r)
+{
+    if (--r->users == 0 && r->detached)
+        region_free(c, r);
+}
+
+static rm_rregion_t *region_cached(remora_client_h c, const char *name)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &c->regions) {
+        rm_rregion_t *r = rm_container_of(pos, rm_rregion_t, link);
+        if (strcmp(r->name, name) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+static rm_rregion_t *region_by_id(remora_client_h c, uint32_t id)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &c->regions) {
+        rm_rregion_t *r = rm_container_of(pos, rm_rregion_t, link);
+        if (r->id == id)
+            return r;
+    }
+    return NULL;
+}
+
+/* Unpack the remote key and, on the same host, map the memory. */
+static void region_attach_rkey(remora_client_h c, rm_rregion_t *r, const rm_region_desc_t *d)
+{
+    void *ptr;
+
+    if (d->rkey_len == 0 || ucp_ep_rkey_unpack(c->peer.ep, d->rkey, &r->rkey) != UCS_OK) {
+        r->rkey = NULL;
+        return;
+    }
+    if ((r->rkey_buf = malloc(d->rkey_len)) != NULL)
+        memcpy(r->rkey_buf, d->rkey, d->rkey_len);
+    if (c->same_host && (d->flags & RM_REGION_WIRE_MAPPABLE) &&
+        ucp_rkey_ptr(r->rkey, r->remote_addr, &ptr) == UCS_OK)
+        r->mapped = ptr;
+}
+
+static remora_path_t region_choose_path(remora_client_h c, const rm_rregion_t *r)
+{
+    switch (c->forced_path) {
+    case REMORA_PATH_AM:  return REMORA_PATH_AM;
+    case REMORA_PATH_RMA: return r->rkey ? REMORA_PATH_RMA : REMORA_PATH_AUTO;
+    case REMORA_PATH_MAP: return r->mapped ? REMORA_PATH_MAP : REMORA_PATH_AUTO;
+    default: break;
+    }
+    if (r->mapped)
+        return REMORA_PATH_MAP;
+    if (r->rkey && c->native_rma)
+        return REMORA_PATH_RMA;
+    return REMORA_PATH_AM;
+}
+
+static remora_status_t region_install(remora_client_h c, const void *body, size_t len)
+{
+    rm_rbuf_t rb;
+    rm_region_desc_t d;
+    rm_rregion_t *r, *old;
+
+    rm_rbuf_init(&rb, body, len);
+    rm_region_desc_decode(&rb, &d);
+    if (rb.failed || rb.left != 0)
+        return REMORA_ERR_PROTOCOL;
+    if ((r = calloc(1, sizeof(*r))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    r->id          = d.region_id;
+    r->size        = d.size;
+    r->generation  = d.generation;
+    r->access      = d.access;
+    r->mem_type    = d.mem_type;
+    r->flags       = d.flags;
+    r->remote_addr = d.remote_addr;
+    snprintf(r->name, sizeof(r->name), "%s", d.name);
+    region_attach_rkey(c, r, &d);
+    r->path = region_choose_path(c, r);
+    if ((old = region_cached(c, r->name)) != NULL)
+        region_detach(c, old, 0);
+    rm_list_push_back(&c->regions, &r->link);
+    return REMORA_OK;
+}
+
+static remora_status_t lookup_call(remora_client_h c, const char *name, void **body_p,
+                                   size_t *len_p)
+{
+    rm_wbuf_t w;
+
+    if (!rm_name_valid(name))
+        return REMORA_ERR_INVALID_PARAM;
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, name);
+    return client_call(c, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
+}
+
+remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p)
+{
+    void *body = NULL;
+    size_t len = 0;
+    remora_status_t st;
+    rm_rregion_t *r;
+
+    if (name == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    rm_engine_lock(c->ctx);
+    if ((r = region_cached(c, name)) != NULL) {
+        *r_p = r;
+        return REMORA_OK;
+    }
+    rm_engine_unlock(c->ctx);
+    if ((st = lookup_call(c, name, &body, &len)) != REMORA_OK)
+        return st;
+    rm_engine_lock(c->ctx);
+    st = c->disconnected ? c->disc_status : region_install(c, body, len);
+    free(body);
+    if (st != REMORA_OK || (r = region_cached(c, name)) == NULL) {
+        rm_engine_unlock(c->ctx);
+        return st != REMORA_OK ? st : REMORA_ERR_NOT_FOUND;
+    }
+    *r_p = r;
+    return REMORA_OK;
+}
+
+static void handle_event(remora_client_h c, const rm_hdr_t *hdr, const void *body, size_t len)
+{
+    char name[REMORA_NAME_MAX + 1];
+    rm_rregion_t *r = region_by_id(c, hdr->region_id);
+
+    if (rm_name_decode(body, len, name) != 0) {
+        rm_warn("malformed event from the server");
+        return;
+    }
+    if (r != NULL)
+        region_detach(c, r, hdr->epoch); /* acknowledged once unused */
+    else
+        send_ack(c, hdr->epoch);
+    queue_event(c, hdr->kind == RM_EVENT_CHANGED ? REMORA_EVENT_REGION_CHANGED
+                                                 : REMORA_EVENT_REGION_REMOVED,
+                name, hdr->size, hdr->generation, REMORA_OK);
+}
+
+/* ------------------------------------------------------------ peer callbacks */
+
+static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *body,
+                                      size_t len, const ucp_am_recv_param_t *param)
+{
+    remora_client_h c = (remora_client_h)peer;
+    rm_hdr_t mismatch = {.type = RM_MSG_ERROR, .status = REMORA_ERR_PROTOCOL};
+    rm_op_t *op;
+
+    if (hdr == NULL) {
+        rm_warn("malformed message header from the server");
+        return UCS_OK;
+    }
+    if (hdr->type == RM_MSG_EVENT) {
+        handle_event(c, hdr, body, len);
+        return UCS_OK;
+    }
+    if ((op = op_by_req_id(c, hdr->req_id)) == NULL) {
+        rm_debug("reply %s for unknown request %llu dropped", rm_msg_type_name(hdr->type),
+                 (unsigned long long)hdr->req_id);
+        return UCS_OK;
+    }
+    if (hdr->type != op->reply_type && hdr->type != RM_MSG_ERROR) {
+        rm_warn("server answered %s with %s", rm_msg_type_name(op->reply_type),
+                rm_msg_type_name(hdr->type));
+        hdr = &mismatch;
+        len = 0;
+    }
+    op->reply_type = 0; /* a second reply with the same id finds nothing */
+    if (op->req)
+        return rm_transfer_on_reply(op, hdr, body, len, param);
+    ctrl_reply(op, hdr, body, len);
+    return UCS_OK;
+}
+
+/* Fail every op; they finish as soon as UCX has called back for them. */
+static void fail_pending(remora_client_h c, remora_status_t st)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &c->pending) {
+        rm_op_t *op = rm_container_of(pos, rm_op_t, link);
+        if (op->replied)
+            continue;
+        op->status     = st;
+        op->replied    = 1;
+        op->reply_type = 0;
+        rm_client_op_finish(op);
+    }
+}
+
+/* The connection is over: fail what is pending and close (lock held). */
+static void client_fail(remora_client_h c, remora_status_t op_status, remora_status_t later)
+{
+    if (c->disconnected)
+        return;
+    c->disconnected = 1;
+    c->disc_status  = later;
+    fail_pending(c, op_status);
+    rm_peer_close(&c->peer);
+    if (c->ready)
+        queue_event(c, REMORA_EVENT_DISCONNECTED, NULL, 0, 0, later);
+}
+
+static void client_on_error(rm_peer_t *peer, remora_status_t status)
+{
+    remora_client_h c = (remora_client_h)peer;
+
+    /* Once connected, every failure of the connection means the same thing;
+     * before that, "refused" is worth telling apart. */
+    if (c->ready)
+        status = REMORA_ERR_DISCONNECTED;
+    rm_info("connection to server lost: %s", remora_status_string(status));
+    client_fail(c, status, status);
+}
+
+void rm_client_abort(remora_client_h c, remora_status_t op_status)
+{
+    rm_engine_lock(c->ctx);
+    rm_warn("an operation did not finish in time; closing the connection");
+    client_fail(c, op_status, REMORA_ERR_DISCONNECTED);
+    rm_engine_unlock(c->ctx);
+}
+
+static const rm_peer_ops_t client_ops = {.on_message = client_on_message,
+                                         .on_error   = client_on_error};
+
+/* ------------------------------------------------------------ handshake */
+
+/* UCX 1.13 has no endpoint transport query: read the lanes off its dump.
+ * A lane used for RMA by a transport other than TCP (shared memory, CMA,
+ * verbs) means one-sided operations are native there. */
+static int ep_has_native_rma(ucp_ep_h ep)
+{
+    char *dump = NULL, *line, *save = NULL;
+    size_t n = 0;
+    int native = 0;
+    FILE *f = open_memstream(&dump, &n);
+
+    if (f == NULL)
+        return 0;
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    for (line = strtok_r(dump, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (strstr(line, "lane["))
+            rm_debug("%s", line);
+        if (strstr(line, "lane[") && strstr(line, "rma_bw") && !strstr(line, "tcp/"))
+            native = 1;
+    }
+    free(dump);
+    return native;
+}
+
+static remora_status_t handshake_auth(remora_client_h c, const rm_hello_t *mine,
+                                      const rm_hello_t *theirs)
+{
+    uint8_t mac[RM_MAC_LEN];
+    rm_wbuf_t w;
+    void *body = NULL;
+    size_t len = 0;
+    remora_status_t st;
+
+    if (c->token == NULL) {
+        rm_info("server requires a token and none was given");
+        return REMORA_ERR_AUTH;
+    }
+    rm_auth_proof(RM_AUTH_CLIENT_PROOF, c->token, c->token_len, theirs->nonce, mine->nonce, mac);
+    rm_wbuf_init(&w);
+    rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
+    if ((st = client_call(c, RM_MSG_AUTH, RM_MSG_AUTH_REPLY, &w, &body, &len)) != REMORA_OK)
+        return st;
+    /* The server proves it knows the token too. */
+    if (len != RM_MAC_LEN || rm_auth_check(RM_AUTH_SERVER_PROOF, c->token, c->token_len,
+                                           theirs->nonce, mine->nonce, body) != 0)
+        st = REMORA_ERR_AUTH;
+    free(body);
+    return st;
+}
+
+static remora_status_t handshake(remora_client_h c)
+{
+    rm_hello_t mine = {.proto_min = RM_PROTO_VERSION, .proto_max = RM_PROTO_VERSION}, theirs;
+    rm_wbuf_t w;
+    void *body = NULL;
+    size_t len = 0;
+    remora_status_t st;
+
+    memcpy(mine.host_id, c->ctx->host_id, RM_HOST_ID_LEN);
+    rm_auth_nonce(mine.nonce);
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &mine);
+    if ((st = client_call(c, RM_MSG_HELLO, RM_MSG_HELLO_REPLY, &w, &body, &len)) != REMORA_OK)
+        return st;
+    st = rm_hello_decode(body, len, &theirs) == 0 ? REMORA_OK : REMORA_ERR_PROTOCOL;
+    free(body);
+    if (st != REMORA_OK)
+        return st;
+    if (theirs.flags & RM_HELLO_AUTH_REQUIRED)
+        st = handshake_auth(c, &mine, &theirs);
+    if (st != REMORA_OK)
+        return st;
+    rm_engine_lock(c->ctx);
+    c->same_host  = memcmp(theirs.host_id, c->ctx->host_id, RM_HOST_ID_LEN) == 0;
+    c->native_rma = !c->disconnected && ep_has_native_rma(c->peer.ep);
+    c->ready      = !c->disconnected;
+    st            = c->ready ? REMORA_OK : c->disc_status;
+    rm_engine_unlock(c->ctx);
+    return st;
+}
+
+/* ------------------------------------------------------------ public API */
+
+static remora_path_t path_from_env(void)
+{
+    const char *v = getenv("REMORA_PATH");
+
+    if (v == NULL)
+        return REMORA_PATH_AUTO;
+    if (strcmp(v, "am") == 0)  return REMORA_PATH_AM;
+    if (strcmp(v, "rma") == 0) return REMORA_PATH_RMA;
+    if (strcmp(v, "map") == 0) return REMORA_PATH_MAP;
+    if (strcmp(v, "auto") != 0)
+        rm_warn("REMORA_PATH=%s not understood; using auto", v);
+    return REMORA_PATH_AUTO;
+}
+
+static size_t size_from_env(const char *name, size_t dflt, size_t min, size_t max)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long n;
+
+    if (v == NULL)
+        return dflt;
+    n = strtoull(v, &end, 10);
+    if (*end != '\0' || n < min || n > max) {
+        rm_warn("%s=%s out of range; using %zu", name, v, dflt);
+        return dflt;
+    }
+    return (size_t)n;
+}
+
+static remora_status_t client_apply_params(remora_client_h c, const remora_client_params_t *p)
+{
+    c->timeout_ms  = REMORA_DEFAULT_TIMEOUT_MS;
+    c->forced_path = path_from_env();
+    c->chunk_size  = size_from_env("REMORA_CHUNK_SIZE", RM_DEFAULT_CHUNK, 4096, 1u << 30);
+    c->window      = (unsigned)size_from_env("REMORA_WINDOW", RM_DEFAULT_WINDOW, 1, 64);
+    if (p == NULL)
+        return REMORA_OK;
+    if (p->field_mask & REMORA_CLIENT_FIELD_TIMEOUT) {
+        if (p->timeout_ms < 0)
+            return REMORA_ERR_INVALID_PARAM;
+        c->timeout_ms = p->timeout_ms;
+    }
+    if (p->field_mask & REMORA_CLIENT_FIELD_PATH) {
+        if (p->path < REMORA_PATH_AUTO || p->path > REMORA_PATH_MAP)
+            return REMORA_ERR_INVALID_PARAM;
+        if (p->path != REMORA_PATH_AUTO)
+            c->forced_path = p->path;
+    }
+    if (p->field_mask & REMORA_CLIENT_FIELD_EVENT_CB) {
+        c->event_cb  = p->event_cb;
+        c->event_arg = p->event_arg;
+    }
+    if (p->field_mask & REMORA_CLIENT_FIELD_TOKEN) {
+        if (p->token == NULL || p->token_len == 0 || p->token_len > REMORA_TOKEN_MAX)
+            return REMORA_ERR_INVALID_PARAM;
+        if ((c->token = malloc(p->token_len)) == NULL)
+            return REMORA_ERR_NO_MEMORY;
+        memcpy(c->token, p->token, p->token_len);
+        c->token_len = p->token_len;
+    }
+    return REMORA_OK;
+}
+
+static void client_free(remora_client_h c)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &c->events) {
+        rm_list_del(pos);
+        free(rm_container_of(pos, rm_event_item_t, link));
+    }
+    free(c->token);
+    free(c);
+}
+
+remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
+                                      const remora_client_params_t *params,
+                                      remora_client_h *client_p)
+{
+    remora_client_h c;
+    remora_status_t st;
+
+    if (ctx == NULL || addr == NULL || client_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((c = calloc(1, sizeof(*c))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    c->ctx      = ctx;
+    c->peer.ctx = ctx;
+    c->peer.ops = &client_ops;
+    rm_list_init(&c->pending);
+    rm_list_init(&c->regions);
+    rm_list_init(&c->maps);
+    rm_list_init(&c->events);
+    atomic_init(&c->drained, 1);
+    atomic_init(&c->events_idle, 1);
+    if ((st = client_apply_params(c, params)) != REMORA_OK) {
+        client_free(c);
+        return st;
+    }
+    rm_engine_lock(ctx);
+    st = rm_peer_connect(&c->peer, addr);
+    rm_engine_unlock(ctx);
+    if (st != REMORA_OK) {
+        client_free(c);
+        return st;
+    }
+    rm_engine_kick(ctx);
+    if ((st = handshake(c)) != REMORA_OK) {
+        remora_client_disconnect(c);
+        return st;
+    }
+    *client_p = c;
+    return REMORA_OK;
+}
+
+void remora_client_disconnect(remora_client_h c)
+{
+    rm_list_t *pos, *tmp;
+
+    if (c == NULL)
+        return;
+    rm_engine_lock(c->ctx);
+    c->ready = 0; /* a user-initiated close raises no DISCONNECTED event */
+    client_fail(c, REMORA_ERR_CANCELED, REMORA_ERR_CANCELED);
+    rm_engine_unlock(c->ctx);
+
+    /* The forced close cancels UCX operations; wait for their callbacks and
+     * for queued events, so nothing refers to the client afterwards. */
+    rm_engine_wait(c->ctx, &c->drained, rm_deadline_ns(RM_CLOSE_WAIT_MS));
+    rm_engine_wait(c->ctx, &c->events_idle, rm_deadline_ns(RM_CLOSE_WAIT_MS));
+
+    rm_engine_lock(c->ctx);
+    rm_client_unmap_all(c);
+    rm_list_for_each_safe(pos, tmp, &c->regions)
+        region_detach(c, rm_container_of(pos, rm_rregion_t, link), 0);
+    if (c->nops || !atomic_load(&c->events_idle)) {
+        rm_warn("client closed with %u operation(s) still completing; leaking it", c->nops);
+        rm_engine_unlock(c->ctx);
+        return;
+    }
+    rm_engine_unlock(c->ctx);
+    client_free(c);
+}
+
+remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **infos_p,
+                                   size_t *count_p)
+{
+    void *body = NULL;
+    size_t len = 0, count = 0;
+    rm_region_desc_t *descs = NULL;
+    remora_region_info_t *infos;
+    remora_status_t st;
+
+    if (c == NULL || infos_p == NULL || count_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = client_call(c, RM_MSG_LIST, RM_MSG_LIST_REPLY, NULL, &body, &len)) != REMORA_OK)
+        return st;
+    if (rm_list_decode(body, len, &descs, &count) != 0) {
+        free(body);
+        return REMORA_ERR_PROTOCOL;
+    }
+    if ((infos = calloc(count ? count : 1, sizeof(*infos))) == NULL) {
+        st = REMORA_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (size_t i = 0; i < count; i++) {
+        snprintf(infos[i].name, sizeof(infos[i].name), "%s", descs[i].name);
+        infos[i].size       = descs[i].size;
+        infos[i].mem_type   = (remora_mem_type_t)descs[i].mem_type;
+        infos[i].access     = descs[i].access;
+        infos[i].generation = descs[i].generation;
+    }
+    *infos_p = infos;
+    *count_p = count;
+out:
+    free(descs);
+    free(body);
+    return st;
+}
+
+void remora_region_info_free(remora_region_info_t *infos) { free(infos); }
+
+remora_status_t remora_client_lookup(remora_client_h c, const char *name,
+                                     remora_region_info_t *info)
+{
+    void *body = NULL;
+    size_t len = 0;
+    rm_rbuf_t rb;
+    rm_region_desc_t d;
+    remora_status_t st;
+
+    if (c == NULL || info == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = lookup_call(c, name, &body, &len)) != REMORA_OK)
+        return st;
+    rm_rbuf_init(&rb, body, len);
+    rm_region_desc_decode(&rb, &d);
+    if (rb.failed || rb.left != 0) {
+        free(body);
+        return REMORA_ERR_PROTOCOL;
+    }
+    memset(info, 0, sizeof(*info));
+    snprintf(info->name, sizeof(info->name), "%s", d.name);
+    info->size       = d.size;
+    info->mem_type   = (remora_mem_type_t)d.mem_type;
+    info->access     = d.access;
+    info->generation = d.generation;
+    /* Refresh the cache with what we just learned. */
+    rm_engine_lock(c->ctx);
+    if (!c->disconnected)
+        region_install(c, body, len);
+    rm_engine_unlock(c->ctx);
+    free(body);
+    return REMORA_OK;
+}
+
+remora_status_t remora_client_ping(remora_client_h c, double *rtt_us)
+{
+    uint64_t t0 = rm_now_ns();
+    remora_status_t st;
+
+    if (c == NULL || rtt_us == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = client_call(c, RM_MSG_PING, RM_MSG_PONG, NULL, NULL, NULL)) != REMORA_OK)
+        return st;
+    *rtt_us = (double)(rm_now_ns() - t0) / 1000.0;
+    return REMORA_OK;
+}
+
+remora_status_t remora_client_region_path(remora_client_h c, const char *name,
+                                          remora_path_t *path_p)
+{
+    rm_rregion_t *r;
+    remora_status_t st;
+
+    if (c == NULL || path_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = rm_client_region_get(c, name, &r)) != REMORA_OK)
+        return st;
+    *path_p = r->path;
+    rm_engine_unlock(c->ctx);
+    return REMORA_OK;
+}
+
+const char *remora_path_string(remora_path_t path)
+{
+    switch (path) {
+    case REMORA_PATH_AUTO: return "auto";
+    case REMORA_PATH_AM:   return "am";
+    case REMORA_PATH_RMA:  return "rma";
+    case REMORA_PATH_MAP:  return "map";
+    }
+    return "?";
+}

@@ -1,0 +1,134 @@
+/*
+ * Client internals shared by client.c (connection, control calls, regions,
+ * events) and transfer.c (reads and writes on the three data paths).
+ *
+ * Design notes
+ * - All of it is guarded by the context lock.
+ * - An op is one message exchange or one UCX data operation. It is finished
+ *   when its reply is in (or it failed) AND every UCX callback it started has
+ *   run (ucx_busy == 0): only then is the caller's buffer provably untouched.
+ * - A request is what the user holds: one or more chunk ops over a byte range,
+ *   at most `window` in flight at once.
+ * - Regions are cached by name with their remote key. A change event marks
+ *   an entry stale; the next use looks it up again. An entry still used by
+ *   ops when it goes stale is detached and freed by its last user, which then
+ *   acknowledges the change so the server may free the old memory.
+ */
+#ifndef RM_REMOTE_CLIENT_H
+#define RM_REMOTE_CLIENT_H
+
+#include "engine/engine.h"
+
+typedef struct rm_rregion {
+    rm_list_t     link;
+    uint32_t      id;
+    char          name[REMORA_NAME_MAX + 1];
+    uint64_t      size;
+    uint64_t      generation;
+    unsigned      access;
+    uint8_t       mem_type;
+    uint16_t      flags;
+    uint64_t      remote_addr;
+    ucp_rkey_h    rkey;
+    void         *rkey_buf;  /* packed key as received, for independent mappings */
+    void         *mapped;    /* same-host mapping of remote_addr, or NULL */
+    remora_path_t path;
+    unsigned      users;     /* requests in flight on it */
+    int           detached;  /* no longer in client->regions */
+    uint64_t      ack_epoch; /* change to acknowledge once users == 0 */
+} rm_rregion_t;
+
+typedef struct rm_event_item {
+    rm_list_t         link;
+    remora_event_t    ev;
+    remora_event_cb_t cb;
+    void             *arg;
+    char              name[REMORA_NAME_MAX + 1];
+} rm_event_item_t;
+
+struct remora_client {
+    rm_peer_t         peer; /* first: the engine hands us the peer */
+    remora_context_h  ctx;
+    int               timeout_ms;
+    uint8_t          *token;
+    size_t            token_len;
+    remora_event_cb_t event_cb;
+    void             *event_arg;
+    remora_path_t     forced_path;
+    size_t            chunk_size;
+    unsigned          window;
+
+    int               ready;       /* handshake finished */
+    int               same_host;
+    int               native_rma;
+    uint64_t          next_req_id;
+    rm_list_t         pending;     /* rm_op_t */
+    unsigned          nops;        /* ops allocated, pending or not */
+    rm_list_t         regions;     /* rm_rregion_t */
+    rm_list_t         maps;        /* rm_map_t */
+    int               disconnected;
+    remora_status_t   disc_status;
+
+    rm_list_t         events;      /* rm_event_item_t waiting for the progress thread */
+    rm_deferred_t     event_task;
+    int               event_task_queued;
+    atomic_int        events_idle;
+    atomic_int        drained;     /* nops == 0 after disconnect */
+};
+
+typedef struct rm_op rm_op_t;
+struct rm_op {
+    rm_list_t        link;
+    uint64_t         req_id;
+    remora_client_h  client;
+    uint8_t          reply_type; /* expected reply; 0 for pure UCX ops */
+    int              replied;
+    unsigned         ucx_busy;
+    remora_status_t  status;
+    atomic_int       done;       /* control ops: set when finished */
+    void            *reply;      /* control ops: reply body copy */
+    size_t           reply_len;
+    remora_request_h req;        /* data ops: the request this chunk belongs to */
+    char            *buf;
+    size_t           len;
+    uint64_t         offset;
+};
+
+struct remora_request {
+    remora_client_h  client;
+    remora_context_h ctx;
+    int              timeout_ms;
+    atomic_int       done;
+    remora_status_t  status;
+    int              write;
+    char            *buf;
+    uint64_t         offset;
+    size_t           length;
+    rm_rregion_t    *region;
+    remora_path_t    path;
+    size_t           issued;
+    unsigned         inflight;
+    int              flushed;
+};
+
+/* client.c */
+rm_op_t *rm_client_op_new(remora_client_h c, uint8_t reply_type);
+void     rm_client_op_finish(rm_op_t *op);
+void     rm_client_region_put(remora_client_h c, rm_rregion_t *r);
+/* Look the region up (cached unless stale); returns with the lock held on success. */
+remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p);
+/* Give up on the connection (without the lock): pending ops fail with op_status,
+ * later calls with REMORA_ERR_DISCONNECTED. */
+void rm_client_abort(remora_client_h c, remora_status_t op_status);
+
+/* transfer.c: mappings handed out by remora_client_map (lock held) */
+void rm_client_unmap_all(remora_client_h c);
+
+/* transfer.c */
+/* A reply for a data op arrived. */
+ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
+                                  const ucp_am_recv_param_t *param);
+/* An op of a request finished. */
+void rm_transfer_chunk_done(rm_op_t *op);
+
+#endif

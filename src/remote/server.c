@@ -1,0 +1,798 @@
+/*
+ * The server: a listener, named regions, and one connection per client.
+ *
+ * Design notes
+ * - All state here is guarded by the context lock; message handlers run in
+ *   UCX callbacks with it held, public calls take it.
+ * - A connection walks HELLO -> (AUTH) -> READY. Nothing about regions is
+ *   revealed or touched before READY.
+ * - Every request is validated (region id, range, access, body length)
+ *   before any byte moves; a bad one gets an error reply and a log line and
+ *   the connection keeps working.
+ * - Region memory is reference counted. A read reply or a write in flight
+ *   holds a reference, so a replace never frees memory under a transfer.
+ *   Memory a region used before a replace is "retired": kept until every
+ *   client acknowledged the change (it may hold a remote key or mapping),
+ *   or until RM_RETIRE_GRACE_NS passed.
+ * - A connection is freed when it has failed and no UCX operation of it is
+ *   in flight (conn->inflight), so late callbacks never touch freed memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "mem/mem.h"
+#include "remote/auth.h"
+#include "util/log.h"
+#include "util/time.h"
+
+#define RM_DEFAULT_LISTEN   "127.0.0.1:60010"
+#define RM_RETIRE_GRACE_NS  (10ull * 1000000000u)
+#define RM_DESTROY_WAIT_MS  2000
+
+typedef struct rm_region {
+    rm_list_t    link;
+    uint32_t     id;
+    char         name[REMORA_NAME_MAX + 1];
+    remora_mem_h mem;
+    size_t       offset, length;
+    unsigned     flags;
+    uint64_t     generation;
+} rm_region_t;
+
+typedef struct rm_retired {
+    rm_list_t    link;
+    remora_mem_h mem;
+    uint64_t     epoch;
+    uint64_t     expire_ns;
+} rm_retired_t;
+
+typedef enum { CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
+
+typedef struct rm_conn {
+    rm_peer_t       peer; /* first: the engine hands us the peer */
+    rm_list_t       link;
+    remora_server_h server;
+    rm_conn_state_t state;
+    uint8_t         server_nonce[RM_NONCE_LEN];
+    uint8_t         client_nonce[RM_NONCE_LEN];
+    uint64_t        acked_epoch;
+    unsigned        inflight;   /* UCX operations that will call back */
+    int             dead;       /* failed or closed; freed when inflight == 0 */
+    int             close_after_send; /* refused: close once the reply left */
+} rm_conn_t;
+
+struct remora_server {
+    remora_context_h ctx;
+    ucp_listener_h   listener;
+    char             addr[80];
+    uint8_t         *token;
+    size_t           token_len;
+    rm_list_t        regions, conns, retired;
+    uint32_t         next_region_id;
+    uint64_t         epoch;
+    unsigned         nconns; /* allocated, dead or alive */
+    atomic_int       drained;
+};
+
+/* ------------------------------------------------------------ regions */
+
+static rm_region_t *region_by_name(remora_server_h s, const char *name)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &s->regions) {
+        rm_region_t *r = rm_container_of(pos, rm_region_t, link);
+        if (strcmp(r->name, name) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+static rm_region_t *region_by_id(remora_server_h s, uint32_t id)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &s->regions) {
+        rm_region_t *r = rm_container_of(pos, rm_region_t, link);
+        if (r->id == id)
+            return r;
+    }
+    return NULL;
+}
+
+static void region_describe(const rm_region_t *r, int with_rkey, rm_region_desc_t *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->region_id = r->id;
+    snprintf(d->name, sizeof(d->name), "%s", r->name);
+    d->size        = r->length;
+    d->mem_type    = (uint8_t)r->mem->type;
+    d->access      = REMORA_ACCESS_READ |
+                     ((r->flags & REMORA_REGION_WRITABLE) ? REMORA_ACCESS_WRITE : 0);
+    d->flags       = r->mem->allocated ? RM_REGION_WIRE_MAPPABLE : 0;
+    d->generation  = r->generation;
+    d->remote_addr = (uint64_t)(uintptr_t)r->mem->addr + r->offset;
+    if (with_rkey) {
+        d->rkey     = r->mem->rkey;
+        d->rkey_len = (uint32_t)r->mem->rkey_len;
+    }
+}
+
+/* ------------------------------------------------------------ connections */
+
+static void conn_free_if_idle(rm_conn_t *c)
+{
+    remora_server_h s = c->server;
+
+    if (!c->dead || c->inflight)
+        return;
+    s->nconns--;
+    free(c);
+    if (s->nconns == 0)
+        rm_engine_complete(s->ctx, &s->drained);
+}
+
+static void retired_sweep(remora_server_h s);
+
+/* Close and unlink a connection; frees it unless callbacks are still due. */
+static void conn_kill(rm_conn_t *c)
+{
+    if (c->dead)
+        return;
+    c->dead = 1;
+    c->inflight++; /* the forced close may run our send callbacks right here */
+    rm_list_del(&c->link);
+    rm_peer_close(&c->peer);
+    retired_sweep(c->server); /* it no longer holds up retired memory */
+    c->inflight--;
+    conn_free_if_idle(c);
+}
+
+static void conn_on_error(rm_peer_t *peer, remora_status_t status)
+{
+    rm_conn_t *c = (rm_conn_t *)peer;
+    rm_info("client connection lost: %s", remora_status_string(status));
+    conn_kill(c);
+}
+
+/* A send of ours finished; the connection may be freed or closed now. */
+static void conn_send_done(void *arg, ucs_status_t status)
+{
+    rm_conn_t *c = arg;
+
+    c->inflight--;
+    if (c->close_after_send && !c->dead)
+        conn_kill(c); /* frees c when idle */
+    else
+        conn_free_if_idle(c);
+}
+
+static remora_status_t conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp)
+{
+    c->inflight++;
+    sp->done = conn_send_done;
+    sp->arg  = c;
+    remora_status_t st = rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
+    if (st != REMORA_OK)
+        c->inflight--;
+    return st;
+}
+
+static void conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_status_t status,
+                       rm_wbuf_t *body)
+{
+    rm_hdr_t hdr = {.type = (uint8_t)type, .req_id = req_id, .status = status};
+    rm_send_params_t sp = {0};
+
+    if (body != NULL) {
+        if (body->failed) {
+            rm_wbuf_free(body);
+            hdr.status = REMORA_ERR_NO_MEMORY;
+        } else {
+            sp.body = sp.body_free = body->data;
+            sp.body_len = body->len;
+        }
+    }
+    conn_send(c, &hdr, &sp);
+}
+
+/* ------------------------------------------------------------ events to clients */
+
+static void broadcast_event(remora_server_h s, const rm_region_t *r, uint8_t kind)
+{
+    rm_list_t *pos, *tmp;
+
+    rm_list_for_each_safe(pos, tmp, &s->conns) {
+        rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
+        rm_wbuf_t w;
+        rm_hdr_t hdr = {.type = RM_MSG_EVENT, .region_id = r->id, .kind = kind,
+                        .generation = r->generation, .size = r->length, .epoch = s->epoch};
+        rm_send_params_t sp = {0};
+
+        if (c->state != CONN_READY)
+            continue;
+        rm_wbuf_init(&w);
+        rm_wbuf_name(&w, r->name);
+        if (w.failed) {
+            rm_wbuf_free(&w);
+            continue;
+        }
+        sp.body = sp.body_free = w.data;
+        sp.body_len = w.len;
+        conn_send(c, &hdr, &sp);
+    }
+}
+
+static int retired_released(remora_server_h s, const rm_retired_t *t, uint64_t now)
+{
+    rm_list_t *pos, *tmp;
+
+    if (now >= t->expire_ns)
+        return 1;
+    rm_list_for_each_safe(pos, tmp, &s->conns) {
+        rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
+        if (c->state == CONN_READY && c->acked_epoch < t->epoch)
+            return 0;
+    }
+    return 1;
+}
+
+static void retired_sweep(remora_server_h s)
+{
+    rm_list_t *pos, *tmp;
+    uint64_t now = rm_now_ns();
+
+    rm_list_for_each_safe(pos, tmp, &s->retired) {
+        rm_retired_t *t = rm_container_of(pos, rm_retired_t, link);
+        if (retired_released(s, t, now)) {
+            rm_list_del(&t->link);
+            rm_mem_unref(t->mem);
+            free(t);
+        }
+    }
+}
+
+/* Drop the region's reference to its memory, keeping it for clients that may map it. */
+static void region_retire_mem(remora_server_h s, rm_region_t *r)
+{
+    rm_retired_t *t = malloc(sizeof(*t));
+
+    if (t == NULL) { /* cannot track it: clients lose nothing but a late free */
+        rm_mem_unref(r->mem);
+        return;
+    }
+    t->mem       = r->mem;
+    t->epoch     = s->epoch;
+    t->expire_ns = rm_now_ns() + RM_RETIRE_GRACE_NS;
+    rm_list_push_back(&s->retired, &t->link);
+}
+
+/* ------------------------------------------------------------ handlers */
+
+static void handle_hello(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len)
+{
+    remora_server_h s = c->server;
+    rm_hello_t in, out = {0};
+    rm_wbuf_t w;
+    remora_status_t status = REMORA_OK;
+
+    if (rm_hello_decode(body, len, &in) != 0) {
+        rm_warn("malformed HELLO");
+        conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
+        return;
+    }
+    if (in.proto_min > RM_PROTO_VERSION || in.proto_max < RM_PROTO_VERSION) {
+        rm_warn("client speaks protocol %u..%u, we speak %u", in.proto_min, in.proto_max,
+                RM_PROTO_VERSION);
+        status = REMORA_ERR_VERSION;
+        c->close_after_send = 1;
+    }
+    memcpy(c->client_nonce, in.nonce, RM_NONCE_LEN);
+    out.proto_min = out.proto_max = RM_PROTO_VERSION;
+    out.flags = s->token ? RM_HELLO_AUTH_REQUIRED : 0;
+    memcpy(out.host_id, s->ctx->host_id, RM_HOST_ID_LEN);
+    memcpy(out.nonce, c->server_nonce, RM_NONCE_LEN);
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &out);
+    if (status == REMORA_OK)
+        c->state = s->token ? CONN_AUTH : CONN_READY;
+    c->acked_epoch = s->epoch;
+    conn_reply(c, RM_MSG_HELLO_REPLY, hdr->req_id, status, &w);
+}
+
+static void handle_auth(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len)
+{
+    remora_server_h s = c->server;
+    rm_wbuf_t w;
+    uint8_t mac[RM_MAC_LEN];
+
+    if (len != RM_MAC_LEN ||
+        rm_auth_check(RM_AUTH_CLIENT_PROOF, s->token, s->token_len, c->server_nonce,
+                      c->client_nonce, body) != 0) {
+        rm_warn("client failed authentication; closing its connection");
+        c->close_after_send = 1;
+        conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_ERR_AUTH, NULL);
+        return;
+    }
+    rm_auth_proof(RM_AUTH_SERVER_PROOF, s->token, s->token_len, c->server_nonce,
+                  c->client_nonce, mac);
+    rm_wbuf_init(&w);
+    rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
+    c->state = CONN_READY;
+    conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_OK, &w);
+}
+
+static void handle_list(rm_conn_t *c, const rm_hdr_t *hdr)
+{
+    rm_list_t *pos, *tmp;
+    rm_wbuf_t w;
+    uint32_t count = 0;
+
+    rm_list_for_each_safe(pos, tmp, &c->server->regions)
+        count++;
+    rm_wbuf_init(&w);
+    rm_wbuf_u32(&w, count);
+    rm_list_for_each_safe(pos, tmp, &c->server->regions) {
+        rm_region_desc_t d;
+        region_describe(rm_container_of(pos, rm_region_t, link), 0, &d);
+        rm_region_desc_encode(&w, &d);
+    }
+    conn_reply(c, RM_MSG_LIST_REPLY, hdr->req_id, REMORA_OK, &w);
+}
+
+static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len)
+{
+    char name[REMORA_NAME_MAX + 1];
+    rm_region_t *r;
+    rm_region_desc_t d;
+    rm_wbuf_t w;
+
+    if (rm_name_decode(body, len, name) != 0) {
+        rm_warn("malformed LOOKUP");
+        conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
+        return;
+    }
+    if ((r = region_by_name(c->server, name)) == NULL) {
+        conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_NOT_FOUND, NULL);
+        return;
+    }
+    region_describe(r, 1, &d);
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &d);
+    conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_OK, &w);
+}
+
+/* The region and range a READ or WRITE names, or why not. */
+static remora_status_t check_access(rm_conn_t *c, const rm_hdr_t *hdr, int write,
+                                    rm_region_t **r_p)
+{
+    rm_region_t *r = region_by_id(c->server, hdr->region_id);
+
+    if (r == NULL)
+        return REMORA_ERR_NOT_FOUND;
+    if (hdr->offset > r->length || hdr->length > r->length - hdr->offset)
+        return REMORA_ERR_OUT_OF_RANGE;
+    if (write && !(r->flags & REMORA_REGION_WRITABLE))
+        return REMORA_ERR_READ_ONLY;
+    *r_p = r;
+    return REMORA_OK;
+}
+
+static void *region_ptr(const rm_region_t *r, uint64_t offset)
+{
+    return (char *)r->mem->addr + r->offset + offset;
+}
+
+typedef struct rm_read_ctx {
+    rm_conn_t   *conn;
+    remora_mem_h mem;
+} rm_read_ctx_t;
+
+static void read_reply_done(void *arg, ucs_status_t status)
+{
+    rm_read_ctx_t *rc = arg;
+    rm_mem_unref(rc->mem);
+    conn_send_done(rc->conn, status);
+    free(rc);
+}
+
+static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
+{
+    rm_region_t *r = NULL;
+    remora_status_t st = check_access(c, hdr, 0, &r);
+    rm_hdr_t rh = {.type = RM_MSG_READ_REPLY, .req_id = hdr->req_id, .status = st};
+    rm_read_ctx_t *rc;
+
+    if (st != REMORA_OK || (rc = malloc(sizeof(*rc))) == NULL) {
+        conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id,
+                   st != REMORA_OK ? st : REMORA_ERR_NO_MEMORY, NULL);
+        return;
+    }
+    rc->conn = c;
+    rc->mem  = r->mem;
+    rm_mem_ref(r->mem);
+    c->inflight++;
+    /* The payload leaves straight from region memory (zero-copy rendezvous
+     * for large reads); the reference keeps it alive through a replace. */
+    rm_send_params_t sp = {.body = region_ptr(r, hdr->offset), .body_len = hdr->length,
+                           .memh = r->mem->memh, .done = read_reply_done, .arg = rc};
+    if (rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, &rh, &sp) != REMORA_OK) {
+        c->inflight--;
+        rm_mem_unref(rc->mem);
+        free(rc);
+    }
+}
+
+typedef struct rm_write_ctx {
+    rm_conn_t   *conn;
+    remora_mem_h mem;
+    uint64_t     req_id;
+} rm_write_ctx_t;
+
+static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
+{
+    rm_conn_t *c = wc->conn;
+
+    rm_mem_unref(wc->mem);
+    c->inflight--;
+    if (!c->dead)
+        conn_reply(c, RM_MSG_WRITE_REPLY, wc->req_id, rm_status_from_ucs(status), NULL);
+    conn_free_if_idle(c);
+    free(wc);
+}
+
+static void write_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    write_finish(user_data, status);
+    ucp_request_free(request);
+}
+
+static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
+                         const ucp_am_recv_param_t *param)
+{
+    rm_region_t *r = NULL;
+    remora_status_t st = check_access(c, hdr, 1, &r);
+    rm_write_ctx_t *wc;
+
+    if (st == REMORA_OK && len != hdr->length)
+        st = REMORA_ERR_PROTOCOL;
+    if (st != REMORA_OK || (wc = malloc(sizeof(*wc))) == NULL) {
+        /* Returning from the handler drops a rendezvous payload unread. */
+        conn_reply(c, RM_MSG_WRITE_REPLY, hdr->req_id,
+                   st != REMORA_OK ? st : REMORA_ERR_NO_MEMORY, NULL);
+        return;
+    }
+    wc->conn   = c;
+    wc->mem    = r->mem;
+    wc->req_id = hdr->req_id;
+    rm_mem_ref(r->mem);
+    c->inflight++;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        memcpy(region_ptr(r, hdr->offset), body, len);
+        write_finish(wc, UCS_OK);
+        return;
+    }
+    /* Rendezvous: the payload lands directly in region memory. */
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_MEMH,
+        .cb.recv_am   = write_recv_cb,
+        .user_data    = wc,
+        .memh         = r->mem->memh,
+    };
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(c->server->ctx->worker, body,
+                                                region_ptr(r, hdr->offset), len, &p);
+    if (UCS_PTR_IS_ERR(req))
+        write_finish(wc, UCS_PTR_STATUS(req));
+    else if (req == NULL)
+        write_finish(wc, UCS_OK);
+}
+
+static void handle_event_ack(rm_conn_t *c, const rm_hdr_t *hdr)
+{
+    if (hdr->epoch > c->acked_epoch && hdr->epoch <= c->server->epoch)
+        c->acked_epoch = hdr->epoch;
+    retired_sweep(c->server);
+}
+
+/* Messages a READY connection may send. */
+static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
+                           const ucp_am_recv_param_t *param)
+{
+    switch (hdr->type) {
+    case RM_MSG_LIST:      handle_list(c, hdr); break;
+    case RM_MSG_LOOKUP:    handle_lookup(c, hdr, body, len); break;
+    case RM_MSG_READ:      handle_read(c, hdr); break;
+    case RM_MSG_WRITE:     handle_write(c, hdr, body, len, param); break;
+    case RM_MSG_PING:      conn_reply(c, RM_MSG_PONG, hdr->req_id, REMORA_OK, NULL); break;
+    case RM_MSG_EVENT_ACK: handle_event_ack(c, hdr); break;
+    default:
+        rm_warn("unexpected %s from a client", rm_msg_type_name(hdr->type));
+        conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
+    }
+}
+
+static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *body,
+                                    size_t len, const ucp_am_recv_param_t *param)
+{
+    rm_conn_t *c = (rm_conn_t *)peer;
+
+    if (c->dead || c->close_after_send)
+        return UCS_OK;
+    if (hdr == NULL) {
+        rm_warn("malformed message header from a client");
+        conn_reply(c, RM_MSG_ERROR, 0, REMORA_ERR_PROTOCOL, NULL);
+        return UCS_OK;
+    }
+    if (hdr->type == RM_MSG_HELLO && c->state == CONN_HELLO) {
+        handle_hello(c, hdr, body, len);
+    } else if (hdr->type == RM_MSG_AUTH && c->state == CONN_AUTH) {
+        handle_auth(c, hdr, body, len);
+    } else if (c->state == CONN_READY) {
+        dispatch_ready(c, hdr, body, len, param);
+    } else {
+        rm_warn("%s before the handshake finished", rm_msg_type_name(hdr->type));
+        conn_reply(c, RM_MSG_ERROR, hdr->req_id,
+                   c->state == CONN_AUTH ? REMORA_ERR_AUTH : REMORA_ERR_PROTOCOL, NULL);
+    }
+    return UCS_OK;
+}
+
+static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message, .on_error = conn_on_error};
+
+static void on_conn_request(ucp_conn_request_h req, void *arg)
+{
+    remora_server_h s = arg;
+    rm_conn_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        ucp_listener_reject(s->listener, req);
+        return;
+    }
+    c->peer.ctx = s->ctx;
+    c->peer.ops = &conn_ops;
+    c->server   = s;
+    c->state    = CONN_HELLO;
+    rm_auth_nonce(c->server_nonce);
+    if (rm_peer_accept(&c->peer, req) != REMORA_OK) {
+        rm_warn("could not accept a connection");
+        free(c);
+        return;
+    }
+    rm_list_push_back(&s->conns, &c->link);
+    s->nconns++;
+    atomic_store(&s->drained, 0);
+}
+
+/* ------------------------------------------------------------ public API */
+
+static remora_status_t start_listener(remora_server_h s, const char *addr)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    remora_status_t st = rm_parse_addr(addr, &ss, &len);
+
+    if (st != REMORA_OK) {
+        rm_error("bad listen address '%s'", addr);
+        return st;
+    }
+    ucp_listener_params_t lp = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr   = {.addr = (const struct sockaddr *)&ss, .addrlen = len},
+        .conn_handler = {.cb = on_conn_request, .arg = s},
+    };
+    ucs_status_t us = ucp_listener_create(s->ctx->worker, &lp, &s->listener);
+    if (us != UCS_OK) {
+        rm_error("cannot listen on %s: %s", addr, ucs_status_string(us));
+        return us == UCS_ERR_BUSY ? REMORA_ERR_BUSY : REMORA_ERR_ADDRESS;
+    }
+    ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    if (ucp_listener_query(s->listener, &la) == UCS_OK)
+        rm_format_addr((const struct sockaddr *)&la.sockaddr, s->addr, sizeof(s->addr));
+    else
+        snprintf(s->addr, sizeof(s->addr), "%s", addr);
+    return REMORA_OK;
+}
+
+static remora_status_t copy_token(remora_server_h s, const remora_server_params_t *p)
+{
+    if (p == NULL || !(p->field_mask & REMORA_SERVER_FIELD_TOKEN))
+        return REMORA_OK;
+    if (p->token == NULL || p->token_len == 0 || p->token_len > REMORA_TOKEN_MAX)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((s->token = malloc(p->token_len)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    memcpy(s->token, p->token, p->token_len);
+    s->token_len = p->token_len;
+    return REMORA_OK;
+}
+
+remora_status_t remora_server_create(remora_context_h ctx, const remora_server_params_t *params,
+                                     remora_server_h *server_p)
+{
+    const char *addr = RM_DEFAULT_LISTEN;
+    remora_server_h s;
+    remora_status_t st;
+
+    if (ctx == NULL || server_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (params && (params->field_mask & REMORA_SERVER_FIELD_LISTEN_ADDR) && params->listen_addr)
+        addr = params->listen_addr;
+    if ((s = calloc(1, sizeof(*s))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    s->ctx            = ctx;
+    s->next_region_id = 1;
+    s->epoch          = 1;
+    rm_list_init(&s->regions);
+    rm_list_init(&s->conns);
+    rm_list_init(&s->retired);
+    atomic_init(&s->drained, 1);
+    if ((st = copy_token(s, params)) != REMORA_OK)
+        goto err_free;
+    rm_engine_lock(ctx);
+    st = start_listener(s, addr);
+    rm_engine_unlock(ctx);
+    if (st != REMORA_OK)
+        goto err_free;
+    *server_p = s;
+    return REMORA_OK;
+
+err_free:
+    free(s->token);
+    free(s);
+    return st;
+}
+
+remora_status_t remora_server_address(remora_server_h s, char *buf, size_t len)
+{
+    if (s == NULL || buf == NULL || len <= strlen(s->addr))
+        return REMORA_ERR_INVALID_PARAM;
+    memcpy(buf, s->addr, strlen(s->addr) + 1);
+    return REMORA_OK;
+}
+
+void remora_server_destroy(remora_server_h s)
+{
+    rm_list_t *pos, *tmp;
+
+    if (s == NULL)
+        return;
+    rm_engine_lock(s->ctx);
+    ucp_listener_destroy(s->listener);
+    rm_list_for_each_safe(pos, tmp, &s->conns)
+        conn_kill(rm_container_of(pos, rm_conn_t, link));
+    rm_engine_unlock(s->ctx);
+
+    /* Forced closes cancel what was in flight; wait for those callbacks. */
+    if (rm_engine_wait(s->ctx, &s->drained, rm_deadline_ns(RM_DESTROY_WAIT_MS)) != REMORA_OK)
+        rm_warn("server destroyed with %u connection(s) still completing; leaking them",
+                s->nconns);
+
+    rm_engine_lock(s->ctx);
+    rm_list_for_each_safe(pos, tmp, &s->regions) {
+        rm_region_t *r = rm_container_of(pos, rm_region_t, link);
+        rm_mem_unref(r->mem);
+        free(r);
+    }
+    rm_list_for_each_safe(pos, tmp, &s->retired) {
+        rm_retired_t *t = rm_container_of(pos, rm_retired_t, link);
+        rm_mem_unref(t->mem);
+        free(t);
+    }
+    rm_engine_unlock(s->ctx);
+    if (s->nconns == 0) { /* else late callbacks still point here */
+        free(s->token);
+        free(s);
+    }
+}
+
+/* Resolve params against mem: window and flags. */
+static remora_status_t region_window(remora_mem_h mem, const remora_region_params_t *p,
+                                     unsigned default_flags, size_t *off_p, size_t *len_p,
+                                     unsigned *flags_p)
+{
+    size_t off = 0, len;
+    unsigned flags = default_flags;
+
+    if (p && (p->field_mask & REMORA_REGION_FIELD_OFFSET))
+        off = p->offset;
+    if (off >= mem->length)
+        return REMORA_ERR_OUT_OF_RANGE;
+    len = mem->length - off;
+    if (p && (p->field_mask & REMORA_REGION_FIELD_LENGTH)) {
+        if (p->length == 0 || p->length > len)
+            return REMORA_ERR_OUT_OF_RANGE;
+        len = p->length;
+    }
+    if (p && (p->field_mask & REMORA_REGION_FIELD_FLAGS)) {
+        if (p->flags & ~(unsigned)REMORA_REGION_WRITABLE)
+            return REMORA_ERR_INVALID_PARAM;
+        flags = p->flags;
+    }
+    *off_p   = off;
+    *len_p   = len;
+    *flags_p = flags;
+    return REMORA_OK;
+}
+
+remora_status_t remora_server_expose(remora_server_h s, const char *name, remora_mem_h mem,
+                                     const remora_region_params_t *params)
+{
+    rm_region_t *r;
+    remora_status_t st;
+
+    if (s == NULL || mem == NULL || !rm_name_valid(name) || mem->ctx != s->ctx)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((r = calloc(1, sizeof(*r))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    if ((st = region_window(mem, params, 0, &r->offset, &r->length, &r->flags)) != REMORA_OK) {
+        free(r);
+        return st;
+    }
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    r->mem        = mem;
+    r->generation = 1;
+    rm_engine_lock(s->ctx);
+    if (region_by_name(s, name) != NULL) {
+        rm_engine_unlock(s->ctx);
+        free(r);
+        return REMORA_ERR_EXISTS;
+    }
+    r->id = s->next_region_id++;
+    rm_mem_ref(mem);
+    rm_list_push_back(&s->regions, &r->link);
+    rm_engine_unlock(s->ctx);
+    return REMORA_OK;
+}
+
+remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,
+                                      const remora_region_params_t *params)
+{
+    rm_region_t *r;
+    remora_status_t st;
+    size_t off, len;
+    unsigned flags;
+
+    if (s == NULL || mem == NULL || name == NULL || mem->ctx != s->ctx)
+        return REMORA_ERR_INVALID_PARAM;
+    rm_engine_lock(s->ctx);
+    if ((r = region_by_name(s, name)) == NULL) {
+        st = REMORA_ERR_NOT_FOUND;
+        goto out;
+    }
+    if ((st = region_window(mem, params, r->flags, &off, &len, &flags)) != REMORA_OK)
+        goto out;
+    s->epoch++;
+    region_retire_mem(s, r);
+    rm_mem_ref(mem);
+    r->mem    = mem;
+    r->offset = off;
+    r->length = len;
+    r->flags  = flags;
+    r->generation++;
+    broadcast_event(s, r, RM_EVENT_CHANGED);
+    retired_sweep(s);
+out:
+    rm_engine_unlock(s->ctx);
+    return st;
+}
+
+remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
+{
+    rm_region_t *r;
+
+    if (s == NULL || name == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    rm_engine_lock(s->ctx);
+    if ((r = region_by_name(s, name)) == NULL) {
+        rm_engine_unlock(s->ctx);
+        return REMORA_ERR_NOT_FOUND;
+    }
+    s->epoch++;
+    rm_list_del(&r->link);
+    broadcast_event(s, r, RM_EVENT_REMOVED);
+    region_retire_mem(s, r);
+    retired_sweep(s);
+    rm_engine_unlock(s->ctx);
+    free(r);
+    return REMORA_OK;
+}

@@ -1,0 +1,436 @@
+/*
+ * Reads and writes: requests split into chunk ops on one of three paths.
+ *
+ * - AM:  READ/WRITE messages; the payload moves by UCX rendezvous, straight
+ *        into the caller's buffer (read) or out of it (write).
+ * - RMA: ucp_get_nbx/ucp_put_nbx with the region's remote key; a write ends
+ *        with a flush so it is visible at the server when it completes.
+ * - MAP: same host; a memcpy from or to the mapped server memory, done on
+ *        the calling thread without the lock.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote/client.h"
+#include "util/log.h"
+#include "util/time.h"
+
+#define RM_ABORT_WAIT_MS 2000
+
+static void request_complete(remora_request_h req)
+{
+    rm_client_region_put(req->client, req->region);
+    rm_engine_complete(req->ctx, &req->done);
+}
+
+/* ------------------------------------------------------------ UCX callbacks */
+
+/* A UCX operation of an op called back. */
+static void op_ucx_done(rm_op_t *op, ucs_status_t status)
+{
+    op->ucx_busy--;
+    if (status != UCS_OK && op->status == REMORA_OK)
+        op->status = op->client->disconnected ? op->client->disc_status
+                                              : rm_status_from_ucs(status);
+    rm_client_op_finish(op);
+}
+
+static void send_done_cb(void *arg, ucs_status_t status) { op_ucx_done(arg, status); }
+
+static void rma_cb(void *request, ucs_status_t status, void *user_data)
+{
+    op_ucx_done(user_data, status);
+    ucp_request_free(request);
+}
+
+static void recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    op_ucx_done(user_data, status);
+    ucp_request_free(request);
+}
+
+/* Account for the result of a UCX call that may complete at once. */
+static void op_track(rm_op_t *op, ucs_status_ptr_t ret)
+{
+    if (UCS_PTR_IS_PTR(ret))
+        return; /* the callback will run */
+    op_ucx_done(op, UCS_PTR_STATUS(ret));
+}
+
+/* ------------------------------------------------------------ chunks */
+
+static void chunk_am(rm_op_t *op, remora_request_h req)
+{
+    remora_client_h c = req->client;
+    rm_hdr_t hdr = {.type = req->write ? RM_MSG_WRITE : RM_MSG_READ, .req_id = op->req_id,
+                    .region_id = req->region->id, .offset = op->offset, .length = op->len};
+    rm_send_params_t sp = {0};
+    remora_status_t st;
+
+    if (req->write) {
+        sp.body     = op->buf;
+        sp.body_len = op->len;
+        sp.done     = send_done_cb;
+        sp.arg      = op;
+        op->ucx_busy++;
+    }
+    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp)) != REMORA_OK) {
+        if (req->write)
+            op->ucx_busy--;
+        op->status  = st;
+        op->replied = 1;
+        rm_client_op_finish(op);
+    }
+}
+
+static void chunk_rma(rm_op_t *op, remora_request_h req)
+{
+    remora_client_h c = req->client;
+    uint64_t raddr    = req->region->remote_addr + op->offset;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.send = rma_cb, .user_data = op};
+    ucs_status_ptr_t ret;
+
+    op->replied = 1; /* one-sided: the UCX callback is the whole answer */
+    op->ucx_busy++;
+    if (req->write)
+        ret = ucp_put_nbx(c->peer.ep, op->buf, op->len, raddr, req->region->rkey, &p);
+    else
+        ret = ucp_get_nbx(c->peer.ep, op->buf, op->len, raddr, req->region->rkey, &p);
+    op_track(op, ret);
+}
+
+static void issue_chunk(remora_request_h req)
+{
+    remora_client_h c = req->client;
+    size_t n = req->length - req->issued;
+    rm_op_t *op;
+
+    if (n > c->chunk_size)
+        n = c->chunk_size;
+    if (req->path == REMORA_PATH_AM)
+        op = rm_client_op_new(c, req->write ? RM_MSG_WRITE_REPLY : RM_MSG_READ_REPLY);
+    else
+        op = rm_client_op_new(c, 0);
+    if (op == NULL) {
+        if (req->status == REMORA_OK)
+            req->status = REMORA_ERR_NO_MEMORY;
+        return;
+    }
+    op->req    = req;
+    op->buf    = req->buf + req->issued;
+    op->len    = n;
+    op->offset = req->offset + req->issued;
+    req->issued += n;
+    req->inflight++;
+    if (req->path == REMORA_PATH_AM)
+        chunk_am(op, req);
+    else
+        chunk_rma(op, req);
+}
+
+/* Puts are complete locally when their callback runs; the flush makes them
+ * complete at the server too. */
+static void issue_flush(remora_request_h req)
+{
+    remora_client_h c = req->client;
+    rm_op_t *op = rm_client_op_new(c, 0);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.send = rma_cb, .user_data = NULL};
+
+    req->flushed = 1;
+    if (op == NULL) {
+        req->status = REMORA_ERR_NO_MEMORY;
+        request_complete(req);
+        return;
+    }
+    op->req     = req;
+    op->replied = 1;
+    op->ucx_busy++;
+    req->inflight++;
+    p.user_data = op;
+    op_track(op, ucp_ep_flush_nbx(c->peer.ep, &p));
+}
+
+static void issue_more(remora_request_h req)
+{
+    while (req->status == REMORA_OK && req->issued < req->length &&
+           req->inflight < req->client->window && !req->client->disconnected)
+        issue_chunk(req);
+}
+
+void rm_transfer_chunk_done(rm_op_t *op)
+{
+    remora_request_h req = op->req;
+
+    req->inflight--;
+    if (op->status != REMORA_OK && req->status == REMORA_OK)
+        req->status = op->status;
+    if (req->status == REMORA_OK && req->client->disconnected)
+        req->status = req->client->disc_status;
+    issue_more(req);
+    if (req->inflight)
+        return;
+    if (req->status == REMORA_OK && req->issued < req->length)
+        return; /* cannot happen: issue_more left nothing in flight */
+    if (req->status == REMORA_OK && req->write && req->path == REMORA_PATH_RMA && !req->flushed)
+        issue_flush(req);
+    else
+        request_complete(req);
+}
+
+ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
+                                  const ucp_am_recv_param_t *param)
+{
+    remora_client_h c = op->client;
+    remora_status_t st = (remora_status_t)hdr->status;
+
+    if (st > 0 || st < REMORA_ERR_VERSION || (hdr->type == RM_MSG_ERROR && st == REMORA_OK))
+        st = REMORA_ERR_PROTOCOL;
+    if (st == REMORA_OK && hdr->type == RM_MSG_READ_REPLY) {
+        if (len != op->len) {
+            rm_warn("read reply of %zu bytes for a %zu-byte request", len, op->len);
+            st = REMORA_ERR_PROTOCOL; /* returning drops a rendezvous payload */
+        } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+            ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                                     UCP_OP_ATTR_FIELD_USER_DATA,
+                                     .cb.recv_am = recv_cb, .user_data = op};
+            op->ucx_busy++;
+            op->replied = 1;
+            op_track(op, ucp_am_recv_data_nbx(c->ctx->worker, body, op->buf, len, &p));
+            return UCS_OK;
+        } else {
+            memcpy(op->buf, body, len);
+        }
+    }
+    if (op->status == REMORA_OK)
+        op->status = st;
+    op->replied = 1;
+    rm_client_op_finish(op);
+    return UCS_OK;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static remora_status_t check_request(const rm_rregion_t *r, uint64_t offset, size_t length,
+                                     int write)
+{
+    if (offset > r->size || length > r->size - offset)
+        return REMORA_ERR_OUT_OF_RANGE;
+    if (write && !(r->access & REMORA_ACCESS_WRITE))
+        return REMORA_ERR_READ_ONLY;
+    if (r->path == REMORA_PATH_AUTO) /* a forced path this region cannot take */
+        return REMORA_ERR_UNSUPPORTED;
+    return REMORA_OK;
+}
+
+/* Same host: copy on the calling thread; the region's mapping stays while we use it. */
+static void run_mapped(remora_request_h req)
+{
+    char *remote = (char *)req->region->mapped + req->offset;
+
+    rm_engine_unlock(req->ctx);
+    if (req->write)
+        memcpy(remote, req->buf, req->length);
+    else
+        memcpy(req->buf, remote, req->length);
+    rm_engine_lock(req->ctx);
+    request_complete(req);
+}
+
+static remora_status_t request_start(remora_client_h c, const char *name, uint64_t offset,
+                                     void *buf, size_t length, int write,
+                                     remora_request_h *req_p)
+{
+    rm_rregion_t *r;
+    remora_request_h req;
+    remora_status_t st;
+
+    if (c == NULL || req_p == NULL || (buf == NULL && length))
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = rm_client_region_get(c, name, &r)) != REMORA_OK)
+        return st; /* the lock is held only on success */
+    if (c->disconnected)
+        st = c->disc_status;
+    else
+        st = check_request(r, offset, length, write);
+    if (st == REMORA_OK && (req = calloc(1, sizeof(*req))) == NULL)
+        st = REMORA_ERR_NO_MEMORY;
+    if (st != REMORA_OK) {
+        rm_engine_unlock(c->ctx);
+        return st;
+    }
+    req->client     = c;
+    req->ctx        = c->ctx;
+    req->timeout_ms = c->timeout_ms;
+    req->write      = write;
+    req->buf        = buf;
+    req->offset     = offset;
+    req->length     = length;
+    req->region     = r;
+    req->path       = r->path;
+    r->users++;
+    *req_p = req;
+    if (length == 0)
+        request_complete(req);
+    else if (req->path == REMORA_PATH_MAP)
+        run_mapped(req);
+    else
+        issue_more(req);
+    rm_engine_unlock(c->ctx);
+    rm_engine_kick(c->ctx);
+    return REMORA_OK;
+}
+
+remora_status_t remora_client_read_nb(remora_client_h c, const char *name, uint64_t offset,
+                                      void *buf, size_t length, remora_request_h *req_p)
+{
+    return request_start(c, name, offset, buf, length, 0, req_p);
+}
+
+remora_status_t remora_client_write_nb(remora_client_h c, const char *name, uint64_t offset,
+                                       const void *buf, size_t length, remora_request_h *req_p)
+{
+    /* The buffer is only read on a write; the cast keeps one request type. */
+    return request_start(c, name, offset, (void *)(uintptr_t)buf, length, 1, req_p);
+}
+
+remora_status_t remora_request_test(remora_request_h req)
+{
+    if (req == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    return atomic_load(&req->done) ? req->status : REMORA_INPROGRESS;
+}
+
+remora_status_t remora_request_wait(remora_request_h req, int timeout_ms)
+{
+    if (req == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (timeout_ms < 0)
+        timeout_ms = req->timeout_ms;
+    if (rm_engine_wait(req->ctx, &req->done, rm_deadline_ns(timeout_ms)) != REMORA_OK)
+        return REMORA_ERR_TIMED_OUT;
+    return req->status;
+}
+
+/* A request that would not finish: close the connection so UCX cancels what
+ * still targets the caller's buffer, then wait for that. */
+static void request_abort(remora_request_h req)
+{
+    rm_client_abort(req->client, REMORA_ERR_TIMED_OUT);
+    if (rm_engine_wait(req->ctx, &req->done, rm_deadline_ns(RM_ABORT_WAIT_MS)) != REMORA_OK)
+        rm_error("request still in flight after its connection was closed");
+}
+
+void remora_request_release(remora_request_h req)
+{
+    if (req == NULL)
+        return;
+    if (!atomic_load(&req->done) && remora_request_wait(req, -1) == REMORA_ERR_TIMED_OUT)
+        request_abort(req);
+    if (!atomic_load(&req->done))
+        return; /* leaked rather than freed under UCX's feet */
+    free(req);
+}
+
+static remora_status_t run_blocking(remora_status_t st, remora_request_h req)
+{
+    if (st != REMORA_OK)
+        return st;
+    st = remora_request_wait(req, -1);
+    if (st == REMORA_ERR_TIMED_OUT && !atomic_load(&req->done))
+        request_abort(req);
+    if (atomic_load(&req->done))
+        free(req);
+    return st;
+}
+
+remora_status_t remora_client_read(remora_client_h c, const char *name, uint64_t offset,
+                                   void *buf, size_t length)
+{
+    remora_request_h req = NULL;
+    return run_blocking(remora_client_read_nb(c, name, offset, buf, length, &req), req);
+}
+
+remora_status_t remora_client_write(remora_client_h c, const char *name, uint64_t offset,
+                                    const void *buf, size_t length)
+{
+    remora_request_h req = NULL;
+    return run_blocking(remora_client_write_nb(c, name, offset, buf, length, &req), req);
+}
+
+/* ------------------------------------------------------------ mappings */
+
+typedef struct rm_map {
+    rm_list_t   link;
+    const void *addr;
+    ucp_rkey_h  rkey;
+} rm_map_t;
+
+remora_status_t remora_client_map(remora_client_h c, const char *name, const void **addr_p,
+                                  size_t *length_p)
+{
+    rm_rregion_t *r;
+    rm_map_t *m;
+    void *ptr;
+    remora_status_t st;
+
+    if (c == NULL || addr_p == NULL || length_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = rm_client_region_get(c, name, &r)) != REMORA_OK)
+        return st;
+    if (r->mapped == NULL || r->rkey_buf == NULL) {
+        st = REMORA_ERR_UNSUPPORTED;
+    } else if ((m = calloc(1, sizeof(*m))) == NULL) {
+        st = REMORA_ERR_NO_MEMORY;
+    } else if (ucp_ep_rkey_unpack(c->peer.ep, r->rkey_buf, &m->rkey) != UCS_OK ||
+               ucp_rkey_ptr(m->rkey, r->remote_addr, &ptr) != UCS_OK) {
+        /* A key of its own keeps the mapping alive past cache changes. */
+        if (m->rkey)
+            ucp_rkey_destroy(m->rkey);
+        free(m);
+        st = REMORA_ERR_UNSUPPORTED;
+    } else {
+        m->addr = ptr;
+        rm_list_push_back(&c->maps, &m->link);
+        *addr_p   = ptr;
+        *length_p = r->size;
+    }
+    rm_engine_unlock(c->ctx);
+    return st;
+}
+
+remora_status_t remora_client_unmap(remora_client_h c, const void *addr)
+{
+    rm_list_t *pos, *tmp;
+    remora_status_t st = REMORA_ERR_NOT_FOUND;
+
+    if (c == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    rm_engine_lock(c->ctx);
+    rm_list_for_each_safe(pos, tmp, &c->maps) {
+        rm_map_t *m = rm_container_of(pos, rm_map_t, link);
+        if (m->addr == addr) {
+            rm_list_del(&m->link);
+            ucp_rkey_destroy(m->rkey);
+            free(m);
+            st = REMORA_OK;
+            break;
+        }
+    }
+    rm_engine_unlock(c->ctx);
+    return st;
+}
+
+void rm_client_unmap_all(remora_client_h c)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &c->maps) {
+        rm_map_t *m = rm_container_of(pos, rm_map_t, link);
+        rm_list_del(&m->link);
+        ucp_rkey_destroy(m->rkey);
+        free(m);
+    }
+}

@@ -1,0 +1,337 @@
+#include "wire/wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RM_HDR_VERSION 1u
+#define RM_HDR_COMMON  16u
+
+/* ------------------------------------------------------------- LE helpers */
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
+static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get32(const uint8_t *p) { return get16(p) | ((uint32_t)get16(p + 2) << 16); }
+static uint64_t get64(const uint8_t *p) { return get32(p) | ((uint64_t)get32(p + 4) << 32); }
+
+/* ------------------------------------------------------------- header */
+
+static size_t hdr_len_for(unsigned type)
+{
+    switch (type) {
+    case RM_MSG_READ:
+    case RM_MSG_WRITE:     return RM_HDR_COMMON + 24;
+    case RM_MSG_EVENT:     return RM_HDR_COMMON + 32;
+    case RM_MSG_EVENT_ACK: return RM_HDR_COMMON + 8;
+    default:               return RM_HDR_COMMON;
+    }
+}
+
+size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf)
+{
+    size_t len = hdr_len_for(hdr->type);
+
+    memset(buf, 0, len);
+    buf[0] = hdr->type;
+    buf[1] = RM_HDR_VERSION;
+    put32(buf + 4, (uint32_t)hdr->status);
+    put64(buf + 8, hdr->req_id);
+    switch (hdr->type) {
+    case RM_MSG_READ:
+    case RM_MSG_WRITE:
+        put32(buf + 16, hdr->region_id);
+        put64(buf + 24, hdr->offset);
+        put64(buf + 32, hdr->length);
+        break;
+    case RM_MSG_EVENT:
+        put32(buf + 16, hdr->region_id);
+        buf[20] = hdr->kind;
+        put64(buf + 24, hdr->generation);
+        put64(buf + 32, hdr->size);
+        put64(buf + 40, hdr->epoch);
+        break;
+    case RM_MSG_EVENT_ACK:
+        put64(buf + 16, hdr->epoch);
+        break;
+    default:
+        break;
+    }
+    return len;
+}
+
+int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
+{
+    const uint8_t *buf = data;
+
+    if (len < RM_HDR_COMMON || buf[0] == 0 || buf[0] > RM_MSG_TYPE_MAX ||
+        buf[1] != RM_HDR_VERSION || len != hdr_len_for(buf[0]))
+        return -1;
+    memset(hdr, 0, sizeof(*hdr));
+    hdr->type   = buf[0];
+    hdr->status = (int32_t)get32(buf + 4);
+    hdr->req_id = get64(buf + 8);
+    switch (hdr->type) {
+    case RM_MSG_READ:
+    case RM_MSG_WRITE:
+        hdr->region_id = get32(buf + 16);
+        hdr->offset    = get64(buf + 24);
+        hdr->length    = get64(buf + 32);
+        break;
+    case RM_MSG_EVENT:
+        hdr->region_id  = get32(buf + 16);
+        hdr->kind       = buf[20];
+        hdr->generation = get64(buf + 24);
+        hdr->size       = get64(buf + 32);
+        hdr->epoch      = get64(buf + 40);
+        if (hdr->kind != RM_EVENT_CHANGED && hdr->kind != RM_EVENT_REMOVED)
+            return -1;
+        break;
+    case RM_MSG_EVENT_ACK:
+        hdr->epoch = get64(buf + 16);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+const char *rm_msg_type_name(unsigned type)
+{
+    static const char *names[] = {
+        "?", "HELLO", "HELLO_REPLY", "AUTH", "AUTH_REPLY", "LIST", "LIST_REPLY",
+        "LOOKUP", "LOOKUP_REPLY", "READ", "READ_REPLY", "WRITE", "WRITE_REPLY",
+        "PING", "PONG", "EVENT", "EVENT_ACK", "ERROR"};
+    return type <= RM_MSG_TYPE_MAX ? names[type] : "?";
+}
+
+/* ------------------------------------------------------------- writer */
+
+void rm_wbuf_init(rm_wbuf_t *w) { memset(w, 0, sizeof(*w)); }
+
+void rm_wbuf_free(rm_wbuf_t *w)
+{
+    free(w->data);
+    rm_wbuf_init(w);
+}
+
+static uint8_t *wbuf_reserve(rm_wbuf_t *w, size_t n)
+{
+    if (w->failed)
+        return NULL;
+    if (w->cap - w->len < n) {
+        size_t cap = w->cap ? w->cap : 64;
+        while (cap - w->len < n)
+            cap *= 2;
+        uint8_t *d = realloc(w->data, cap);
+        if (d == NULL) {
+            w->failed = 1;
+            return NULL;
+        }
+        w->data = d;
+        w->cap  = cap;
+    }
+    w->len += n;
+    return w->data + w->len - n;
+}
+
+void rm_wbuf_u8(rm_wbuf_t *w, uint8_t v)
+{
+    uint8_t *p = wbuf_reserve(w, 1);
+    if (p) *p = v;
+}
+void rm_wbuf_u16(rm_wbuf_t *w, uint16_t v)
+{
+    uint8_t *p = wbuf_reserve(w, 2);
+    if (p) put16(p, v);
+}
+void rm_wbuf_u32(rm_wbuf_t *w, uint32_t v)
+{
+    uint8_t *p = wbuf_reserve(w, 4);
+    if (p) put32(p, v);
+}
+void rm_wbuf_u64(rm_wbuf_t *w, uint64_t v)
+{
+    uint8_t *p = wbuf_reserve(w, 8);
+    if (p) put64(p, v);
+}
+void rm_wbuf_bytes(rm_wbuf_t *w, const void *src, size_t n)
+{
+    uint8_t *p = wbuf_reserve(w, n);
+    if (p && n) memcpy(p, src, n);
+}
+void rm_wbuf_name(rm_wbuf_t *w, const char *name)
+{
+    size_t n = strlen(name);
+    rm_wbuf_u16(w, (uint16_t)n);
+    rm_wbuf_bytes(w, name, n);
+}
+
+/* ------------------------------------------------------------- reader */
+
+void rm_rbuf_init(rm_rbuf_t *r, const void *data, size_t len)
+{
+    r->p      = data;
+    r->left   = data ? len : 0;
+    r->failed = 0;
+}
+
+const uint8_t *rm_rbuf_bytes(rm_rbuf_t *r, size_t n)
+{
+    if (r->failed || r->left < n) {
+        r->failed = 1;
+        return NULL;
+    }
+    const uint8_t *p = r->p;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+
+uint8_t rm_rbuf_u8(rm_rbuf_t *r)
+{
+    const uint8_t *p = rm_rbuf_bytes(r, 1);
+    return p ? p[0] : 0;
+}
+uint16_t rm_rbuf_u16(rm_rbuf_t *r)
+{
+    const uint8_t *p = rm_rbuf_bytes(r, 2);
+    return p ? get16(p) : 0;
+}
+uint32_t rm_rbuf_u32(rm_rbuf_t *r)
+{
+    const uint8_t *p = rm_rbuf_bytes(r, 4);
+    return p ? get32(p) : 0;
+}
+uint64_t rm_rbuf_u64(rm_rbuf_t *r)
+{
+    const uint8_t *p = rm_rbuf_bytes(r, 8);
+    return p ? get64(p) : 0;
+}
+
+static int name_bytes_valid(const uint8_t *s, size_t n)
+{
+    if (n == 0 || n > REMORA_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+int rm_name_valid(const char *name)
+{
+    return name != NULL && name_bytes_valid((const uint8_t *)name, strnlen(name, REMORA_NAME_MAX + 1));
+}
+
+void rm_rbuf_name(rm_rbuf_t *r, char out[REMORA_NAME_MAX + 1])
+{
+    uint16_t n       = rm_rbuf_u16(r);
+    const uint8_t *s = rm_rbuf_bytes(r, n);
+
+    out[0] = '\0';
+    if (s == NULL || !name_bytes_valid(s, n)) {
+        r->failed = 1;
+        return;
+    }
+    memcpy(out, s, n);
+    out[n] = '\0';
+}
+
+/* ------------------------------------------------------------- bodies */
+
+void rm_hello_encode(rm_wbuf_t *w, const rm_hello_t *h)
+{
+    rm_wbuf_u32(w, RM_HELLO_MAGIC);
+    rm_wbuf_u16(w, h->proto_min);
+    rm_wbuf_u16(w, h->proto_max);
+    rm_wbuf_u16(w, h->flags);
+    rm_wbuf_bytes(w, h->host_id, RM_HOST_ID_LEN);
+    rm_wbuf_bytes(w, h->nonce, RM_NONCE_LEN);
+}
+
+int rm_hello_decode(const void *buf, size_t len, rm_hello_t *h)
+{
+    rm_rbuf_t r;
+    const uint8_t *p;
+
+    rm_rbuf_init(&r, buf, len);
+    if (rm_rbuf_u32(&r) != RM_HELLO_MAGIC)
+        return -1;
+    h->proto_min = rm_rbuf_u16(&r);
+    h->proto_max = rm_rbuf_u16(&r);
+    h->flags     = rm_rbuf_u16(&r);
+    if ((p = rm_rbuf_bytes(&r, RM_HOST_ID_LEN)) != NULL)
+        memcpy(h->host_id, p, RM_HOST_ID_LEN);
+    if ((p = rm_rbuf_bytes(&r, RM_NONCE_LEN)) != NULL)
+        memcpy(h->nonce, p, RM_NONCE_LEN);
+    /* Trailing bytes are allowed: a later version may append fields. */
+    return r.failed || h->proto_min > h->proto_max ? -1 : 0;
+}
+
+void rm_region_desc_encode(rm_wbuf_t *w, const rm_region_desc_t *d)
+{
+    rm_wbuf_u32(w, d->region_id);
+    rm_wbuf_name(w, d->name);
+    rm_wbuf_u64(w, d->size);
+    rm_wbuf_u8(w, d->mem_type);
+    rm_wbuf_u8(w, d->access);
+    rm_wbuf_u16(w, d->flags);
+    rm_wbuf_u64(w, d->generation);
+    rm_wbuf_u64(w, d->remote_addr);
+    rm_wbuf_u32(w, d->rkey_len);
+    rm_wbuf_bytes(w, d->rkey, d->rkey_len);
+}
+
+void rm_region_desc_decode(rm_rbuf_t *r, rm_region_desc_t *d)
+{
+    d->region_id = rm_rbuf_u32(r);
+    rm_rbuf_name(r, d->name);
+    d->size        = rm_rbuf_u64(r);
+    d->mem_type    = rm_rbuf_u8(r);
+    d->access      = rm_rbuf_u8(r);
+    d->flags       = rm_rbuf_u16(r);
+    d->generation  = rm_rbuf_u64(r);
+    d->remote_addr = rm_rbuf_u64(r);
+    d->rkey_len    = rm_rbuf_u32(r);
+    if (d->rkey_len > RM_RKEY_MAX)
+        r->failed = 1;
+    d->rkey = d->rkey_len && !r->failed ? rm_rbuf_bytes(r, d->rkey_len) : NULL;
+    if (d->mem_type > REMORA_MEM_CUDA ||
+        (d->access & ~(unsigned)(REMORA_ACCESS_READ | REMORA_ACCESS_WRITE)) != 0)
+        r->failed = 1;
+}
+
+int rm_list_decode(const void *buf, size_t len, rm_region_desc_t **descs_p, size_t *count_p)
+{
+    rm_rbuf_t r;
+    rm_region_desc_t *descs;
+    uint32_t count;
+
+    rm_rbuf_init(&r, buf, len);
+    count = rm_rbuf_u32(&r);
+    /* Each descriptor takes at least 39 bytes: reject counts the body cannot hold. */
+    if (r.failed || count > RM_LIST_MAX || (size_t)count * 39u > r.left)
+        return -1;
+    descs = calloc(count ? count : 1, sizeof(*descs));
+    if (descs == NULL)
+        return -1;
+    for (uint32_t i = 0; i < count && !r.failed; i++)
+        rm_region_desc_decode(&r, &descs[i]);
+    if (r.failed || r.left != 0) {
+        free(descs);
+        return -1;
+    }
+    *descs_p = descs;
+    *count_p = count;
+    return 0;
+}
+
+int rm_name_decode(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1])
+{
+    rm_rbuf_t r;
+
+    rm_rbuf_init(&r, buf, len);
+    rm_rbuf_name(&r, out);
+    return r.failed || r.left != 0 ? -1 : 0;
+}

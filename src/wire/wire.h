@@ -1,0 +1,148 @@
+/*
+ * Wire format. Design notes:
+ * - Every remora message is one UCX active message. Its AM header carries the
+ *   fixed part (rm_hdr_t, layout per type, see docs/protocol.md); its AM data
+ *   carries the variable body (names, region lists, payload).
+ * - Everything is explicit little-endian; nothing is a raw C struct.
+ * - Decoders never trust a length: each field is bounds-checked against the
+ *   buffer and the protocol maximum; a failure is RM_WIRE_EINVAL, never a read
+ *   past the end.
+ */
+#ifndef RM_WIRE_WIRE_H
+#define RM_WIRE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <remora/remora.h>
+
+#define RM_PROTO_VERSION   1u
+#define RM_HELLO_MAGIC     0x41524d52u /* "RMRA" */
+#define RM_HOST_ID_LEN     16
+#define RM_NONCE_LEN       32
+#define RM_MAC_LEN         32
+#define RM_RKEY_MAX        8192
+#define RM_LIST_MAX        65536
+#define RM_HDR_MAX         48
+
+typedef enum rm_msg_type {
+    RM_MSG_HELLO        = 1,
+    RM_MSG_HELLO_REPLY  = 2,
+    RM_MSG_AUTH         = 3,
+    RM_MSG_AUTH_REPLY   = 4,
+    RM_MSG_LIST         = 5,
+    RM_MSG_LIST_REPLY   = 6,
+    RM_MSG_LOOKUP       = 7,
+    RM_MSG_LOOKUP_REPLY = 8,
+    RM_MSG_READ         = 9,
+    RM_MSG_READ_REPLY   = 10,
+    RM_MSG_WRITE        = 11,
+    RM_MSG_WRITE_REPLY  = 12,
+    RM_MSG_PING         = 13,
+    RM_MSG_PONG         = 14,
+    RM_MSG_EVENT        = 15,
+    RM_MSG_EVENT_ACK    = 16,
+    RM_MSG_ERROR        = 17,
+    RM_MSG_TYPE_MAX     = 17
+} rm_msg_type_t;
+
+/* Event kinds carried by RM_MSG_EVENT. */
+enum { RM_EVENT_CHANGED = 1, RM_EVENT_REMOVED = 2 };
+
+/* Region flags on the wire. */
+enum { RM_REGION_WIRE_MAPPABLE = 1u << 0 };
+
+/* The fixed part of a message; which fields travel depends on the type. */
+typedef struct rm_hdr {
+    uint8_t  type;
+    int32_t  status;     /* replies */
+    uint64_t req_id;     /* requests and their replies */
+    uint32_t region_id;  /* READ, WRITE, EVENT */
+    uint8_t  kind;       /* EVENT */
+    uint64_t offset;     /* READ, WRITE */
+    uint64_t length;     /* READ, WRITE */
+    uint64_t generation; /* EVENT */
+    uint64_t size;       /* EVENT */
+    uint64_t epoch;      /* EVENT, EVENT_ACK */
+} rm_hdr_t;
+
+/* Encode into buf (RM_HDR_MAX bytes); returns the encoded length. */
+size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf);
+/* Decode; 0 on success, -1 on a short/long header or unknown type. */
+int rm_hdr_decode(const void *buf, size_t len, rm_hdr_t *hdr);
+const char *rm_msg_type_name(unsigned type);
+
+/* ------------------------------------------------------------- buffers */
+
+typedef struct rm_wbuf {
+    uint8_t *data;
+    size_t   len, cap;
+    int      failed; /* an allocation failed; the content is unusable */
+} rm_wbuf_t;
+
+void rm_wbuf_init(rm_wbuf_t *w);
+void rm_wbuf_free(rm_wbuf_t *w);
+void rm_wbuf_u8(rm_wbuf_t *w, uint8_t v);
+void rm_wbuf_u16(rm_wbuf_t *w, uint16_t v);
+void rm_wbuf_u32(rm_wbuf_t *w, uint32_t v);
+void rm_wbuf_u64(rm_wbuf_t *w, uint64_t v);
+void rm_wbuf_bytes(rm_wbuf_t *w, const void *p, size_t n);
+void rm_wbuf_name(rm_wbuf_t *w, const char *name); /* u16 length + bytes */
+
+typedef struct rm_rbuf {
+    const uint8_t *p;
+    size_t         left;
+    int            failed; /* a read ran past the end or a check failed */
+} rm_rbuf_t;
+
+void     rm_rbuf_init(rm_rbuf_t *r, const void *data, size_t len);
+uint8_t  rm_rbuf_u8(rm_rbuf_t *r);
+uint16_t rm_rbuf_u16(rm_rbuf_t *r);
+uint32_t rm_rbuf_u32(rm_rbuf_t *r);
+uint64_t rm_rbuf_u64(rm_rbuf_t *r);
+/* Points into the buffer; NULL (and failed) when fewer than n bytes remain. */
+const uint8_t *rm_rbuf_bytes(rm_rbuf_t *r, size_t n);
+/* A u16-prefixed name of 1..REMORA_NAME_MAX bytes without NUL, copied into out. */
+void rm_rbuf_name(rm_rbuf_t *r, char out[REMORA_NAME_MAX + 1]);
+
+/* ------------------------------------------------------------- bodies */
+
+typedef struct rm_hello {
+    uint16_t proto_min, proto_max; /* client: supported range; server: chosen in both */
+    uint16_t flags;                /* server: RM_HELLO_AUTH_REQUIRED */
+    uint8_t  host_id[RM_HOST_ID_LEN];
+    uint8_t  nonce[RM_NONCE_LEN];
+} rm_hello_t;
+
+enum { RM_HELLO_AUTH_REQUIRED = 1u << 0 };
+
+void rm_hello_encode(rm_wbuf_t *w, const rm_hello_t *h);
+int  rm_hello_decode(const void *buf, size_t len, rm_hello_t *h);
+
+/* A region as described to clients. rkey points into the decoded buffer. */
+typedef struct rm_region_desc {
+    uint32_t       region_id;
+    char           name[REMORA_NAME_MAX + 1];
+    uint64_t       size;
+    uint8_t        mem_type;
+    uint8_t        access;
+    uint16_t       flags;       /* RM_REGION_WIRE_* */
+    uint64_t       generation;
+    uint64_t       remote_addr; /* base address for RMA */
+    uint32_t       rkey_len;
+    const uint8_t *rkey;
+} rm_region_desc_t;
+
+void rm_region_desc_encode(rm_wbuf_t *w, const rm_region_desc_t *d);
+void rm_region_desc_decode(rm_rbuf_t *r, rm_region_desc_t *d);
+
+/* LIST_REPLY body: u32 count, then count descriptors (without rkeys). */
+int rm_list_decode(const void *buf, size_t len, rm_region_desc_t **descs_p, size_t *count_p);
+
+/* A body that is just one name (LOOKUP, EVENT). */
+int rm_name_decode(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1]);
+
+/* Checks a region name: 1..REMORA_NAME_MAX bytes, printable, no NUL. */
+int rm_name_valid(const char *name);
+
+#endif
