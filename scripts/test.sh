@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: installs dependencies, builds with -Werror, runs every
+# test, builds again under AddressSanitizer + UndefinedBehaviorSanitizer and
+# runs every test again, then fuzzes each wire decoder for a bounded time.
+#   FUZZ_SECONDS=N   fuzzing time (default 60; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+
+jobs=$(nproc)
+run_suite() { # DIR LABEL
+  echo "== tests ($2)"
+  ctest --test-dir "$1" --output-on-failure --timeout 300 -j "$jobs"
+}
+
+scripts/build.sh build
+run_suite build "release, -Werror"
+
+scripts/build.sh build-asan -DREMORA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_suite build-asan "ASan + UBSan"
+
+if [ "${FUZZ_SECONDS:-60}" != 0 ] && [ -x tests/fuzz/run.sh ]; then
+  echo "== fuzzing wire decoders for ${FUZZ_SECONDS:-60} s"
+  tests/fuzz/run.sh "${FUZZ_SECONDS:-60}"
+fi
+echo "== all tests passed"
