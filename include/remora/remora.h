@@ -13,7 +13,7 @@
  *   written only when the call returns REMORA_OK.
  * - Every params struct starts with field_mask; a field is read only when its
  *   bit is set, so new fields never break old callers. Unset fields take the
- *   documented default.
+ *   documented default; a NULL params pointer means "all defaults".
  * - Threading: every call is thread-safe. Event callbacks run on the
  *   context's progress thread; they may call any remora function, but the
  *   progress thread delivers nothing else while a callback runs, so keep them short.
@@ -138,7 +138,7 @@ enum remora_mem_field {
 typedef struct remora_mem_params {
     uint64_t field_mask;
     /** Caller-owned memory to register. Without it the library allocates
-     *  shareable memory (same-host peers can map it). */
+     *  shareable memory (same-host peers can map it); its content is undefined. */
     void    *address;
     /** Length in bytes; required, > 0. */
     size_t   length;
@@ -168,7 +168,7 @@ enum remora_server_field {
 
 typedef struct remora_server_params {
     uint64_t    field_mask;
-    /** "HOST:PORT"; port 0 picks a free port. Default "127.0.0.1:60010". */
+    /** "HOST:PORT" (IPv4); port 0 picks a free port. Default "127.0.0.1:60010". */
     const char *listen_addr;
     /** Shared secret; when set, clients must prove they know it before any
      *  region is listed or touched. The bytes are copied. */

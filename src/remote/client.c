@@ -439,9 +439,12 @@ static void client_on_error(rm_peer_t *peer, remora_status_t status)
     remora_client_h c = (remora_client_h)peer;
 
     /* Once connected, every failure of the connection means the same thing;
-     * before that, "refused" is worth telling apart. */
+     * before that, the connection could not be made (UCX reports a refused
+     * TCP connect as "not connected"). */
     if (c->ready)
         status = REMORA_ERR_DISCONNECTED;
+    else if (status == REMORA_ERR_DISCONNECTED)
+        status = REMORA_ERR_CONNECTION_REFUSED;
     rm_info("connection to server lost: %s", remora_status_string(status));
     client_fail(c, status, status);
 }

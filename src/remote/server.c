@@ -575,6 +575,11 @@ static remora_status_t start_listener(remora_server_h s, const char *addr)
         rm_error("bad listen address '%s'", addr);
         return st;
     }
+    if (ss.ss_family != AF_INET) {
+        /* UCX 1.13 overruns a buffer formatting an IPv6 peer on accept. */
+        rm_error("cannot listen on %s: IPv6 listening is not supported with this UCX", addr);
+        return REMORA_ERR_UNSUPPORTED;
+    }
     ucp_listener_params_t lp = {
         .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
         .sockaddr   = {.addr = (const struct sockaddr *)&ss, .addrlen = len},

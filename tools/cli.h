@@ -1,0 +1,179 @@
+/*
+ * Internals shared by the commands of the `remora` tool: the command table
+ * entry, the exit codes, option parsing, client sessions and error reporting.
+ *
+ * Conventions
+ * - Every command is a cli_command_t whose run() returns the process exit code.
+ * - Option parsers return CLI_CONTINUE to go on, or an exit code to stop with
+ *   (0 after --help, CLI_EXIT_USAGE after a bad option).
+ * - Errors are reported once, where found, as one stderr line
+ *   "remora: CMD TARGET: what happened: <remora_status_string>".
+ * - stdout carries only a command's results; logs and summaries go to stderr.
+ */
+#ifndef REMORA_CLI_H
+#define REMORA_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <remora/remora.h>
+
+#include "cli_util.h"
+
+enum cli_exit {
+    CLI_EXIT_OK       = 0,
+    CLI_EXIT_RUNTIME  = 1, /**< the operation failed */
+    CLI_EXIT_USAGE    = 2, /**< bad command line */
+    CLI_EXIT_MISMATCH = 3  /**< read --verify found data off the pattern */
+};
+
+/** Returned by parsers when the command should go on. */
+#define CLI_CONTINUE (-1)
+
+/** Largest buffer a streaming read or write allocates (two of them are in flight). */
+#define CLI_CHUNK_MAX (32u << 20)
+
+typedef struct cli_command cli_command_t;
+
+struct cli_command {
+    const char *name;
+    const char *summary; /**< one line for `remora --help` */
+    const char *usage;   /**< full text for `remora NAME --help` */
+    int       (*run)(const cli_command_t *cmd, int argc, char **argv);
+};
+
+extern const cli_command_t cli_cmd_serve;
+extern const cli_command_t cli_cmd_ls;
+extern const cli_command_t cli_cmd_read;
+extern const cli_command_t cli_cmd_write;
+extern const cli_command_t cli_cmd_ping;
+extern const cli_command_t cli_cmd_bench;
+extern const cli_command_t cli_cmd_info;
+
+/* ---------------------------------------------------------------- options */
+
+/** A shared secret read from a --token-file. */
+typedef struct cli_token {
+    char   bytes[REMORA_TOKEN_MAX];
+    size_t len; /**< 0: no token */
+} cli_token_t;
+
+/** Options every client command takes. */
+typedef struct cli_client_opts {
+    int           timeout_ms; /**< 0: the library default */
+    bool          path_set;
+    remora_path_t path;
+    cli_token_t   token;
+} cli_client_opts_t;
+
+/** getopt_long codes of long-only options; commands number theirs from CLI_OPT_CMD. */
+enum cli_opt_code {
+    CLI_OPT_TOKEN_FILE = 0x100,
+    CLI_OPT_TIMEOUT,
+    CLI_OPT_PATH,
+    CLI_OPT_CMD = 0x200
+};
+
+/** Long options of every client command, for a command's struct option table. */
+#define CLI_CLIENT_LONGOPTS                                          \
+    {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},     \
+    {"timeout",    required_argument, NULL, CLI_OPT_TIMEOUT},        \
+    {"path",       required_argument, NULL, CLI_OPT_PATH}
+
+#define CLI_HELP_LONGOPT {"help", no_argument, NULL, 'h'}
+
+/** Help text of the options every client command takes. */
+#define CLI_CLIENT_HELP                                                                     \
+    "  --token-file F    shared token: the file's bytes less one trailing newline\n"        \
+    "  --timeout MS      bound on connecting and on every request (default 10000)\n"        \
+    "  --path P          data path: auto, am, rma or map ($REMORA_PATH, else auto)\n"     \
+    "  -h, --help        show this help\n"
+
+/** Handles one command-specific option; returns CLI_CONTINUE or an exit code. */
+typedef int (*cli_opt_fn)(const cli_command_t *cmd, int opt, const char *arg, void *opts);
+
+typedef struct cli_parser {
+    const char          *shortopts; /**< the command's getopt letters ("o:"), "" if none */
+    const struct option *longopts;  /**< ends with a zero entry; includes CLI_HELP_LONGOPT */
+    cli_opt_fn           on_option; /**< may be NULL when the command has no options of its own */
+    void                *opts;      /**< passed to on_option */
+    cli_client_opts_t   *client;    /**< NULL: the command takes no client options */
+} cli_parser_t;
+
+/**
+ * Parse argv (argv[0] is the command name). With operand non-NULL exactly one
+ * operand is required and returned there; otherwise none is accepted.
+ */
+int cli_parse_args(const cli_command_t *cmd, int argc, char **argv, const cli_parser_t *parser,
+                   const char **operand);
+
+/** Parse a number with optional K/M/G/T suffix in [min, max] for option `name`. */
+int cli_opt_number(const cli_command_t *cmd, const char *name, const char *arg, uint64_t min,
+                   uint64_t max, uint64_t *out);
+
+/** Read a token file: its bytes, one trailing newline stripped. */
+int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *token);
+
+/* ---------------------------------------------------------------- reporting */
+
+/**
+ * Print "remora: CMD[ TARGET]: [MESSAGE: ]STATUS" to stderr as one line; the
+ * status part is left out for REMORA_OK, the message part when fmt is NULL.
+ * Returns CLI_EXIT_RUNTIME.
+ */
+int cli_error(const char *cmd, const char *target, remora_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/** Print "remora: CMD: MESSAGE (see 'remora CMD --help')"; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const cli_command_t *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/** Monotonic time in seconds. */
+double cli_now(void);
+
+/* ---------------------------------------------------------------- sessions */
+
+/** A context and, for client commands, a connection. */
+typedef struct cli_session {
+    const cli_command_t *cmd;
+    const char          *target_text; /**< the operand as typed, for messages */
+    remora_target_t      target;
+    remora_context_h     context;
+    remora_client_h      client;
+} cli_session_t;
+
+/** Create a context only (serve, info). Returns 0 or an exit code. */
+int cli_session_context(cli_session_t *s, const cli_command_t *cmd);
+
+/**
+ * Parse target_text ("HOST:PORT/NAME" when need_name, else "HOST:PORT"), create
+ * a context and connect. Returns 0 or an exit code; on failure nothing is left
+ * to close.
+ */
+int cli_session_open(cli_session_t *s, const cli_command_t *cmd, const char *target_text,
+                     bool need_name, const cli_client_opts_t *opts);
+
+/** Disconnect and destroy whatever the session holds. */
+void cli_session_close(cli_session_t *s);
+
+/** cli_error() for this session's command and target. */
+int cli_session_error(const cli_session_t *s, remora_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/** Look up the session's region, reporting a failure. Returns 0 or an exit code. */
+int cli_session_lookup(const cli_session_t *s, remora_region_info_t *info);
+
+/** Report a failed read (or write) of len bytes at offset of the session's region. */
+int cli_io_error(const cli_session_t *s, remora_status_t status, bool write, uint64_t offset,
+                 uint64_t len);
+
+/**
+ * Wait for *req (bounded by the client's timeout), release it and clear *req.
+ * A failure is reported as a read/write of len bytes at offset. Returns 0 or
+ * an exit code.
+ */
+int cli_request_finish(const cli_session_t *s, remora_request_h *req, bool write,
+                       uint64_t offset, uint64_t len);
+
+#endif /* REMORA_CLI_H */

@@ -1,0 +1,67 @@
+/*
+ * remora — command-line tool: serve memory regions, and list, read, write,
+ * ping and benchmark them from a client.
+ *
+ * This file only dispatches to the commands (cmd_*.c); each command parses its
+ * own options and returns the exit code (see enum cli_exit in cli.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const cli_command_t *const cli_commands[] = {
+    &cli_cmd_serve, &cli_cmd_ls, &cli_cmd_read, &cli_cmd_write,
+    &cli_cmd_ping,  &cli_cmd_bench, &cli_cmd_info,
+};
+
+#define CLI_NCOMMANDS (sizeof(cli_commands) / sizeof(cli_commands[0]))
+
+static void cli_print_usage(FILE *f)
+{
+    fputs("usage: remora [--help] [--version] COMMAND [OPTIONS] [ADDRESS]\n"
+          "\n"
+          "Commands:\n", f);
+    for (size_t i = 0; i < CLI_NCOMMANDS; i++) {
+        fprintf(f, "  %-7s %s\n", cli_commands[i]->name, cli_commands[i]->summary);
+    }
+    fputs("\n"
+          "Sizes and offsets take K, M, G and T suffixes (binary: 4K = 4096).\n"
+          "Run 'remora COMMAND --help' for the options of a command.\n"
+          "\n"
+          "Exit status: 0 success, 1 runtime error, 2 usage error, 3 verify mismatch.\n", f);
+}
+
+static const cli_command_t *cli_find_command(const char *name)
+{
+    for (size_t i = 0; i < CLI_NCOMMANDS; i++) {
+        if (strcmp(cli_commands[i]->name, name) == 0) {
+            return cli_commands[i];
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const cli_command_t *cmd;
+
+    if (argc < 2) {
+        fputs("remora: missing command (see 'remora --help')\n", stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        cli_print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("remora %s\n", remora_version_string());
+        return CLI_EXIT_OK;
+    }
+    cmd = cli_find_command(argv[1]);
+    if (cmd == NULL) {
+        fprintf(stderr, "remora: unknown command '%s' (see 'remora --help')\n", argv[1]);
+        return CLI_EXIT_USAGE;
+    }
+    return cmd->run(cmd, argc - 1, argv + 1);
+}
