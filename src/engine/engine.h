@@ -129,6 +129,7 @@ typedef struct rm_send_params {
     const void    *body;
     size_t         body_len;
     void          *body_free;  /* free() this when done */
+    int            bulk;       /* payload may go by rendezvous; else forced eager */
     ucp_mem_h      memh;       /* registration of body, if known */
     rm_send_done_t done;
     void          *arg;

@@ -207,7 +207,8 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
                         UCP_OP_ATTR_FIELD_FLAGS,
         .cb.send      = send_cb,
         .user_data    = s,
-        .flags        = UCP_AM_SEND_FLAG_REPLY,
+        /* Control bodies always go eager: receivers parse them in place. */
+        .flags        = UCP_AM_SEND_FLAG_REPLY | (sp->bulk ? 0 : UCP_AM_SEND_FLAG_EAGER),
     };
     if (sp->memh) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;

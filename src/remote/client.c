@@ -194,13 +194,28 @@ static void queue_event(remora_client_h c, remora_event_type_t type, const char 
 
 /* ------------------------------------------------------------ regions */
 
-static void send_ack(remora_client_h c, uint64_t epoch)
+/*
+ * Acknowledge changes. The server treats an ack as cumulative ("done with
+ * everything up to epoch E"), so we never ack past the oldest change whose
+ * old region is still in use by an op (a detached region with users).
+ */
+static void send_acks(remora_client_h c)
 {
-    rm_hdr_t hdr = {.type = RM_MSG_EVENT_ACK, .epoch = epoch};
+    rm_list_t *pos, *tmp;
+    uint64_t safe = c->epoch_seen;
+    rm_hdr_t hdr = {.type = RM_MSG_EVENT_ACK};
     rm_send_params_t sp = {0};
 
-    if (!c->disconnected)
-        rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp);
+    rm_list_for_each_safe(pos, tmp, &c->zombies) {
+        rm_rregion_t *r = rm_container_of(pos, rm_rregion_t, link);
+        if (r->ack_epoch && r->ack_epoch - 1 < safe)
+            safe = r->ack_epoch - 1;
+    }
+    if (safe <= c->epoch_acked || c->disconnected)
+        return;
+    c->epoch_acked = safe;
+    hdr.epoch      = safe;
+    rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp);
 }
 
 static void region_free(remora_client_h c, rm_rregion_t *r)
@@ -208,8 +223,6 @@ static void region_free(remora_client_h c, rm_rregion_t *r)
     if (r->rkey)
         ucp_rkey_destroy(r->rkey);
     free(r->rkey_buf);
-    if (r->ack_epoch)
-        send_ack(c, r->ack_epoch);
     free(r);
 }
 
@@ -219,8 +232,10 @@ static void region_detach(remora_client_h c, rm_rregion_t *r, uint64_t ack_epoch
     if (!r->detached) {
         rm_list_del(&r->link);
         r->detached = 1;
+        if (r->users)
+            rm_list_push_back(&c->zombies, &r->link);
     }
-    if (ack_epoch > r->ack_epoch)
+    if (ack_epoch && (r->ack_epoch == 0 || ack_epoch < r->ack_epoch))
         r->ack_epoch = ack_epoch;
     if (r->users == 0)
         region_free(c, r);
@@ -228,8 +243,11 @@ static void region_detach(remora_client_h c, rm_rregion_t *r, uint64_t ack_epoch
 
 void rm_client_region_put(remora_client_h c, rm_rregion_t *r)
 {
-    if (--r->users == 0 && r->detached)
-        region_free(c, r);
+    if (--r->users || !r->detached)
+        return;
+    rm_list_del(&r->link); /* off the zombie list */
+    region_free(c, r);
+    send_acks(c);
 }
 
 static rm_rregion_t *region_cached(remora_client_h c, const char *name)
@@ -327,30 +345,36 @@ static remora_status_t lookup_call(remora_client_h c, const char *name, void **b
 
 remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p)
 {
-    void *body = NULL;
-    size_t len = 0;
     remora_status_t st;
     rm_rregion_t *r;
 
     if (name == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    rm_engine_lock(c->ctx);
-    if ((r = region_cached(c, name)) != NULL) {
-        *r_p = r;
-        return REMORA_OK;
-    }
-    rm_engine_unlock(c->ctx);
-    if ((st = lookup_call(c, name, &body, &len)) != REMORA_OK)
-        return st;
-    rm_engine_lock(c->ctx);
-    st = c->disconnected ? c->disc_status : region_install(c, body, len);
-    free(body);
-    if (st != REMORA_OK || (r = region_cached(c, name)) == NULL) {
+    for (int attempt = 0; attempt < 8; attempt++) {
+        void *body = NULL;
+        size_t len = 0;
+
+        rm_engine_lock(c->ctx);
+        if ((r = region_cached(c, name)) != NULL) {
+            *r_p = r;
+            return REMORA_OK;
+        }
+        uint64_t seq = c->event_seq;
         rm_engine_unlock(c->ctx);
-        return st != REMORA_OK ? st : REMORA_ERR_NOT_FOUND;
+        if ((st = lookup_call(c, name, &body, &len)) != REMORA_OK)
+            return st;
+        rm_engine_lock(c->ctx);
+        /* A change event since we asked may have made the answer stale. */
+        if (c->event_seq == seq || c->disconnected)
+            st = c->disconnected ? c->disc_status : region_install(c, body, len);
+        else
+            st = REMORA_INPROGRESS;
+        free(body);
+        rm_engine_unlock(c->ctx);
+        if (st != REMORA_OK && st != REMORA_INPROGRESS)
+            return st;
     }
-    *r_p = r;
-    return REMORA_OK;
+    return REMORA_ERR_BUSY; /* the region changes faster than we can look it up */
 }
 
 static void handle_event(remora_client_h c, const rm_hdr_t *hdr, const void *body, size_t len)
@@ -362,10 +386,12 @@ static void handle_event(remora_client_h c, const rm_hdr_t *hdr, const void *bod
         rm_warn("malformed event from the server");
         return;
     }
+    c->event_seq++;
+    if (hdr->epoch > c->epoch_seen)
+        c->epoch_seen = hdr->epoch;
     if (r != NULL)
         region_detach(c, r, hdr->epoch); /* acknowledged once unused */
-    else
-        send_ack(c, hdr->epoch);
+    send_acks(c);
     queue_event(c, hdr->kind == RM_EVENT_CHANGED ? REMORA_EVENT_REGION_CHANGED
                                                  : REMORA_EVENT_REGION_REMOVED,
                 name, hdr->size, hdr->generation, REMORA_OK);
@@ -387,6 +413,12 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
     if (hdr->type == RM_MSG_EVENT) {
         handle_event(c, hdr, body, len);
         return UCS_OK;
+    }
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type != RM_MSG_READ_REPLY) {
+        rm_warn("server sent a %s body by rendezvous", rm_msg_type_name(hdr->type));
+        mismatch.req_id = hdr->req_id;
+        hdr = &mismatch; /* fails the op below; returning drops the payload */
+        len = 0;
     }
     if ((op = op_by_req_id(c, hdr->req_id)) == NULL) {
         rm_debug("reply %s for unknown request %llu dropped", rm_msg_type_name(hdr->type),
@@ -530,8 +562,15 @@ static remora_status_t handshake(remora_client_h c)
     free(body);
     if (st != REMORA_OK)
         return st;
-    if (theirs.flags & RM_HELLO_AUTH_REQUIRED)
+    if (theirs.proto_min > RM_PROTO_VERSION || theirs.proto_max < RM_PROTO_VERSION)
+        return REMORA_ERR_VERSION;
+    if (theirs.flags & RM_HELLO_AUTH_REQUIRED) {
         st = handshake_auth(c, &mine, &theirs);
+    } else if (c->token) {
+        /* We hold a token, so we expect the server to prove it holds it too. */
+        rm_info("server does not authenticate, but a token was given");
+        st = REMORA_ERR_AUTH;
+    }
     if (st != REMORA_OK)
         return st;
     rm_engine_lock(c->ctx);
@@ -637,6 +676,7 @@ remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
     rm_list_init(&c->pending);
     rm_list_init(&c->regions);
     rm_list_init(&c->maps);
+    rm_list_init(&c->zombies);
     rm_list_init(&c->events);
     atomic_init(&c->drained, 1);
     atomic_init(&c->events_idle, 1);
@@ -738,6 +778,9 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
 
     if (c == NULL || info == NULL)
         return REMORA_ERR_INVALID_PARAM;
+    rm_engine_lock(c->ctx);
+    uint64_t seq = c->event_seq;
+    rm_engine_unlock(c->ctx);
     if ((st = lookup_call(c, name, &body, &len)) != REMORA_OK)
         return st;
     rm_rbuf_init(&rb, body, len);
@@ -754,7 +797,7 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     info->generation = d.generation;
     /* Refresh the cache with what we just learned. */
     rm_engine_lock(c->ctx);
-    if (!c->disconnected)
+    if (!c->disconnected && c->event_seq == seq)
         region_install(c, body, len);
     rm_engine_unlock(c->ctx);
     free(body);

@@ -35,7 +35,7 @@ typedef struct rm_rregion {
     remora_path_t path;
     unsigned      users;     /* requests in flight on it */
     int           detached;  /* no longer in client->regions */
-    uint64_t      ack_epoch; /* change to acknowledge once users == 0 */
+    uint64_t      ack_epoch; /* oldest change that detached it (0: none) */
 } rm_rregion_t;
 
 typedef struct rm_event_item {
@@ -65,6 +65,10 @@ struct remora_client {
     rm_list_t         pending;     /* rm_op_t */
     unsigned          nops;        /* ops allocated, pending or not */
     rm_list_t         regions;     /* rm_rregion_t */
+    rm_list_t         zombies;     /* detached regions still in use */
+    uint64_t          event_seq;   /* change events received */
+    uint64_t          epoch_seen;  /* newest change epoch received */
+    uint64_t          epoch_acked; /* newest epoch acknowledged */
     rm_list_t         maps;        /* rm_map_t */
     int               disconnected;
     remora_status_t   disc_status;

@@ -317,7 +317,8 @@ static void handle_auth(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, siz
                   c->client_nonce, mac);
     rm_wbuf_init(&w);
     rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
-    c->state = CONN_READY;
+    c->state       = CONN_READY;
+    c->acked_epoch = s->epoch; /* it never saw earlier regions' keys */
     conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
@@ -414,7 +415,8 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
     /* The payload leaves straight from region memory (zero-copy rendezvous
      * for large reads); the reference keeps it alive through a replace. */
     rm_send_params_t sp = {.body = region_ptr(r, hdr->offset), .body_len = hdr->length,
-                           .memh = r->mem->memh, .done = read_reply_done, .arg = rc};
+                           .memh = r->mem->memh, .done = read_reply_done, .arg = rc,
+                           .bulk = 1};
     if (rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, &rh, &sp) != REMORA_OK) {
         c->inflight--;
         rm_mem_unref(rc->mem);
@@ -518,9 +520,11 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
 
     if (c->dead || c->close_after_send)
         return UCS_OK;
-    if (hdr == NULL) {
-        rm_warn("malformed message header from a client");
-        conn_reply(c, RM_MSG_ERROR, 0, REMORA_ERR_PROTOCOL, NULL);
+    if (hdr == NULL || ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
+                        hdr->type != RM_MSG_WRITE)) {
+        /* Only WRITE payloads may come by rendezvous; other bodies are parsed in place. */
+        rm_warn("malformed message from a client");
+        conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, REMORA_ERR_PROTOCOL, NULL);
         return UCS_OK;
     }
     if (hdr->type == RM_MSG_HELLO && c->state == CONN_HELLO) {

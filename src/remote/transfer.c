@@ -72,6 +72,7 @@ static void chunk_am(rm_op_t *op, remora_request_h req)
         sp.body_len = op->len;
         sp.done     = send_done_cb;
         sp.arg      = op;
+        sp.bulk     = 1;
         op->ucx_busy++;
     }
     if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp)) != REMORA_OK) {
@@ -277,8 +278,11 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         request_complete(req);
     else if (req->path == REMORA_PATH_MAP)
         run_mapped(req);
-    else
+    else {
         issue_more(req);
+        if (req->inflight == 0) /* not even the first chunk could start */
+            request_complete(req);
+    }
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);
     return REMORA_OK;
