@@ -17,7 +17,6 @@
 
 #define RM_DEFAULT_SPIN_US   200
 #define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
-#define RM_IDLE_TICK_MS      100        /* the progress thread's sleep between housekeeping */
 #define RM_STAND_ASIDE_NS    1000000ull /* how often a standing-aside progress thread looks again */
 
 remora_status_t rm_status_from_ucs(ucs_status_t s)
@@ -169,6 +168,66 @@ static void run_deferred(remora_context_h ctx)
     }
 }
 
+/* ------------------------------------------------------------ sockets and ticks */
+
+remora_status_t rm_engine_watch(remora_context_h ctx, rm_watch_t *w, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = w};
+    return epoll_ctl(ctx->watch_epfd, EPOLL_CTL_ADD, w->fd, &ev) == 0 ? REMORA_OK : REMORA_ERR_IO;
+}
+
+void rm_engine_unwatch(remora_context_h ctx, rm_watch_t *w)
+{
+    epoll_ctl(ctx->watch_epfd, EPOLL_CTL_DEL, w->fd, NULL);
+}
+
+void rm_engine_add_ticker(remora_context_h ctx, rm_ticker_t *t)
+{
+    rm_list_push_back(&ctx->tickers, &t->link);
+}
+
+void rm_engine_remove_ticker(remora_context_h ctx, rm_ticker_t *t) { rm_list_del(&t->link); }
+
+/* Handle ready sockets, one event at a time and under the lock, so a callback
+ * may unwatch (and free) any other watch safely. */
+static void poll_watches(remora_context_h ctx)
+{
+    struct epoll_event ev;
+
+    rm_engine_lock(ctx);
+    for (int i = 0; i < 64 && epoll_wait(ctx->watch_epfd, &ev, 1, 0) == 1; i++) {
+        rm_watch_t *w = ev.data.ptr;
+        w->cb(w, ev.events);
+    }
+    rm_engine_unlock(ctx);
+}
+
+static void run_tickers(remora_context_h ctx)
+{
+    rm_list_t *pos, *tmp;
+
+    rm_engine_lock(ctx);
+    rm_list_for_each_safe(pos, tmp, &ctx->tickers)
+        rm_container_of(pos, rm_ticker_t, link)->fn(rm_container_of(pos, rm_ticker_t, link));
+    rm_engine_unlock(ctx);
+}
+
+/* Sockets every millisecond, tickers every RM_TICK_MS: cheap enough to do
+ * from any phase of the progress loop. */
+static void housekeeping(remora_context_h ctx, uint64_t *next_poll, uint64_t *next_tick)
+{
+    uint64_t now = rm_now_ns();
+
+    if (now >= *next_poll) {
+        poll_watches(ctx);
+        *next_poll = now + 1000000u;
+    }
+    if (now >= *next_tick) {
+        run_tickers(ctx);
+        *next_tick = now + (uint64_t)RM_TICK_MS * 1000000u;
+    }
+}
+
 /* ------------------------------------------------------------ progress thread */
 
 /* Arm the worker and sleep on its event fd; returns when woken or after a tick. */
@@ -187,7 +246,7 @@ static void sleep_on_worker(remora_context_h ctx)
         atomic_store(&ctx->thread_asleep, 0);
         return;
     }
-    epoll_wait(ctx->epfd, &ev, 1, RM_IDLE_TICK_MS);
+    epoll_wait(ctx->epfd, &ev, 1, RM_TICK_MS);
     atomic_store(&ctx->thread_asleep, 0);
 }
 
@@ -212,10 +271,11 @@ static void stand_aside(remora_context_h ctx)
 static void *progress_thread(void *arg)
 {
     remora_context_h ctx = arg;
-    uint64_t last_event  = rm_now_ns();
+    uint64_t last_event  = rm_now_ns(), next_poll = 0, next_tick = 0;
 
     while (!atomic_load(&ctx->stop)) {
         run_deferred(ctx);
+        housekeeping(ctx, &next_poll, &next_tick);
         if (atomic_load(&ctx->driver)) {
             stand_aside(ctx);
             last_event = rm_now_ns();
@@ -230,6 +290,7 @@ static void *progress_thread(void *arg)
         } else if (now - last_event >= (uint64_t)ctx->spin_us * 1000u) {
             sleep_on_worker(ctx);
             last_event = rm_now_ns();
+            next_poll  = 0;
         } else {
             rm_cpu_relax();
         }
@@ -395,7 +456,9 @@ static ucs_status_t create_worker(remora_context_h ctx)
     ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER};
     if (ucp_worker_query(ctx->worker, &attr) == UCS_OK)
         ctx->max_am_header = attr.max_am_header;
-    if ((status = ucp_worker_get_efd(ctx->worker, &ctx->efd)) != UCS_OK ||
+    if ((status = ucp_worker_get_address(ctx->worker, (ucp_address_t **)&ctx->worker_addr,
+                                         &ctx->worker_addr_len)) != UCS_OK ||
+        (status = ucp_worker_get_efd(ctx->worker, &ctx->efd)) != UCS_OK ||
         (status = set_am_handler(ctx, RM_AM_ID_TO_SERVER)) != UCS_OK ||
         (status = set_am_handler(ctx, RM_AM_ID_TO_CLIENT)) != UCS_OK)
         return status;
@@ -414,10 +477,16 @@ static remora_status_t init_sync(remora_context_h ctx)
     pthread_cond_init(&ctx->prog_cv, &ca);
     pthread_condattr_destroy(&ca);
     rm_list_init(&ctx->deferred);
+    rm_list_init(&ctx->tickers);
 
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = ctx->efd};
-    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (ctx->epfd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->efd, &ev) != 0) {
+    struct epoll_event wev = {.events = EPOLLIN, .data.fd = -1};
+    ctx->epfd       = epoll_create1(EPOLL_CLOEXEC);
+    ctx->watch_epfd = epoll_create1(EPOLL_CLOEXEC);
+    wev.data.fd     = ctx->watch_epfd;
+    if (ctx->epfd < 0 || ctx->watch_epfd < 0 ||
+        epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->efd, &ev) != 0 ||
+        epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->watch_epfd, &wev) != 0) {
         rm_error("epoll setup failed: %s", strerror(errno));
         return REMORA_ERR_IO;
     }
@@ -440,8 +509,9 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return REMORA_ERR_NO_MEMORY;
-    ctx->spin_us = RM_DEFAULT_SPIN_US;
-    ctx->epfd    = -1;
+    ctx->spin_us    = RM_DEFAULT_SPIN_US;
+    ctx->epfd       = -1;
+    ctx->watch_epfd = -1;
     if (params && (params->field_mask & REMORA_CONTEXT_FIELD_NAME) && params->name)
         name = params->name;
     if (params && (params->field_mask & REMORA_CONTEXT_FIELD_SPIN_US))
@@ -472,6 +542,10 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
 err_destroy_worker:
     if (ctx->epfd >= 0)
         close(ctx->epfd);
+    if (ctx->watch_epfd >= 0)
+        close(ctx->watch_epfd);
+    if (ctx->worker_addr)
+        ucp_worker_release_address(ctx->worker, ctx->worker_addr);
     if (ctx->worker)
         ucp_worker_destroy(ctx->worker);
 err_cleanup_ucp:
@@ -491,9 +565,11 @@ void remora_context_destroy(remora_context_h ctx)
     pthread_join(ctx->thread, NULL);
     if (ctx->npeers)
         rm_warn("context destroyed with %zu endpoint(s) still open", ctx->npeers);
+    ucp_worker_release_address(ctx->worker, ctx->worker_addr);
     ucp_worker_destroy(ctx->worker);
     ucp_cleanup(ctx->ucp);
     close(ctx->epfd);
+    close(ctx->watch_epfd);
     pthread_cond_destroy(&ctx->wait_cv);
     pthread_cond_destroy(&ctx->prog_cv);
     pthread_mutex_destroy(&ctx->wait_mx);

@@ -34,6 +34,21 @@
 
 typedef struct rm_peer rm_peer_t;
 
+/* A file descriptor the progress thread watches; cb runs with the lock held. */
+typedef struct rm_watch rm_watch_t;
+struct rm_watch {
+    int  fd;
+    void (*cb)(rm_watch_t *w, uint32_t events);
+};
+
+/* Runs every RM_TICK_MS on the progress thread with the lock held. */
+typedef struct rm_ticker {
+    rm_list_t link;
+    void (*fn)(struct rm_ticker *t);
+} rm_ticker_t;
+
+#define RM_TICK_MS 100
+
 /* What a peer does with a message; called with the context lock held. */
 typedef struct rm_peer_ops {
     /* body is valid only during the call unless param says RNDV/DATA (see UCX docs). */
@@ -47,8 +62,10 @@ typedef struct rm_peer_ops {
 struct rm_peer {
     remora_context_h     ctx;
     ucp_ep_h             ep;
+    rm_watch_t           sock;   /* the bootstrap socket, kept as a liveness line */
     const rm_peer_ops_t *ops;
     int                  failed; /* on_error was delivered; ep is closed */
+    rm_list_t            sends;  /* sends UCX still holds (ep.c) */
     rm_peer_t           *hash_next;
 };
 
@@ -61,7 +78,11 @@ struct remora_context {
     ucp_context_h   ucp;
     ucp_worker_h    worker;
     int             efd;   /* worker event fd */
-    int             epfd;
+    int             epfd;  /* what the progress thread sleeps on: efd and watch_epfd */
+    int             watch_epfd; /* sockets, see rm_engine_watch */
+    rm_list_t       tickers;
+    void           *worker_addr; /* this worker's UCX address, for the bootstrap */
+    size_t          worker_addr_len;
     pthread_mutex_t lock;  /* see design notes */
     pthread_t       thread;
     atomic_int      stop;
@@ -101,6 +122,12 @@ void rm_engine_kick(remora_context_h ctx);
 /* Run d->fn on the progress thread without the lock. Call with the lock held. */
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
 
+/* Watch fd for events (EPOLLIN...) / stop watching. Lock held. */
+remora_status_t rm_engine_watch(remora_context_h ctx, rm_watch_t *w, uint32_t events);
+void rm_engine_unwatch(remora_context_h ctx, rm_watch_t *w);
+void rm_engine_add_ticker(remora_context_h ctx, rm_ticker_t *t);
+void rm_engine_remove_ticker(remora_context_h ctx, rm_ticker_t *t);
+
 /* ------------------------------------------------------------ endpoints */
 
 /* The ep -> peer table the AM handler dispatches through (lock held). */
@@ -112,10 +139,21 @@ remora_status_t rm_peer_attach(rm_peer_t *peer);
 /* Unregister and close the ep (forcefully: pending operations are canceled). */
 void rm_peer_close(rm_peer_t *peer);
 
-/* Create an endpoint to a "HOST:PORT" server and attach the peer. */
-remora_status_t rm_peer_connect(rm_peer_t *peer, const char *addr);
-/* Accept a connection request into the peer. */
-remora_status_t rm_peer_accept(rm_peer_t *peer, ucp_conn_request_h conn_request);
+/* Create the peer's endpoint to a UCX worker address (from the bootstrap)
+ * and attach it. UCX pairs it with the endpoint the other side creates. */
+remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr);
+
+/* Bootstrap (boot.c): a TCP connection over which both sides exchange worker
+ * addresses; it stays open, so a peer's death is seen at once. */
+remora_status_t rm_boot_listen(const char *addr, int *fd_p);
+/* Blocking, bounded by timeout_ms. On success *addr_p (free()) is the server's address. */
+remora_status_t rm_boot_connect(remora_context_h ctx, const char *addr, int timeout_ms,
+                                int *fd_p, void **addr_p);
+/* Whether a peer's worker address is one this UCX can unpack (UCX asserts,
+ * killing the process, on an address of another format version). */
+int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len);
+/* Write all of buf on a fresh non-blocking socket; -1 if it would block or fails. */
+int rm_boot_send(int fd, const void *buf, size_t len);
 
 /*
  * Send a message. hdr is encoded into storage that lives with the send. When

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/log.h"
 
@@ -34,8 +35,10 @@ remora_status_t rm_parse_addr(const char *addr, struct sockaddr_storage *ss, soc
     }
     if (hend == hstart || (size_t)(hend - hstart) >= sizeof(host) || colon[1] == '\0')
         return REMORA_ERR_ADDRESS;
+    if (strspn(colon + 1, "0123456789") != strlen(colon + 1) || strlen(colon + 1) > 5)
+        return REMORA_ERR_ADDRESS; /* digits only: no sign, no spaces */
     port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 0 || port > 65535)
+    if (*end != '\0' || port > 65535)
         return REMORA_ERR_ADDRESS;
     memcpy(host, hstart, (size_t)(hend - hstart));
     host[hend - hstart] = '\0';
@@ -96,6 +99,8 @@ static ucp_ep_params_t base_ep_params(rm_peer_t *peer)
 remora_status_t rm_peer_attach(rm_peer_t *peer)
 {
     peer->failed = 0;
+    if (peer->sends.next == NULL)
+        rm_list_init(&peer->sends);
     return rm_engine_peer_add(peer->ctx, peer) == 0 ? REMORA_OK : REMORA_ERR_NO_MEMORY;
 }
 
@@ -115,29 +120,15 @@ static remora_status_t create_ep(rm_peer_t *peer, const ucp_ep_params_t *params)
     return rs;
 }
 
-remora_status_t rm_peer_connect(rm_peer_t *peer, const char *addr)
+remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr)
 {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    remora_status_t rs = rm_parse_addr(addr, &ss, &len);
-
-    if (rs != REMORA_OK)
-        return rs;
     ucp_ep_params_t p = base_ep_params(peer);
-    p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    p.flags             = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    p.sockaddr.addr     = (const struct sockaddr *)&ss;
-    p.sockaddr.addrlen  = len;
+    p.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.address     = worker_addr;
     return create_ep(peer, &p);
 }
 
-remora_status_t rm_peer_accept(rm_peer_t *peer, ucp_conn_request_h conn_request)
-{
-    ucp_ep_params_t p = base_ep_params(peer);
-    p.field_mask  |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
-    p.conn_request = conn_request;
-    return create_ep(peer, &p);
-}
+static void cancel_sends(rm_peer_t *peer);
 
 void rm_peer_close(rm_peer_t *peer)
 {
@@ -145,6 +136,11 @@ void rm_peer_close(rm_peer_t *peer)
                              .flags        = UCP_EP_CLOSE_FLAG_FORCE};
     void *req;
 
+    if (peer->sock.fd >= 0) {
+        rm_engine_unwatch(peer->ctx, &peer->sock);
+        close(peer->sock.fd);
+        peer->sock.fd = -1;
+    }
     if (peer->ep == NULL)
         return;
     if (!peer->failed)
@@ -156,16 +152,31 @@ void rm_peer_close(rm_peer_t *peer)
     if (UCS_PTR_IS_PTR(req))
         ucp_request_free(req);
     peer->ep = NULL;
+    cancel_sends(peer);
 }
 
 /* ------------------------------------------------------------ sending */
 
 typedef struct rm_send {
+    rm_list_t      link;     /* in peer->sends while UCX holds the request */
+    void          *request;
     uint8_t        hdr[RM_HDR_MAX];
     void          *body_free;
     rm_send_done_t done;
     void          *arg;
 } rm_send_t;
+
+/* UCX 1.13 leaves some rendezvous sends to a dead peer pending even after a
+ * forced close; cancel what is left so that every callback runs. */
+static void cancel_sends(rm_peer_t *peer)
+{
+    rm_list_t *pos, *tmp;
+    rm_list_for_each_safe(pos, tmp, &peer->sends) {
+        rm_send_t *s = rm_container_of(pos, rm_send_t, link);
+        if (s->request)
+            ucp_request_cancel(peer->ctx->worker, s->request);
+    }
+}
 
 static void send_finish(rm_send_t *s, ucs_status_t status)
 {
@@ -177,7 +188,10 @@ static void send_finish(rm_send_t *s, ucs_status_t status)
 
 static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
-    send_finish(user_data, status);
+    rm_send_t *s = user_data;
+
+    rm_list_del(&s->link);
+    send_finish(s, status);
     ucp_request_free(request);
 }
 
@@ -214,7 +228,15 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = sp->memh;
     }
+    /* Listed before the call: whatever UCX does inside it, the entry is valid. */
+    s->request = NULL;
+    rm_list_push_back(&peer->sends, &s->link);
     req = ucp_am_send_nbx(peer->ep, am_id, s->hdr, hlen, sp->body, sp->body_len, &p);
+    if (UCS_PTR_IS_PTR(req)) {
+        s->request = req;
+        return REMORA_OK;
+    }
+    rm_list_del(&s->link);
     if (UCS_PTR_IS_ERR(req)) {
         ucs_status_t status = UCS_PTR_STATUS(req);
         rm_debug("send %s failed: %s", rm_msg_type_name(hdr->type), ucs_status_string(status));
@@ -222,7 +244,6 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         send_finish(s, status);
         return rm_status_from_ucs(status);
     }
-    if (req == NULL)
-        send_finish(s, UCS_OK);
+    send_finish(s, UCS_OK);
     return REMORA_OK;
 }

@@ -1,7 +1,10 @@
 /* The client: connection and handshake, control calls, the region cache, events. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "remote/auth.h"
 #include "remote/client.h"
@@ -648,6 +651,40 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
     return REMORA_OK;
 }
 
+/* The bootstrap socket carries nothing after the preamble: its end means
+ * the server process is gone. */
+static void client_sock_cb(rm_watch_t *w, uint32_t events)
+{
+    remora_client_h c = rm_container_of(w, struct remora_client, peer.sock);
+    char byte;
+    ssize_t n = recv(w->fd, &byte, 1, 0);
+
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || n > 0)
+        client_on_error(&c->peer, REMORA_ERR_DISCONNECTED);
+}
+
+/* Exchange worker addresses over TCP, then create the UCX endpoint. */
+static remora_status_t client_bootstrap(remora_client_h c, const char *addr)
+{
+    void *server_addr = NULL;
+    int fd = -1;
+    remora_status_t st = rm_boot_connect(c->ctx, addr, c->timeout_ms, &fd, &server_addr);
+
+    if (st != REMORA_OK)
+        return st;
+    rm_engine_lock(c->ctx);
+    c->peer.sock.fd = fd;
+    c->peer.sock.cb = client_sock_cb;
+    st = rm_peer_create_ep(&c->peer, server_addr);
+    if (st == REMORA_OK)
+        st = rm_engine_watch(c->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP);
+    if (st != REMORA_OK)
+        rm_peer_close(&c->peer);
+    rm_engine_unlock(c->ctx);
+    free(server_addr);
+    return st;
+}
+
 static void client_free(remora_client_h c)
 {
     rm_list_t *pos, *tmp;
@@ -670,9 +707,10 @@ remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
         return REMORA_ERR_INVALID_PARAM;
     if ((c = calloc(1, sizeof(*c))) == NULL)
         return REMORA_ERR_NO_MEMORY;
-    c->ctx      = ctx;
-    c->peer.ctx = ctx;
-    c->peer.ops = &client_ops;
+    c->ctx          = ctx;
+    c->peer.ctx     = ctx;
+    c->peer.ops     = &client_ops;
+    c->peer.sock.fd = -1;
     rm_list_init(&c->pending);
     rm_list_init(&c->regions);
     rm_list_init(&c->maps);
@@ -684,10 +722,7 @@ remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
         client_free(c);
         return st;
     }
-    rm_engine_lock(ctx);
-    st = rm_peer_connect(&c->peer, addr);
-    rm_engine_unlock(ctx);
-    if (st != REMORA_OK) {
+    if ((st = client_bootstrap(c, addr)) != REMORA_OK) {
         client_free(c);
         return st;
     }

@@ -14,11 +14,17 @@
  *   Memory a region used before a replace is "retired": kept until every
  *   client acknowledged the change (it may hold a remote key or mapping),
  *   or until RM_RETIRE_GRACE_NS passed.
- * - A connection is freed when it has failed and no UCX operation of it is
- *   in flight (conn->inflight), so late callbacks never touch freed memory.
+ * - A connection is freed when it has failed and no write of it is still
+ *   landing in region memory (conn->inflight). Sends never refer to the
+ *   connection, so a send UCX completes late (to a dead peer) touches only
+ *   the memory reference it holds.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "mem/mem.h"
@@ -29,6 +35,8 @@
 #define RM_DEFAULT_LISTEN   "127.0.0.1:60010"
 #define RM_RETIRE_GRACE_NS  (10ull * 1000000000u)
 #define RM_DESTROY_WAIT_MS  2000
+#define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the bootstrap */
+#define RM_HELLO_TIMEOUT_NS (10ull * 1000000000u) /* to finish the handshake */
 
 typedef struct rm_region {
     rm_list_t    link;
@@ -47,7 +55,7 @@ typedef struct rm_retired {
     uint64_t     expire_ns;
 } rm_retired_t;
 
-typedef enum { CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
+typedef enum { CONN_BOOT, CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
 
 typedef struct rm_conn {
     rm_peer_t       peer; /* first: the engine hands us the peer */
@@ -57,14 +65,18 @@ typedef struct rm_conn {
     uint8_t         server_nonce[RM_NONCE_LEN];
     uint8_t         client_nonce[RM_NONCE_LEN];
     uint64_t        acked_epoch;
-    unsigned        inflight;   /* UCX operations that will call back */
+    unsigned        inflight;   /* writes being received into region memory */
     int             dead;       /* failed or closed; freed when inflight == 0 */
-    int             close_after_send; /* refused: close once the reply left */
+    remora_status_t refused;    /* handshake failed: every request gets this */
+    uint64_t        born_ns;
+    uint8_t        *boot_buf;   /* CONN_BOOT: the client's preamble so far */
+    size_t          boot_len;
 } rm_conn_t;
 
 struct remora_server {
     remora_context_h ctx;
-    ucp_listener_h   listener;
+    rm_watch_t       listener;
+    rm_ticker_t      ticker;
     char             addr[80];
     uint8_t         *token;
     size_t           token_len;
@@ -126,6 +138,7 @@ static void conn_free_if_idle(rm_conn_t *c)
     if (!c->dead || c->inflight)
         return;
     s->nconns--;
+    free(c->boot_buf);
     free(c);
     if (s->nconns == 0)
         rm_engine_complete(s->ctx, &s->drained);
@@ -154,27 +167,12 @@ static void conn_on_error(rm_peer_t *peer, remora_status_t status)
     conn_kill(c);
 }
 
-/* A send of ours finished; the connection may be freed or closed now. */
-static void conn_send_done(void *arg, ucs_status_t status)
-{
-    rm_conn_t *c = arg;
-
-    c->inflight--;
-    if (c->close_after_send && !c->dead)
-        conn_kill(c); /* frees c when idle */
-    else
-        conn_free_if_idle(c);
-}
-
+/* Sends do not hold the connection: UCX may call back for a send to a dead
+ * peer long after the connection is gone (seconds, in UCX 1.13), and a
+ * server must not wait for that to free it. */
 static remora_status_t conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp)
 {
-    c->inflight++;
-    sp->done = conn_send_done;
-    sp->arg  = c;
-    remora_status_t st = rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
-    if (st != REMORA_OK)
-        c->inflight--;
-    return st;
+    return rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
 }
 
 static void conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_status_t status,
@@ -283,8 +281,8 @@ static void handle_hello(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, si
     if (in.proto_min > RM_PROTO_VERSION || in.proto_max < RM_PROTO_VERSION) {
         rm_warn("client speaks protocol %u..%u, we speak %u", in.proto_min, in.proto_max,
                 RM_PROTO_VERSION);
-        status = REMORA_ERR_VERSION;
-        c->close_after_send = 1;
+        status     = REMORA_ERR_VERSION;
+        c->refused = status; /* the client closes; we answer nothing else */
     }
     memcpy(c->client_nonce, in.nonce, RM_NONCE_LEN);
     out.proto_min = out.proto_max = RM_PROTO_VERSION;
@@ -308,8 +306,8 @@ static void handle_auth(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, siz
     if (len != RM_MAC_LEN ||
         rm_auth_check(RM_AUTH_CLIENT_PROOF, s->token, s->token_len, c->server_nonce,
                       c->client_nonce, body) != 0) {
-        rm_warn("client failed authentication; closing its connection");
-        c->close_after_send = 1;
+        rm_warn("client failed authentication");
+        c->refused = REMORA_ERR_AUTH; /* the client closes; we answer nothing else */
         conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_ERR_AUTH, NULL);
         return;
     }
@@ -383,45 +381,27 @@ static void *region_ptr(const rm_region_t *r, uint64_t offset)
     return (char *)r->mem->addr + r->offset + offset;
 }
 
-typedef struct rm_read_ctx {
-    rm_conn_t   *conn;
-    remora_mem_h mem;
-} rm_read_ctx_t;
-
-static void read_reply_done(void *arg, ucs_status_t status)
-{
-    rm_read_ctx_t *rc = arg;
-    rm_mem_unref(rc->mem);
-    conn_send_done(rc->conn, status);
-    free(rc);
-}
+/* A read reply left: drop the reference that kept its memory alive. */
+static void read_reply_done(void *arg, ucs_status_t status) { rm_mem_unref(arg); }
 
 static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
 {
     rm_region_t *r = NULL;
     remora_status_t st = check_access(c, hdr, 0, &r);
     rm_hdr_t rh = {.type = RM_MSG_READ_REPLY, .req_id = hdr->req_id, .status = st};
-    rm_read_ctx_t *rc;
 
-    if (st != REMORA_OK || (rc = malloc(sizeof(*rc))) == NULL) {
-        conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id,
-                   st != REMORA_OK ? st : REMORA_ERR_NO_MEMORY, NULL);
+    if (st != REMORA_OK) {
+        conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
         return;
     }
-    rc->conn = c;
-    rc->mem  = r->mem;
-    rm_mem_ref(r->mem);
-    c->inflight++;
     /* The payload leaves straight from region memory (zero-copy rendezvous
      * for large reads); the reference keeps it alive through a replace. */
+    rm_mem_ref(r->mem);
     rm_send_params_t sp = {.body = region_ptr(r, hdr->offset), .body_len = hdr->length,
-                           .memh = r->mem->memh, .done = read_reply_done, .arg = rc,
+                           .memh = r->mem->memh, .done = read_reply_done, .arg = r->mem,
                            .bulk = 1};
-    if (rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, &rh, &sp) != REMORA_OK) {
-        c->inflight--;
-        rm_mem_unref(rc->mem);
-        free(rc);
-    }
+    if (conn_send(c, &rh, &sp) != REMORA_OK)
+        rm_mem_unref(sp.arg);
 }
 
 typedef struct rm_write_ctx {
@@ -518,8 +498,12 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
 {
     rm_conn_t *c = (rm_conn_t *)peer;
 
-    if (c->dead || c->close_after_send)
+    if (c->dead)
         return UCS_OK;
+    if (c->refused) {
+        conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, c->refused, NULL);
+        return UCS_OK;
+    }
     if (hdr == NULL || ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
                         hdr->type != RM_MSG_WRITE)) {
         /* Only WRITE payloads may come by rendezvous; other bodies are parsed in place. */
@@ -543,28 +527,118 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
 
 static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message, .on_error = conn_on_error};
 
-static void on_conn_request(ucp_conn_request_h req, void *arg)
+/* CONN_BOOT: collect the client's preamble, connect to its worker, answer. */
+static void conn_boot_read(rm_conn_t *c)
 {
-    remora_server_h s = arg;
-    rm_conn_t *c = calloc(1, sizeof(*c));
+    remora_context_h ctx = c->server->ctx;
+    size_t cap = RM_BOOT_HDR_LEN + RM_WORKER_ADDR_MAX, used;
+    const uint8_t *waddr;
+    uint32_t wlen;
+    rm_wbuf_t w;
+    ssize_t n;
 
-    if (c == NULL) {
-        ucp_listener_reject(s->listener, req);
+    if (c->boot_buf == NULL && (c->boot_buf = malloc(cap)) == NULL) {
+        conn_kill(c);
         return;
     }
-    c->peer.ctx = s->ctx;
-    c->peer.ops = &conn_ops;
-    c->server   = s;
+    n = recv(c->peer.sock.fd, c->boot_buf + c->boot_len, cap - c->boot_len, 0);
+    if (n <= 0) {
+        if (n == 0 || (errno != EAGAIN && errno != EINTR))
+            conn_kill(c);
+        return;
+    }
+    c->boot_len += (size_t)n;
+    int r = rm_boot_parse(c->boot_buf, c->boot_len, &waddr, &wlen, &used);
+    if (r == 1)
+        return;
+    if (r < 0 || used != c->boot_len || !rm_boot_addr_plausible(ctx, waddr, wlen)) {
+        rm_info("dropping a connection that is not a remora client");
+        conn_kill(c);
+        return;
+    }
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, ctx->worker_addr, (uint32_t)ctx->worker_addr_len);
+    if (w.failed || rm_peer_create_ep(&c->peer, waddr) != REMORA_OK ||
+        rm_boot_send(c->peer.sock.fd, w.data, w.len) != 0) {
+        rm_warn("could not set up a client connection");
+        rm_wbuf_free(&w);
+        conn_kill(c);
+        return;
+    }
+    rm_wbuf_free(&w);
+    free(c->boot_buf);
+    c->boot_buf = NULL;
     c->state    = CONN_HELLO;
-    rm_auth_nonce(c->server_nonce);
-    if (rm_peer_accept(&c->peer, req) != REMORA_OK) {
-        rm_warn("could not accept a connection");
-        free(c);
+}
+
+/* The bootstrap socket: the preamble, then only its end (the client is gone). */
+static void conn_sock_cb(rm_watch_t *w, uint32_t events)
+{
+    rm_conn_t *c = rm_container_of(w, rm_conn_t, peer.sock);
+    char byte;
+
+    if (c->state == CONN_BOOT) {
+        conn_boot_read(c);
         return;
     }
-    rm_list_push_back(&s->conns, &c->link);
-    s->nconns++;
-    atomic_store(&s->drained, 0);
+    ssize_t n = recv(w->fd, &byte, 1, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        rm_info("client went away");
+        conn_kill(c);
+    } else if (n > 0) {
+        rm_warn("unexpected bytes on a bootstrap socket; closing it");
+        conn_kill(c);
+    }
+}
+
+static void on_accept(rm_watch_t *w, uint32_t events)
+{
+    remora_server_h s = rm_container_of(w, struct remora_server, listener);
+    int fd;
+
+    while ((fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+        rm_conn_t *c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->peer.ctx     = s->ctx;
+        c->peer.ops     = &conn_ops;
+        c->peer.sock.fd = fd;
+        c->peer.sock.cb = conn_sock_cb;
+        c->peer.failed  = 1; /* no endpoint yet */
+        c->server       = s;
+        c->state        = CONN_BOOT;
+        c->born_ns      = rm_now_ns();
+        rm_auth_nonce(c->server_nonce);
+        if (rm_engine_watch(s->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP) != REMORA_OK) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        rm_list_push_back(&s->conns, &c->link);
+        s->nconns++;
+        atomic_store(&s->drained, 0);
+    }
+}
+
+/* Every tick: drop connections stuck in the bootstrap or the handshake, and
+ * free retired memory whose grace has run out. */
+static void server_tick(rm_ticker_t *t)
+{
+    remora_server_h s = rm_container_of(t, struct remora_server, ticker);
+    uint64_t now = rm_now_ns();
+    rm_list_t *pos, *tmp;
+
+    rm_list_for_each_safe(pos, tmp, &s->conns) {
+        rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
+        uint64_t limit = c->state == CONN_BOOT ? RM_BOOT_TIMEOUT_NS : RM_HELLO_TIMEOUT_NS;
+        if (c->state != CONN_READY && now - c->born_ns > limit) {
+            rm_info("dropping a connection that did not finish its handshake");
+            conn_kill(c);
+        }
+    }
+    retired_sweep(s);
 }
 
 /* ------------------------------------------------------------ public API */
@@ -572,33 +646,22 @@ static void on_conn_request(ucp_conn_request_h req, void *arg)
 static remora_status_t start_listener(remora_server_h s, const char *addr)
 {
     struct sockaddr_storage ss;
-    socklen_t len;
-    remora_status_t st = rm_parse_addr(addr, &ss, &len);
+    socklen_t len = sizeof(ss);
+    remora_status_t st = rm_boot_listen(addr, &s->listener.fd);
 
-    if (st != REMORA_OK) {
-        rm_error("bad listen address '%s'", addr);
+    if (st != REMORA_OK)
+        return st;
+    s->listener.cb = on_accept;
+    if ((st = rm_engine_watch(s->ctx, &s->listener, EPOLLIN)) != REMORA_OK) {
+        close(s->listener.fd);
         return st;
     }
-    if (ss.ss_family != AF_INET) {
-        /* UCX 1.13 overruns a buffer formatting an IPv6 peer on accept. */
-        rm_error("cannot listen on %s: IPv6 listening is not supported with this UCX", addr);
-        return REMORA_ERR_UNSUPPORTED;
-    }
-    ucp_listener_params_t lp = {
-        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-        .sockaddr   = {.addr = (const struct sockaddr *)&ss, .addrlen = len},
-        .conn_handler = {.cb = on_conn_request, .arg = s},
-    };
-    ucs_status_t us = ucp_listener_create(s->ctx->worker, &lp, &s->listener);
-    if (us != UCS_OK) {
-        rm_error("cannot listen on %s: %s", addr, ucs_status_string(us));
-        return us == UCS_ERR_BUSY ? REMORA_ERR_BUSY : REMORA_ERR_ADDRESS;
-    }
-    ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    if (ucp_listener_query(s->listener, &la) == UCS_OK)
-        rm_format_addr((const struct sockaddr *)&la.sockaddr, s->addr, sizeof(s->addr));
+    if (getsockname(s->listener.fd, (struct sockaddr *)&ss, &len) == 0)
+        rm_format_addr((const struct sockaddr *)&ss, s->addr, sizeof(s->addr));
     else
         snprintf(s->addr, sizeof(s->addr), "%s", addr);
+    s->ticker.fn = server_tick;
+    rm_engine_add_ticker(s->ctx, &s->ticker);
     return REMORA_OK;
 }
 
@@ -666,7 +729,9 @@ void remora_server_destroy(remora_server_h s)
     if (s == NULL)
         return;
     rm_engine_lock(s->ctx);
-    ucp_listener_destroy(s->listener);
+    rm_engine_remove_ticker(s->ctx, &s->ticker);
+    rm_engine_unwatch(s->ctx, &s->listener);
+    close(s->listener.fd);
     rm_list_for_each_safe(pos, tmp, &s->conns)
         conn_kill(rm_container_of(pos, rm_conn_t, link));
     rm_engine_unlock(s->ctx);

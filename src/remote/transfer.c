@@ -355,14 +355,16 @@ remora_status_t remora_client_read(remora_client_h c, const char *name, uint64_t
                                    void *buf, size_t length)
 {
     remora_request_h req = NULL;
-    return run_blocking(remora_client_read_nb(c, name, offset, buf, length, &req), req);
+    remora_status_t st   = remora_client_read_nb(c, name, offset, buf, length, &req);
+    return run_blocking(st, req);
 }
 
 remora_status_t remora_client_write(remora_client_h c, const char *name, uint64_t offset,
                                     const void *buf, size_t length)
 {
     remora_request_h req = NULL;
-    return run_blocking(remora_client_write_nb(c, name, offset, buf, length, &req), req);
+    remora_status_t st   = remora_client_write_nb(c, name, offset, buf, length, &req);
+    return run_blocking(st, req);
 }
 
 /* ------------------------------------------------------------ mappings */

@@ -1,5 +1,6 @@
 #include "wire/wire.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +112,8 @@ void rm_wbuf_init(rm_wbuf_t *w) { memset(w, 0, sizeof(*w)); }
 
 void rm_wbuf_free(rm_wbuf_t *w)
 {
+    if (w == NULL)
+        return;
     free(w->data);
     rm_wbuf_init(w);
 }
@@ -119,6 +122,10 @@ static uint8_t *wbuf_reserve(rm_wbuf_t *w, size_t n)
 {
     if (w->failed)
         return NULL;
+    if (n > SIZE_MAX / 2 - w->len) { /* doubling below could wrap */
+        w->failed = 1;
+        return NULL;
+    }
     if (w->cap - w->len < n) {
         size_t cap = w->cap ? w->cap : 64;
         while (cap - w->len < n)
@@ -334,4 +341,39 @@ int rm_name_decode(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1])
     rm_rbuf_init(&r, buf, len);
     rm_rbuf_name(&r, out);
     return r.failed || r.left != 0 ? -1 : 0;
+}
+
+/* ------------------------------------------------------------- bootstrap */
+
+void rm_boot_encode(rm_wbuf_t *w, const void *worker_addr, uint32_t len)
+{
+    rm_wbuf_u32(w, RM_BOOT_MAGIC);
+    rm_wbuf_u16(w, RM_BOOT_VERSION);
+    rm_wbuf_u16(w, 0);
+    rm_wbuf_u32(w, len);
+    rm_wbuf_bytes(w, worker_addr, len);
+}
+
+int rm_boot_parse(const void *data, size_t len, const uint8_t **addr_p, uint32_t *len_p,
+                  size_t *used_p)
+{
+    const uint8_t *buf = data;
+    uint32_t alen;
+
+    /* Reject a wrong magic as soon as its bytes are in, so garbage is cut short. */
+    for (size_t i = 0; i < len && i < 4; i++)
+        if (buf[i] != (uint8_t)(RM_BOOT_MAGIC >> (8 * i)))
+            return -1;
+    if (len < RM_BOOT_HDR_LEN)
+        return 1;
+    alen = get32(buf + 8);
+    if (get16(buf + 4) != RM_BOOT_VERSION || get16(buf + 6) != 0 || alen == 0 ||
+        alen > RM_WORKER_ADDR_MAX)
+        return -1;
+    if (len - RM_BOOT_HDR_LEN < alen)
+        return 1;
+    *addr_p = buf + RM_BOOT_HDR_LEN;
+    *len_p  = alen;
+    *used_p = RM_BOOT_HDR_LEN + alen;
+    return 0;
 }

@@ -24,6 +24,10 @@
 #define RM_RKEY_MAX        8192
 #define RM_LIST_MAX        65536
 #define RM_HDR_MAX         48
+#define RM_BOOT_MAGIC      0x42524d52u /* "RMRB" */
+#define RM_BOOT_VERSION    1u
+#define RM_BOOT_HDR_LEN    12u
+#define RM_WORKER_ADDR_MAX 65536u
 
 typedef enum rm_msg_type {
     RM_MSG_HELLO        = 1,
@@ -144,5 +148,18 @@ int rm_name_decode(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1]);
 
 /* Checks a region name: 1..REMORA_NAME_MAX bytes, printable, no NUL. */
 int rm_name_valid(const char *name);
+
+/* ------------------------------------------------------------- bootstrap */
+
+/*
+ * The bootstrap preamble each side writes once on the TCP bootstrap socket:
+ * u32 magic, u16 version, u16 flags (0), u32 length, then the UCX worker
+ * address of that length (1..RM_WORKER_ADDR_MAX).
+ */
+void rm_boot_encode(rm_wbuf_t *w, const void *worker_addr, uint32_t len);
+/* 1: need more bytes; 0: complete (addr_p and len_p point into buf, used_p
+ * bytes were the preamble); -1: not a remora bootstrap. */
+int rm_boot_parse(const void *buf, size_t len, const uint8_t **addr_p, uint32_t *len_p,
+                  size_t *used_p);
 
 #endif
