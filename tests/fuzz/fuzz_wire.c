@@ -1,0 +1,331 @@
+/*
+ * libFuzzer target for every wire decoder (src/wire/wire.c).
+ *
+ * Design notes
+ * - The first input byte picks the decoder (modulo MODE_COUNT); the rest is
+ *   its input, so one corpus covers all of them:
+ *     0 header   rm_hdr_decode
+ *     1 hello    rm_hello_decode
+ *     2 desc     rm_region_desc_decode on an rm_rbuf_t
+ *     3 list     rm_list_decode
+ *     4 name     rm_name_decode (and rm_name_valid)
+ *     5 reader   a sequence of rm_rbuf_* reads, checked against a model
+ * - The input handed to a decoder is a heap copy of exactly its bytes, so
+ *   ASan reports any read past the end.
+ * - Every successful decode is re-encoded, and the encoding must reproduce the
+ *   input bytes (for the header, all but reserved bytes, which encode as 0);
+ *   header, hello and name decodes are also compared against an independent
+ *   statement of when they must succeed, and the list decoder against
+ *   decoding its entries one by one, so wrong acceptance or rejection is
+ *   caught as well as crashes. Any mismatch aborts.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire/wire.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER, MODE_COUNT };
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "fuzz_wire: %s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                    #cond);                                                            \
+            abort();                                                                   \
+        }                                                                              \
+    } while (0)
+
+static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t le32(const uint8_t *p) { return le16(p) | ((uint32_t)le16(p + 2) << 16); }
+static uint64_t le64(const uint8_t *p) { return le32(p) | ((uint64_t)le32(p + 4) << 32); }
+
+/* ------------------------------------------------------------- header */
+
+/* The header lengths and reserved bytes, restated from the protocol. */
+static size_t spec_hdr_len(unsigned type)
+{
+    switch (type) {
+    case RM_MSG_READ:
+    case RM_MSG_WRITE:     return 40;
+    case RM_MSG_EVENT:     return 48;
+    case RM_MSG_EVENT_ACK: return 24;
+    default:               return 16;
+    }
+}
+
+static int spec_hdr_reserved(unsigned type, size_t i)
+{
+    if (i == 2 || i == 3)
+        return 1;
+    if (type == RM_MSG_READ || type == RM_MSG_WRITE)
+        return i >= 20 && i < 24;
+    if (type == RM_MSG_EVENT)
+        return i >= 21 && i < 24;
+    return 0;
+}
+
+static int spec_hdr_valid(const uint8_t *in, size_t n)
+{
+    if (n < 16 || in[0] == 0 || in[0] > RM_MSG_TYPE_MAX || in[1] != 1 || n != spec_hdr_len(in[0]))
+        return 0;
+    if (in[0] == RM_MSG_EVENT && in[20] != RM_EVENT_CHANGED && in[20] != RM_EVENT_REMOVED)
+        return 0;
+    return 1;
+}
+
+static void fuzz_hdr(const uint8_t *in, size_t n)
+{
+    rm_hdr_t h, h2;
+    uint8_t enc[RM_HDR_MAX];
+    int ok = rm_hdr_decode(in, n, &h) == 0;
+
+    CHECK(ok == spec_hdr_valid(in, n));
+    if (!ok)
+        return;
+    CHECK(h.type == in[0]);
+    CHECK((uint32_t)h.status == le32(in + 4) && h.req_id == le64(in + 8));
+    size_t len = rm_hdr_encode(&h, enc);
+    CHECK(len == n && len <= RM_HDR_MAX);
+    for (size_t i = 0; i < len; i++)
+        CHECK(enc[i] == (spec_hdr_reserved(h.type, i) ? 0 : in[i]));
+    CHECK(rm_hdr_decode(enc, len, &h2) == 0);
+    CHECK(h2.type == h.type && h2.status == h.status && h2.req_id == h.req_id &&
+          h2.region_id == h.region_id && h2.kind == h.kind && h2.offset == h.offset &&
+          h2.length == h.length && h2.generation == h.generation && h2.size == h.size &&
+          h2.epoch == h.epoch);
+    CHECK(strcmp(rm_msg_type_name(h.type), "?") != 0);
+}
+
+/* ------------------------------------------------------------- hello */
+
+#define HELLO_LEN (4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN)
+
+static void fuzz_hello(const uint8_t *in, size_t n)
+{
+    rm_hello_t h;
+    rm_wbuf_t w;
+    int ok = rm_hello_decode(in, n, &h) == 0;
+    int spec =
+        n >= HELLO_LEN && le32(in) == RM_HELLO_MAGIC && le16(in + 4) <= le16(in + 6);
+
+    CHECK(ok == spec);
+    if (!ok)
+        return;
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &h);
+    if (!w.failed) {
+        CHECK(w.len == HELLO_LEN);
+        CHECK(memcmp(w.data, in, HELLO_LEN) == 0); /* trailing input bytes are ignored */
+    }
+    rm_wbuf_free(&w);
+}
+
+/* ------------------------------------------------------------- descriptors */
+
+/* A successfully decoded descriptor obeys the decoder's promises. */
+static void check_desc(const rm_region_desc_t *d, const uint8_t *in, size_t n)
+{
+    CHECK(rm_name_valid(d->name));
+    CHECK(d->mem_type <= REMORA_MEM_CUDA);
+    CHECK((d->access & ~(unsigned)(REMORA_ACCESS_READ | REMORA_ACCESS_WRITE)) == 0);
+    CHECK(d->rkey_len <= RM_RKEY_MAX);
+    if (d->rkey_len == 0)
+        CHECK(d->rkey == NULL);
+    else
+        CHECK(d->rkey != NULL && d->rkey >= in && d->rkey + d->rkey_len <= in + n);
+}
+
+static void fuzz_desc(const uint8_t *in, size_t n)
+{
+    rm_rbuf_t r;
+    rm_region_desc_t d;
+    rm_wbuf_t w;
+
+    rm_rbuf_init(&r, in, n);
+    rm_region_desc_decode(&r, &d);
+    CHECK(r.left <= n);
+    if (r.failed)
+        return;
+    check_desc(&d, in, n);
+    size_t used = n - r.left;
+    CHECK(used == 38 + strlen(d.name) + d.rkey_len);
+    CHECK(r.p == in + used);
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &d);
+    if (!w.failed)
+        CHECK(w.len == used && memcmp(w.data, in, used) == 0);
+    rm_wbuf_free(&w);
+}
+
+/* ------------------------------------------------------------- list */
+
+/* The list decoder must agree with decoding count descriptors one by one
+ * (its size pre-check may reject early, but never a list that would decode). */
+static int list_decodes_by_hand(const uint8_t *in, size_t n)
+{
+    rm_rbuf_t r;
+    rm_region_desc_t d;
+
+    rm_rbuf_init(&r, in, n);
+    uint32_t count = rm_rbuf_u32(&r);
+    if (r.failed || count > RM_LIST_MAX)
+        return 0;
+    for (uint32_t i = 0; i < count && !r.failed; i++)
+        rm_region_desc_decode(&r, &d);
+    return !r.failed && r.left == 0;
+}
+
+static void fuzz_list(const uint8_t *in, size_t n)
+{
+    rm_region_desc_t *descs = NULL;
+    size_t count            = 0;
+    rm_wbuf_t w;
+    int ok = rm_list_decode(in, n, &descs, &count) == 0;
+
+    CHECK(ok == list_decodes_by_hand(in, n));
+    if (!ok)
+        return;
+    CHECK(descs != NULL && count <= RM_LIST_MAX && n >= 4 + 39 * count);
+    CHECK(le32(in) == count);
+    rm_wbuf_init(&w);
+    rm_wbuf_u32(&w, (uint32_t)count);
+    for (size_t i = 0; i < count; i++) {
+        check_desc(&descs[i], in, n);
+        rm_region_desc_encode(&w, &descs[i]);
+    }
+    if (!w.failed)
+        CHECK(w.len == n && memcmp(w.data, in, n) == 0);
+    rm_wbuf_free(&w);
+    free(descs);
+}
+
+/* ------------------------------------------------------------- name */
+
+static int spec_name_bytes(const uint8_t *s, size_t n)
+{
+    if (n < 1 || n > REMORA_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+static void fuzz_name(const uint8_t *in, size_t n)
+{
+    char out[REMORA_NAME_MAX + 1];
+    char str[REMORA_NAME_MAX + 2];
+    rm_wbuf_t w;
+    int ok   = rm_name_decode(in, n, out) == 0;
+    int spec = n >= 2 && n == 2u + le16(in) && spec_name_bytes(in + 2, n - 2);
+
+    CHECK(ok == spec);
+    /* rm_name_valid on the bytes as a C string agrees with the same rule. */
+    size_t sl = n > 2 ? n - 2 : 0;
+    if (sl > REMORA_NAME_MAX + 1)
+        sl = REMORA_NAME_MAX + 1;
+    memcpy(str, in + (n > 2 ? 2 : 0), sl);
+    str[sl] = '\0';
+    CHECK(rm_name_valid(str) == spec_name_bytes((const uint8_t *)str, strlen(str)));
+    /* Even a failed decode leaves a terminated string (a valid name followed
+     * by trailing bytes is copied out before the length check fails). */
+    CHECK(memchr(out, '\0', sizeof(out)) != NULL);
+    if (!ok)
+        return;
+    CHECK(rm_name_valid(out));
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, out);
+    if (!w.failed)
+        CHECK(w.len == n && memcmp(w.data, in, n) == 0);
+    rm_wbuf_free(&w);
+}
+
+/* ------------------------------------------------------------- reader */
+
+/* in[0] % 16 op bytes follow, then the buffer the ops read from. Each op is
+ * checked against a model of the reader: a position and a sticky failure. */
+static void fuzz_reader(const uint8_t *in, size_t n)
+{
+    if (n == 0)
+        return;
+    size_t nops = in[0] % 16u;
+    if (nops > n - 1)
+        nops = n - 1;
+    const uint8_t *ops = in + 1, *buf = in + 1 + nops;
+    size_t len = n - 1 - nops, pos = 0;
+    int failed = 0;
+    rm_rbuf_t r;
+
+    rm_rbuf_init(&r, buf, len);
+    for (size_t i = 0; i < nops; i++) {
+        unsigned op = ops[i] % 6u;
+        size_t want = op == 0 ? 1 : op == 1 ? 2 : op == 2 ? 4 : op == 3 ? 8 : ops[i] >> 3;
+        const uint8_t *at = buf + pos;
+        int fits          = !failed && len - pos >= want;
+
+        switch (op) {
+        case 0: CHECK(rm_rbuf_u8(&r) == (fits ? at[0] : 0)); break;
+        case 1: CHECK(rm_rbuf_u16(&r) == (fits ? le16(at) : 0)); break;
+        case 2: CHECK(rm_rbuf_u32(&r) == (fits ? le32(at) : 0)); break;
+        case 3: CHECK(rm_rbuf_u64(&r) == (fits ? le64(at) : 0)); break;
+        case 4: CHECK(rm_rbuf_bytes(&r, want) == (fits ? at : NULL)); break;
+        default: {
+            char out[REMORA_NAME_MAX + 1];
+            rm_rbuf_name(&r, out);
+            int got = 0;
+            if (!failed && len - pos >= 2) {
+                size_t nl = le16(at);
+                pos += 2; /* the prefix is consumed even when the name is bad */
+                if (len - pos >= nl) {
+                    got = spec_name_bytes(buf + pos, nl);
+                    if (got)
+                        CHECK(strlen(out) == nl && memcmp(out, buf + pos, nl) == 0);
+                    pos += nl;
+                }
+            }
+            if (!got)
+                CHECK(out[0] == '\0');
+            failed = !got;
+            CHECK(r.failed == failed);
+            CHECK(r.left == len - pos && r.p == buf + pos);
+            continue;
+        }
+        }
+        if (fits)
+            pos += want;
+        else
+            failed = 1;
+        CHECK(r.failed == failed);
+        CHECK(r.left == len - pos && r.p == buf + pos);
+    }
+}
+
+/* ------------------------------------------------------------- entry */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    unsigned mode = data[0] % MODE_COUNT;
+    size_t n      = size - 1;
+    uint8_t *in   = malloc(n ? n : 1); /* exactly n bytes: ASan sees any over-read */
+    if (in == NULL)
+        return 0;
+    memcpy(in, data + 1, n);
+
+    switch (mode) {
+    case MODE_HDR:    fuzz_hdr(in, n); break;
+    case MODE_HELLO:  fuzz_hello(in, n); break;
+    case MODE_DESC:   fuzz_desc(in, n); break;
+    case MODE_LIST:   fuzz_list(in, n); break;
+    case MODE_NAME:   fuzz_name(in, n); break;
+    default:          fuzz_reader(in, n); break;
+    }
+    free(in);
+    return 0;
+}

@@ -1,0 +1,1024 @@
+/*
+ * Malformed messages from a real UCX peer. A raw UCP client (its own UCX
+ * context and worker) connects the way docs/protocol.md says (a TCP
+ * bootstrap socket carrying one preamble each way, then an endpoint to the
+ * server's worker address with UCP_ERR_HANDLING_MODE_PEER) and sends active
+ * messages with id 0x52 and UCP_AM_SEND_FLAG_REPLY whose headers and bodies
+ * break the rules one at a time. It checks the server's answer on AM id 0x53:
+ * the reply type, the exact status, the echoed req_id. Afterwards a real
+ * remora client must still work against the same server, and the server must
+ * still shut down cleanly.
+ *
+ * Servers:
+ *   W: a (64 KiB, pattern), z (2 MiB, zeros), --writable
+ *   R: a (64 KiB, pattern), read-only
+ *   T: a (64 KiB, pattern), --token-file
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include "engine/engine.h" /* RM_AM_ID_TO_SERVER, RM_AM_ID_TO_CLIENT */
+#include "harness.h"
+#include "wire/wire.h"
+
+#define A_SIZE (64u * 1024u)
+#define Z_SIZE (2u * 1024u * 1024u)
+#define REPLY_WAIT_MS 5000
+#define MAX_REPLIES 4096
+
+/* ---------------------------------------------------------------- raw peer */
+
+typedef struct reply {
+    int      hdr_ok; /* the reply's header decoded */
+    rm_hdr_t hdr;
+    uint8_t *body;
+    size_t   body_len;
+    int      rndv;
+} reply_t;
+
+typedef struct raw {
+    ucp_context_h ctx;
+    ucp_worker_h  worker;
+    ucp_ep_h      ep;
+    int           sock;     /* the bootstrap socket, open while connected */
+    int           ep_failed;
+    ucs_status_t  ep_status;
+    reply_t       replies[MAX_REPLIES];
+    size_t        nreplies, taken;
+    uint64_t      next_req;
+} raw_t;
+
+static ucs_status_t raw_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_t *r = arg;
+    reply_t *rp;
+
+    if (r->nreplies == MAX_REPLIES)
+        return UCS_OK;
+    rp = &r->replies[r->nreplies++];
+    memset(rp, 0, sizeof(*rp));
+    rp->hdr_ok = rm_hdr_decode(header, header_length, &rp->hdr) == 0;
+    rp->rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (!rp->rndv && length) {
+        rp->body = malloc(length);
+        if (rp->body)
+            memcpy(rp->body, data, length);
+    }
+    rp->body_len = length;
+    return UCS_OK; /* a rendezvous body is dropped unread */
+}
+
+static void raw_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    raw_t *r = arg;
+    (void)ep;
+    r->ep_failed = 1;
+    r->ep_status = status;
+}
+
+static void raw_progress_for(raw_t *r, int ms)
+{
+    double deadline = it_now_ms() + ms;
+    while (it_now_ms() < deadline)
+        if (ucp_worker_progress(r->worker) == 0)
+            it_sleep_ms(1);
+}
+
+/* Read the server's bootstrap preamble from fd; returns its worker address
+ * (malloc'd) or NULL. */
+static void *read_preamble(int fd)
+{
+    size_t cap = RM_BOOT_HDR_LEN + RM_WORKER_ADDR_MAX, have = 0, used;
+    uint8_t *buf = malloc(cap);
+    const uint8_t *waddr;
+    uint32_t wlen;
+    double deadline = it_now_ms() + REPLY_WAIT_MS;
+
+    while (buf && it_now_ms() < deadline) {
+        int r = rm_boot_parse(buf, have, &waddr, &wlen, &used);
+        if (r == 0) {
+            memmove(buf, waddr, wlen);
+            return buf;
+        }
+        if (r < 0)
+            break;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 50) <= 0)
+            continue;
+        ssize_t n = recv(fd, buf + have, cap - have, 0);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Connect a raw peer to addr: bootstrap, then an endpoint to the server's
+ * worker. Returns 0 or -1. */
+static int raw_open(raw_t *r, const char *addr)
+{
+    ucp_config_t *config;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    ucp_address_t *my_addr;
+    size_t my_len;
+    rm_wbuf_t w;
+    void *server_addr;
+
+    memset(r, 0, sizeof(*r));
+    r->sock = -1;
+    r->next_req = 1000;
+    if (rm_parse_addr(addr, &ss, &len) != REMORA_OK)
+        return -1;
+    if (ucp_config_read(NULL, NULL, &config) != UCS_OK)
+        return -1;
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+                      .features = UCP_FEATURE_AM, .name = "raw-peer"};
+    ucs_status_t st = ucp_init(&p, config, &r->ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK)
+        return -1;
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    if (ucp_worker_create(r->ctx, &wp, &r->worker) != UCS_OK)
+        return -1;
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = RM_AM_ID_TO_CLIENT, .cb = raw_am_cb, .arg = r, .flags = UCP_AM_FLAG_WHOLE_MSG};
+    if (ucp_worker_set_am_recv_handler(r->worker, &hp) != UCS_OK)
+        return -1;
+
+    /* Bootstrap: our preamble, then the server's. */
+    if ((r->sock = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+        connect(r->sock, (struct sockaddr *)&ss, len) != 0)
+        return -1;
+    if (ucp_worker_get_address(r->worker, &my_addr, &my_len) != UCS_OK)
+        return -1;
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, my_addr, (uint32_t)my_len);
+    ucp_worker_release_address(r->worker, my_addr);
+    int sent = !w.failed && send(r->sock, w.data, w.len, MSG_NOSIGNAL) == (ssize_t)w.len;
+    rm_wbuf_free(&w);
+    if (!sent || (server_addr = read_preamble(r->sock)) == NULL)
+        return -1;
+
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        .address = server_addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = raw_err_cb, .arg = r},
+    };
+    st = ucp_ep_create(r->worker, &ep, &r->ep);
+    free(server_addr);
+    return st == UCS_OK ? 0 : -1;
+}
+
+/* Has the server closed our bootstrap socket (EOF or reset)? */
+static bool raw_sock_closed(raw_t *r)
+{
+    char byte;
+    struct pollfd pfd = {.fd = r->sock, .events = POLLIN};
+
+    if (poll(&pfd, 1, 0) <= 0)
+        return false;
+    ssize_t n = recv(r->sock, &byte, 1, MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+static void raw_close(raw_t *r)
+{
+    if (r->ep) {
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        void *req = ucp_ep_close_nbx(r->ep, &p);
+        if (UCS_PTR_IS_PTR(req)) {
+            double deadline = it_now_ms() + 2000;
+            while (ucp_request_check_status(req) == UCS_INPROGRESS && it_now_ms() < deadline)
+                ucp_worker_progress(r->worker);
+            ucp_request_free(req);
+        }
+    }
+    if (r->sock >= 0)
+        close(r->sock);
+    if (r->worker)
+        ucp_worker_destroy(r->worker);
+    if (r->ctx)
+        ucp_cleanup(r->ctx);
+    for (size_t i = 0; i < r->nreplies; i++)
+        free(r->replies[i].body);
+    memset(r, 0, sizeof(*r));
+    r->sock = -1;
+}
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    (void)request;
+    (void)status;
+    (void)user_data;
+}
+
+/* Send one AM (id, header bytes, body bytes) and wait until it left. */
+static void raw_send_id(raw_t *r, unsigned id, const void *hdr, size_t hlen, const void *body,
+                        size_t blen, unsigned flags)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK,
+                             .flags = flags, .cb.send = send_cb};
+    void *req = ucp_am_send_nbx(r->ep, id, hdr, hlen, body, blen, &p);
+
+    if (UCS_PTR_IS_ERR(req))
+        fail_msg("ucp_am_send_nbx: %s", ucs_status_string(UCS_PTR_STATUS(req)));
+    if (req == NULL)
+        return;
+    double deadline = it_now_ms() + REPLY_WAIT_MS;
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && it_now_ms() < deadline)
+        ucp_worker_progress(r->worker);
+    ucs_status_t st = ucp_request_check_status(req);
+    ucp_request_free(req);
+    if (st != UCS_OK)
+        fail_msg("raw send did not complete: %s", ucs_status_string(st));
+}
+
+static void raw_send(raw_t *r, const void *hdr, size_t hlen, const void *body, size_t blen)
+{
+    raw_send_id(r, RM_AM_ID_TO_SERVER, hdr, hlen, body, blen,
+                UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER);
+}
+
+/* The next reply, waiting up to REPLY_WAIT_MS; fails the test if none. */
+static reply_t *raw_next_reply(raw_t *r, const char *what)
+{
+    double deadline = it_now_ms() + REPLY_WAIT_MS;
+
+    while (r->taken == r->nreplies && it_now_ms() < deadline && !r->ep_failed)
+        if (ucp_worker_progress(r->worker) == 0)
+            it_sleep_ms(1);
+    if (r->taken == r->nreplies)
+        fail_msg("%s: no reply within %d ms%s", what, REPLY_WAIT_MS,
+                 r->ep_failed ? " (the connection failed)" : "");
+    return &r->replies[r->taken++];
+}
+
+/* Expect exactly one reply of type/status/req_id to what was just sent. */
+static reply_t *expect_reply(raw_t *r, const char *what, unsigned type, remora_status_t status,
+                             uint64_t req_id)
+{
+    reply_t *rp = raw_next_reply(r, what);
+
+    if (!rp->hdr_ok)
+        fail_msg("%s: the reply's header is malformed", what);
+    if (rp->hdr.type != type || rp->hdr.status != status || rp->hdr.req_id != req_id)
+        fail_msg("%s: got %s status %d (%s) req_id %llu; expected %s status %d (%s) req_id %llu",
+                 what, rm_msg_type_name(rp->hdr.type), rp->hdr.status,
+                 remora_status_string((remora_status_t)rp->hdr.status), (unsigned long long)rp->hdr.req_id,
+                 rm_msg_type_name(type), status, remora_status_string(status),
+                 (unsigned long long)req_id);
+    return rp;
+}
+
+/* Nothing arrives for ms. */
+static void expect_no_reply(raw_t *r, const char *what, int ms)
+{
+    raw_progress_for(r, ms);
+    if (r->taken != r->nreplies) {
+        reply_t *rp = &r->replies[r->taken];
+        fail_msg("%s: unexpected reply %s status %d", what,
+                 rp->hdr_ok ? rm_msg_type_name(rp->hdr.type) : "(malformed)", rp->hdr.status);
+    }
+}
+
+/* ---------------------------------------------------------------- message builders */
+
+/* A valid header of type with req_id; returns its length. */
+static size_t hdr_of(uint8_t buf[RM_HDR_MAX], unsigned type, uint64_t req_id)
+{
+    rm_hdr_t h = {.type = (uint8_t)type, .req_id = req_id};
+    return rm_hdr_encode(&h, buf);
+}
+
+static size_t rw_hdr(uint8_t buf[RM_HDR_MAX], unsigned type, uint64_t req_id, uint32_t region,
+                     uint64_t off, uint64_t len)
+{
+    rm_hdr_t h = {.type = (uint8_t)type, .req_id = req_id, .region_id = region, .offset = off,
+                  .length = len};
+    return rm_hdr_encode(&h, buf);
+}
+
+static void hello_body(rm_wbuf_t *w, uint16_t pmin, uint16_t pmax)
+{
+    rm_hello_t h = {.proto_min = pmin, .proto_max = pmax};
+    rm_wbuf_init(w);
+    memset(h.nonce, 0x42, sizeof(h.nonce));
+    rm_hello_encode(w, &h);
+}
+
+/* Valid HELLO; returns the server's hello flags. */
+static uint16_t do_hello(raw_t *r)
+{
+    uint8_t h[RM_HDR_MAX];
+    rm_wbuf_t w;
+    rm_hello_t theirs;
+    uint64_t id = ++r->next_req;
+
+    hello_body(&w, 1, 1);
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, id), w.data, w.len);
+    rm_wbuf_free(&w);
+    reply_t *rp = expect_reply(r, "valid HELLO", RM_MSG_HELLO_REPLY, REMORA_OK, id);
+    assert_int_equal(rm_hello_decode(rp->body, rp->body_len, &theirs), 0);
+    assert_int_equal(theirs.proto_min, 1);
+    assert_int_equal(theirs.proto_max, 1);
+    return theirs.flags;
+}
+
+/* LOOKUP with a raw body; returns the reply. */
+static reply_t *lookup_raw(raw_t *r, const char *what, const void *body, size_t len,
+                           remora_status_t status)
+{
+    uint8_t h[RM_HDR_MAX];
+    uint64_t id = ++r->next_req;
+    raw_send(r, h, hdr_of(h, RM_MSG_LOOKUP, id), body, len);
+    return expect_reply(r, what, RM_MSG_LOOKUP_REPLY, status, id);
+}
+
+/* LOOKUP a valid name; returns its region id and checks size/access. */
+static uint32_t lookup(raw_t *r, const char *name, uint64_t size, unsigned access)
+{
+    rm_wbuf_t w;
+    rm_rbuf_t rb;
+    rm_region_desc_t d;
+
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, name);
+    reply_t *rp = lookup_raw(r, name, w.data, w.len, REMORA_OK);
+    rm_wbuf_free(&w);
+    rm_rbuf_init(&rb, rp->body, rp->body_len);
+    rm_region_desc_decode(&rb, &d);
+    assert_false(rb.failed);
+    assert_int_equal(rb.left, 0);
+    assert_string_equal(d.name, name);
+    assert_int_equal(d.size, size);
+    assert_int_equal(d.access, access);
+    assert_int_equal(d.generation, 1);
+    return d.region_id;
+}
+
+/* READ; returns the reply (body checked by the caller). */
+static reply_t *read_raw(raw_t *r, const char *what, uint32_t region, uint64_t off, uint64_t len,
+                         remora_status_t status)
+{
+    uint8_t h[RM_HDR_MAX];
+    uint64_t id = ++r->next_req;
+    raw_send(r, h, rw_hdr(h, RM_MSG_READ, id, region, off, len), NULL, 0);
+    return expect_reply(r, what, RM_MSG_READ_REPLY, status, id);
+}
+
+static void write_raw(raw_t *r, const char *what, uint32_t region, uint64_t off, uint64_t len,
+                      const void *body, size_t blen, remora_status_t status)
+{
+    uint8_t h[RM_HDR_MAX];
+    uint64_t id = ++r->next_req;
+    raw_send(r, h, rw_hdr(h, RM_MSG_WRITE, id, region, off, len), body, blen);
+    expect_reply(r, what, RM_MSG_WRITE_REPLY, status, id);
+}
+
+static void ping(raw_t *r, const char *what)
+{
+    uint8_t h[RM_HDR_MAX];
+    uint64_t id = ++r->next_req;
+    raw_send(r, h, hdr_of(h, RM_MSG_PING, id), NULL, 0);
+    expect_reply(r, what, RM_MSG_PONG, REMORA_OK, id);
+}
+
+/* ---------------------------------------------------------------- servers */
+
+static it_server_t g_w, g_r, g_t;
+static char g_token_file[512];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    it_tmp_path(g_token_file, sizeof(g_token_file), "token");
+    if (it_write_file(g_token_file, "tok\n", 4) != 0)
+        return -1;
+    if (it_server_start(&g_w, "--region", "a=64K", "--region", "z=2M:zero", "--writable",
+                        NULL) != 0 ||
+        it_server_start(&g_r, "--region", "a=64K", NULL) != 0 ||
+        it_server_start(&g_t, "--region", "a=64K", "--token-file", g_token_file, NULL) != 0)
+        return -1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    int rc = 0;
+    if (it_server_stop(&g_w) != 0)
+        rc = -1;
+    if (it_server_stop(&g_r) != 0)
+        rc = -1;
+    if (it_server_stop(&g_t) != 0)
+        rc = -1;
+    it_reap_all();
+    return rc;
+}
+
+/* A real client still lists and reads a correctly. */
+static void assert_real_client_works(const it_server_t *s, const char *token)
+{
+    remora_client_params_t p = {0};
+    it_client_t c;
+    uint8_t buf[A_SIZE];
+
+    if (token) {
+        p.field_mask = REMORA_CLIENT_FIELD_TOKEN;
+        p.token = token;
+        p.token_len = strlen(token);
+    }
+    it_assert_ok(it_client_open(&c, s->addr, &p));
+    it_assert_ok(remora_client_read(c.client, "a", 0, buf, A_SIZE));
+    it_assert_pattern(buf, 0, A_SIZE);
+    it_client_close(&c);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* Before the handshake: malformed headers get ERROR/PROTOCOL with req_id 0;
+ * well-formed requests other than HELLO get ERROR/PROTOCOL echoing req_id;
+ * bad HELLO bodies get ERROR/PROTOCOL and leave the state unchanged, so a
+ * valid HELLO afterwards still works. */
+static void test_before_hello(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r));
+    uint8_t h[64], b[128];
+    rm_wbuf_t w;
+    (void)state;
+
+    assert_non_null(r);
+    assert_int_equal(raw_open(r, g_w.addr), 0);
+
+    /* Malformed headers. */
+    raw_send(r, h, 0, NULL, 0);
+    expect_reply(r, "empty header", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+    hdr_of(h, RM_MSG_PING, 5);
+    raw_send(r, h, 5, NULL, 0);
+    expect_reply(r, "5-byte header", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+    hdr_of(h, RM_MSG_PING, 6);
+    raw_send(r, h, 15, NULL, 0);
+    expect_reply(r, "15-byte header", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+    memset(h, 0, sizeof(h));
+    hdr_of(h, RM_MSG_PING, 7);
+    raw_send(r, h, 24, NULL, 0);
+    expect_reply(r, "PING header 8 bytes too long", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+    rw_hdr(h, RM_MSG_READ, 8, 1, 0, 1);
+    raw_send(r, h, 16, NULL, 0);
+    expect_reply(r, "READ header of 16 bytes", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+    static const uint8_t bad_types[] = {0, 18, 0x7f, 0xff};
+    for (size_t i = 0; i < sizeof(bad_types); i++) {
+        hdr_of(h, RM_MSG_PING, 9);
+        h[0] = bad_types[i];
+        raw_send(r, h, 16, NULL, 0);
+        expect_reply(r, "unknown type", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+    }
+    static const uint8_t bad_versions[] = {0, 2, 0xff};
+    for (size_t i = 0; i < sizeof(bad_versions); i++) {
+        hdr_of(h, RM_MSG_HELLO, 10);
+        h[1] = bad_versions[i];
+        hello_body(&w, 1, 1);
+        raw_send(r, h, 16, w.data, w.len);
+        rm_wbuf_free(&w);
+        expect_reply(r, "wrong header version", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+    }
+    memset(h, 0, sizeof(h));
+    rm_hdr_t ev = {.type = RM_MSG_EVENT, .kind = 9};
+    rm_hdr_encode(&ev, h);
+    h[20] = 9; /* kind outside {1, 2} */
+    raw_send(r, h, 48, NULL, 0);
+    expect_reply(r, "EVENT with a bad kind", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+
+    /* Well-formed, but not HELLO. */
+    raw_send(r, h, rw_hdr(h, RM_MSG_READ, 77, 1, 0, 16), NULL, 0);
+    expect_reply(r, "READ before HELLO", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 77);
+    raw_send(r, h, hdr_of(h, RM_MSG_LIST, 78), NULL, 0);
+    expect_reply(r, "LIST before HELLO", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 78);
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, "a");
+    raw_send(r, h, hdr_of(h, RM_MSG_LOOKUP, 79), w.data, w.len);
+    rm_wbuf_free(&w);
+    expect_reply(r, "LOOKUP before HELLO", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 79);
+    memset(b, 0, 32);
+    raw_send(r, h, hdr_of(h, RM_MSG_AUTH, 80), b, 32);
+    expect_reply(r, "AUTH before HELLO", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 80);
+    raw_send(r, h, rw_hdr(h, RM_MSG_WRITE, 81, 2, 0, 4), b, 4);
+    expect_reply(r, "WRITE before HELLO", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 81);
+    raw_send(r, h, hdr_of(h, RM_MSG_PING, 82), NULL, 0);
+    expect_reply(r, "PING before HELLO", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 82);
+
+    /* Bad HELLO bodies. */
+    hello_body(&w, 1, 1);
+    memcpy(b, w.data, w.len);
+    size_t hello_len = w.len;
+    rm_wbuf_free(&w);
+    b[0] ^= 0xff; /* magic */
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 90), b, hello_len);
+    expect_reply(r, "HELLO with bad magic", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 90);
+    b[0] ^= 0xff;
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 91), b, hello_len - 1);
+    expect_reply(r, "HELLO one byte short", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 91);
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 92), b, 10);
+    expect_reply(r, "HELLO of 10 bytes", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 92);
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 93), NULL, 0);
+    expect_reply(r, "HELLO without body", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 93);
+    hello_body(&w, 2, 1);
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 94), w.data, w.len);
+    rm_wbuf_free(&w);
+    expect_reply(r, "HELLO with proto_min > proto_max", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 94);
+
+    /* None of that changed the state: a valid HELLO works, trailing bytes allowed. */
+    uint8_t longer[128];
+    hello_body(&w, 1, 1);
+    memcpy(longer, w.data, w.len);
+    memset(longer + w.len, 0xAB, 16);
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 95), longer, w.len + 16);
+    rm_wbuf_free(&w);
+    expect_reply(r, "HELLO with trailing bytes", RM_MSG_HELLO_REPLY, REMORA_OK, 95);
+    ping(r, "PING after HELLO");
+    assert_false(r->ep_failed);
+    raw_close(r);
+    free(r);
+    assert_real_client_works(&g_w, NULL);
+}
+
+/* After the handshake: LOOKUP bodies that are not exactly one valid name,
+ * messages of the wrong direction or a second HELLO/AUTH. */
+static void test_bad_control_messages(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r));
+    uint8_t h[RM_HDR_MAX], b[600];
+    (void)state;
+
+    assert_non_null(r);
+    assert_int_equal(raw_open(r, g_w.addr), 0);
+    assert_int_equal(do_hello(r) & RM_HELLO_AUTH_REQUIRED, 0);
+
+    lookup_raw(r, "LOOKUP without body", NULL, 0, REMORA_ERR_PROTOCOL);
+    memset(b, 0, sizeof(b));
+    lookup_raw(r, "LOOKUP with an empty name", b, 2, REMORA_ERR_PROTOCOL);
+    b[0] = 1;
+    lookup_raw(r, "LOOKUP with a 1-byte body", b, 1, REMORA_ERR_PROTOCOL);
+    b[0] = 0x00; b[1] = 0x01; /* 256 */
+    memset(b + 2, 'x', 256);
+    lookup_raw(r, "LOOKUP with a 256-byte name", b, 258, REMORA_ERR_PROTOCOL);
+    b[0] = 0xff; b[1] = 0xff;
+    lookup_raw(r, "LOOKUP with a 65535-byte name length", b, 258, REMORA_ERR_PROTOCOL);
+    b[0] = 10; b[1] = 0;
+    memcpy(b + 2, "aaaaa", 5);
+    lookup_raw(r, "LOOKUP name length 10, 5 bytes", b, 7, REMORA_ERR_PROTOCOL);
+    b[0] = 1; b[1] = 0; b[2] = 'a'; b[3] = 'x';
+    lookup_raw(r, "LOOKUP with a trailing byte", b, 4, REMORA_ERR_PROTOCOL);
+    b[0] = 2; b[1] = 0; b[2] = 'a'; b[3] = '\n';
+    lookup_raw(r, "LOOKUP of a name with a control byte", b, 4, REMORA_ERR_PROTOCOL);
+    b[0] = 2; b[1] = 0; b[2] = 'a'; b[3] = 0;
+    lookup_raw(r, "LOOKUP of a name with a NUL", b, 4, REMORA_ERR_PROTOCOL);
+    b[0] = 4; b[1] = 0; memcpy(b + 2, "nope", 4);
+    lookup_raw(r, "LOOKUP of a missing region", b, 6, REMORA_ERR_NOT_FOUND);
+    b[0] = 255; b[1] = 0; memset(b + 2, 'q', 255);
+    lookup_raw(r, "LOOKUP of a 255-byte name", b, 257, REMORA_ERR_NOT_FOUND);
+
+    /* Server-to-client types, and a second HELLO or AUTH. */
+    static const unsigned wrong_way[] = {RM_MSG_HELLO_REPLY, RM_MSG_AUTH_REPLY,
+                                         RM_MSG_LIST_REPLY, RM_MSG_LOOKUP_REPLY, RM_MSG_PONG,
+                                         RM_MSG_ERROR, RM_MSG_WRITE_REPLY, RM_MSG_READ_REPLY,
+                                         RM_MSG_HELLO, RM_MSG_AUTH};
+    for (size_t i = 0; i < sizeof(wrong_way) / sizeof(wrong_way[0]); i++) {
+        uint64_t id = ++r->next_req;
+        rm_wbuf_t w;
+        hello_body(&w, 1, 1);
+        raw_send(r, h, hdr_of(h, wrong_way[i], id), w.data, w.len);
+        rm_wbuf_free(&w);
+        expect_reply(r, rm_msg_type_name(wrong_way[i]), RM_MSG_ERROR, REMORA_ERR_PROTOCOL, id);
+    }
+    rm_hdr_t ev = {.type = RM_MSG_EVENT, .kind = RM_EVENT_CHANGED, .req_id = 4242, .region_id = 1};
+    raw_send(r, h, rm_hdr_encode(&ev, h), "\x01\x00" "a", 3);
+    expect_reply(r, "EVENT from a client", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 4242);
+
+    /* EVENT_ACK for epochs never announced: no reply, nothing breaks. */
+    rm_hdr_t ack = {.type = RM_MSG_EVENT_ACK, .epoch = UINT64_MAX};
+    raw_send(r, h, rm_hdr_encode(&ack, h), NULL, 0);
+    ack.epoch = 0;
+    raw_send(r, h, rm_hdr_encode(&ack, h), NULL, 0);
+    expect_no_reply(r, "EVENT_ACK", 200);
+
+    /* Without UCP_AM_SEND_FLAG_REPLY the server cannot tell who sent it: dropped. */
+    raw_send_id(r, RM_AM_ID_TO_SERVER, h, hdr_of(h, RM_MSG_PING, 555), NULL, 0,
+                UCP_AM_SEND_FLAG_EAGER);
+    expect_no_reply(r, "PING without the REPLY flag", 200);
+    /* The server-to-client id sent to the server: the same dispatcher, same rules. */
+    raw_send_id(r, RM_AM_ID_TO_CLIENT, h, hdr_of(h, RM_MSG_PING, 556), NULL, 0,
+                UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER);
+    expect_reply(r, "PING on AM id 0x53", RM_MSG_PONG, REMORA_OK, 556);
+    ping(r, "PING after all that");
+    uint32_t id_a = lookup(r, "a", A_SIZE, REMORA_ACCESS_READ | REMORA_ACCESS_WRITE);
+    reply_t *rp = read_raw(r, "READ after all that", id_a, 100, 64, REMORA_OK);
+    assert_int_equal(rp->body_len, 64);
+    it_assert_pattern(rp->body, 100, 64);
+    assert_false(r->ep_failed);
+    raw_close(r);
+    free(r);
+    assert_real_client_works(&g_w, NULL);
+}
+
+/* READ and WRITE: unknown regions, every out-of-range form (overflowing
+ * ones included), write bodies whose length differs from the header; none
+ * of them touches memory, the connection keeps working. */
+static void test_bad_reads_and_writes(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r));
+    uint8_t body[64];
+    reply_t *rp;
+    (void)state;
+
+    assert_non_null(r);
+    assert_int_equal(raw_open(r, g_w.addr), 0);
+    do_hello(r);
+    uint32_t id_a = lookup(r, "a", A_SIZE, REMORA_ACCESS_READ | REMORA_ACCESS_WRITE);
+    uint32_t id_z = lookup(r, "z", Z_SIZE, REMORA_ACCESS_READ | REMORA_ACCESS_WRITE);
+
+    read_raw(r, "READ of region 0", 0, 0, 1, REMORA_ERR_NOT_FOUND);
+    read_raw(r, "READ of region 0xffffffff", 0xffffffffu, 0, 1, REMORA_ERR_NOT_FOUND);
+    for (int w = 0; w < 2; w++) {
+        const uint64_t S = w ? Z_SIZE : A_SIZE;
+        const struct { uint64_t off, len; } oor[] = {
+            {UINT64_MAX, 1}, {0, UINT64_MAX}, {S, 1}, {1, S}, {UINT64_MAX - 3, 8},
+            {S + 1, 0}, {UINT64_MAX, 0}, {S - 1, UINT64_MAX}, {1ull << 63, 1ull << 63},
+            {S - 1, 2},
+        };
+        for (size_t i = 0; i < sizeof(oor) / sizeof(oor[0]); i++) {
+            char what[96];
+            snprintf(what, sizeof(what), "%s [%llu, +%llu)", w ? "WRITE" : "READ",
+                     (unsigned long long)oor[i].off, (unsigned long long)oor[i].len);
+            if (w) /* the range is checked before the body length */
+                write_raw(r, what, id_z, oor[i].off, oor[i].len, body, 1,
+                          REMORA_ERR_OUT_OF_RANGE);
+            else
+                read_raw(r, what, id_a, oor[i].off, oor[i].len, REMORA_ERR_OUT_OF_RANGE);
+        }
+    }
+    rp = read_raw(r, "READ of 0 bytes at the end", id_a, A_SIZE, 0, REMORA_OK);
+    assert_int_equal(rp->body_len, 0);
+    rp = read_raw(r, "READ of the last byte", id_a, A_SIZE - 1, 1, REMORA_OK);
+    assert_int_equal(rp->body_len, 1);
+    it_assert_pattern(rp->body, A_SIZE - 1, 1);
+
+    /* WRITE body length vs header length. */
+    memset(body, 0x5C, sizeof(body));
+    write_raw(r, "WRITE header 10, body 5", id_z, 0, 10, body, 5, REMORA_ERR_PROTOCOL);
+    write_raw(r, "WRITE header 5, body 10", id_z, 0, 5, body, 10, REMORA_ERR_PROTOCOL);
+    write_raw(r, "WRITE header 0, body 10", id_z, 0, 0, body, 10, REMORA_ERR_PROTOCOL);
+    write_raw(r, "WRITE header 10, no body", id_z, 0, 10, NULL, 0, REMORA_ERR_PROTOCOL);
+    write_raw(r, "WRITE of region 0", 0, 0, 4, body, 4, REMORA_ERR_NOT_FOUND);
+    rp = read_raw(r, "z after refused writes", id_z, 0, 64, REMORA_OK);
+    for (size_t i = 0; i < 64; i++)
+        if (rp->body[i] != 0)
+            fail_msg("a refused WRITE changed byte %zu of z", i);
+
+    /* A valid one lands exactly. */
+    write_raw(r, "valid WRITE", id_z, 8, 4, "abcd", 4, REMORA_OK);
+    rp = read_raw(r, "z after the write", id_z, 0, 16, REMORA_OK);
+    assert_memory_equal(rp->body, "\0\0\0\0\0\0\0\0abcd\0\0\0\0", 16);
+    write_raw(r, "zero-length WRITE at the end", id_z, Z_SIZE, 0, NULL, 0, REMORA_OK);
+    assert_false(r->ep_failed);
+    raw_close(r);
+    free(r);
+
+    /* A real client sees exactly that. */
+    it_client_t c;
+    uint8_t got[16];
+    it_assert_ok(it_client_open(&c, g_w.addr, NULL));
+    it_assert_ok(remora_client_read(c.client, "z", 0, got, 16));
+    assert_memory_equal(got, "\0\0\0\0\0\0\0\0abcd\0\0\0\0", 16);
+    it_client_close(&c);
+    assert_real_client_works(&g_w, NULL);
+}
+
+/* WRITE to a read-only region is refused by the server itself (a remora
+ * client would not even send it). */
+static void test_write_read_only_server_side(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r));
+    (void)state;
+
+    assert_non_null(r);
+    assert_int_equal(raw_open(r, g_r.addr), 0);
+    do_hello(r);
+    uint32_t id_a = lookup(r, "a", A_SIZE, REMORA_ACCESS_READ);
+    write_raw(r, "WRITE to a read-only region", id_a, 0, 8, "xxxxxxxx", 8, REMORA_ERR_READ_ONLY);
+    write_raw(r, "WRITE to a read-only region, out of range", id_a, A_SIZE, 8, "xxxxxxxx", 8,
+              REMORA_ERR_OUT_OF_RANGE);
+    reply_t *rp = read_raw(r, "READ after", id_a, 0, 8, REMORA_OK);
+    it_assert_pattern(rp->body, 0, 8);
+    raw_close(r);
+    free(r);
+    assert_real_client_works(&g_r, NULL);
+}
+
+/* A token server: before AUTH every request gets ERROR/AUTH and reveals
+ * nothing; a wrong-sized or wrong proof gets AUTH_REPLY/AUTH. */
+static void test_token_server(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r));
+    uint8_t h[RM_HDR_MAX], proof[33] = {0};
+    rm_wbuf_t w;
+    (void)state;
+
+    assert_non_null(r);
+    assert_int_equal(raw_open(r, g_t.addr), 0);
+    assert_true(do_hello(r) & RM_HELLO_AUTH_REQUIRED);
+    raw_send(r, h, hdr_of(h, RM_MSG_LIST, 61), NULL, 0);
+    expect_reply(r, "LIST before AUTH", RM_MSG_ERROR, REMORA_ERR_AUTH, 61);
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, "a");
+    raw_send(r, h, hdr_of(h, RM_MSG_LOOKUP, 62), w.data, w.len);
+    rm_wbuf_free(&w);
+    expect_reply(r, "LOOKUP before AUTH", RM_MSG_ERROR, REMORA_ERR_AUTH, 62);
+    raw_send(r, h, rw_hdr(h, RM_MSG_READ, 63, 1, 0, 8), NULL, 0);
+    expect_reply(r, "READ before AUTH", RM_MSG_ERROR, REMORA_ERR_AUTH, 63);
+    raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 64), NULL, 0);
+    expect_reply(r, "second HELLO before AUTH", RM_MSG_ERROR, REMORA_ERR_AUTH, 64);
+    raw_send(r, h, hdr_of(h, RM_MSG_AUTH, 65), proof, 31);
+    expect_reply(r, "AUTH with a 31-byte proof", RM_MSG_AUTH_REPLY, REMORA_ERR_AUTH, 65);
+    /* Refused: everything from now on gets ERROR/AUTH, a correct-looking AUTH too. */
+    raw_send(r, h, hdr_of(h, RM_MSG_PING, 651), NULL, 0);
+    expect_reply(r, "PING after a refused AUTH", RM_MSG_ERROR, REMORA_ERR_AUTH, 651);
+    raw_send(r, h, hdr_of(h, RM_MSG_LIST, 652), NULL, 0);
+    expect_reply(r, "LIST after a refused AUTH", RM_MSG_ERROR, REMORA_ERR_AUTH, 652);
+    raw_send(r, h, hdr_of(h, RM_MSG_AUTH, 653), proof, 32);
+    expect_reply(r, "AUTH after a refused AUTH", RM_MSG_ERROR, REMORA_ERR_AUTH, 653);
+    raw_close(r);
+
+    assert_int_equal(raw_open(r, g_t.addr), 0);
+    do_hello(r);
+    raw_send(r, h, hdr_of(h, RM_MSG_AUTH, 66), proof, 32);
+    expect_reply(r, "AUTH with a wrong proof", RM_MSG_AUTH_REPLY, REMORA_ERR_AUTH, 66);
+    raw_close(r);
+
+    assert_int_equal(raw_open(r, g_t.addr), 0);
+    do_hello(r);
+    raw_send(r, h, hdr_of(h, RM_MSG_AUTH, 67), proof, 33);
+    expect_reply(r, "AUTH with a 33-byte proof", RM_MSG_AUTH_REPLY, REMORA_ERR_AUTH, 67);
+    raw_close(r);
+    free(r);
+    assert_real_client_works(&g_t, "tok");
+}
+
+/* A client speaking protocol 2..3 only gets HELLO_REPLY/VERSION carrying the
+ * server's hello (1..1); from then on every message gets ERROR/VERSION,
+ * another HELLO, even a good one, included. Repeated, on fresh connections. */
+static void test_version_mismatch(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r));
+    uint8_t h[RM_HDR_MAX];
+    rm_wbuf_t w;
+    rm_hello_t theirs;
+    (void)state;
+
+    assert_non_null(r);
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(raw_open(r, g_w.addr), 0);
+        hello_body(&w, 2, 3);
+        raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 71), w.data, w.len);
+        rm_wbuf_free(&w);
+        reply_t *rp = expect_reply(r, "HELLO for protocol 2..3", RM_MSG_HELLO_REPLY,
+                                   REMORA_ERR_VERSION, 71);
+        assert_int_equal(rm_hello_decode(rp->body, rp->body_len, &theirs), 0);
+        assert_int_equal(theirs.proto_min, 1);
+        assert_int_equal(theirs.proto_max, 1);
+        raw_send(r, h, hdr_of(h, RM_MSG_PING, 72), NULL, 0);
+        expect_reply(r, "PING after a version refusal", RM_MSG_ERROR, REMORA_ERR_VERSION, 72);
+        hello_body(&w, 1, 1);
+        raw_send(r, h, hdr_of(h, RM_MSG_HELLO, 73), w.data, w.len);
+        rm_wbuf_free(&w);
+        expect_reply(r, "good HELLO after a version refusal", RM_MSG_ERROR, REMORA_ERR_VERSION,
+                     73);
+        assert_false(r->ep_failed);
+        raw_close(r);
+    }
+    free(r);
+    assert_real_client_works(&g_w, NULL);
+}
+
+/* Hundreds of random headers and bodies in a burst; the server answers what
+ * it can and still serves: a final PING gets its PONG, real clients work. */
+static void test_random_flood(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r));
+    uint8_t h[64], body[300], seed_buf[2];
+    (void)state;
+
+    assert_non_null(r);
+    assert_int_equal(raw_open(r, g_w.addr), 0);
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1)
+            do_hello(r);
+        for (int i = 0; i < 500; i++) {
+            it_fill_random(seed_buf, 2, (uint64_t)i + 7777u * (uint64_t)phase);
+            size_t hlen = seed_buf[0] % 49, blen = seed_buf[1] % sizeof(body);
+            it_fill_random(h, sizeof(h), (uint64_t)i * 31u + (uint64_t)phase);
+            it_fill_random(body, blen, (uint64_t)i * 17u);
+            if (i % 3 == 0) {
+                h[0] = (uint8_t)(1 + i % 17); /* a real type, */
+                h[1] = 1;                     /* the right version, */
+                hlen = (i % 2) ? 16 : 40;     /* a plausible length */
+            }
+            if (h[0] == RM_MSG_WRITE && hlen == 40)
+                h[0] = RM_MSG_PING; /* random WRITEs to z would be fine but untidy */
+            raw_send(r, h, hlen, body, blen);
+        }
+        /* Prove the connection works: our PING's answer arrives among (or
+         * after) the answers to the junk. Before HELLO it is an ERROR. */
+        uint64_t id = 0xF100D000u + (uint64_t)phase;
+        raw_send(r, h, hdr_of(h, RM_MSG_PING, id), NULL, 0);
+        reply_t *rp;
+        do {
+            rp = raw_next_reply(r, "PING after a flood of junk");
+        } while (!rp->hdr_ok || rp->hdr.req_id != id);
+        assert_int_equal(rp->hdr.type, phase ? RM_MSG_PONG : RM_MSG_ERROR);
+        assert_int_equal(rp->hdr.status, phase ? REMORA_OK : REMORA_ERR_PROTOCOL);
+    }
+    assert_false(r->ep_failed);
+    raw_close(r);
+    free(r);
+    assert_real_client_works(&g_w, NULL);
+}
+
+/* A peer that asks for a large READ (rendezvous reply) and a large WRITE
+ * (rendezvous payload) and then vanishes without taking or finishing them. */
+static void test_peer_vanishes_mid_transfer(void **state)
+{
+    uint8_t *big = malloc(Z_SIZE);
+    (void)state;
+
+    assert_non_null(big);
+    memset(big, 0x33, Z_SIZE);
+    for (int i = 0; i < 3; i++) {
+        raw_t *r = calloc(1, sizeof(*r));
+        uint8_t h[RM_HDR_MAX];
+        assert_non_null(r);
+        assert_int_equal(raw_open(r, g_w.addr), 0);
+        do_hello(r);
+        uint32_t id_z = lookup(r, "z", Z_SIZE, REMORA_ACCESS_READ | REMORA_ACCESS_WRITE);
+        raw_send_id(r, RM_AM_ID_TO_SERVER, h, rw_hdr(h, RM_MSG_READ, 1, id_z, 0, Z_SIZE), NULL,
+                    0, UCP_AM_SEND_FLAG_REPLY);
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_RNDV};
+        void *req = ucp_am_send_nbx(r->ep, RM_AM_ID_TO_SERVER, h,
+                                    rw_hdr(h, RM_MSG_WRITE, 2, id_z, 0, Z_SIZE), big, Z_SIZE, &p);
+        raw_progress_for(r, i * 5);
+        /* Forced close: whatever was in flight is abandoned. */
+        ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        void *close_req = ucp_ep_close_nbx(r->ep, &cp);
+        r->ep = NULL;
+        double deadline = it_now_ms() + 2000;
+        while (it_now_ms() < deadline &&
+               ((UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS) ||
+                (UCS_PTR_IS_PTR(close_req) &&
+                 ucp_request_check_status(close_req) == UCS_INPROGRESS)))
+            ucp_worker_progress(r->worker);
+        if (UCS_PTR_IS_PTR(req))
+            ucp_request_free(req);
+        if (UCS_PTR_IS_PTR(close_req))
+            ucp_request_free(close_req);
+        raw_close(r);
+        free(r);
+    }
+    free(big);
+    it_sleep_ms(200);
+    assert_true(it_server_alive(&g_w));
+    assert_real_client_works(&g_w, NULL);
+}
+
+/* Bytes on the bootstrap socket after the preamble are a protocol violation:
+ * the server closes that connection (socket and endpoint), nobody else's. */
+static void test_bytes_after_preamble(void **state)
+{
+    raw_t *r = calloc(1, sizeof(*r)), *other = calloc(1, sizeof(*other));
+    (void)state;
+
+    assert_non_null(r);
+    assert_non_null(other);
+    assert_int_equal(raw_open(other, g_w.addr), 0);
+    do_hello(other);
+    assert_int_equal(raw_open(r, g_w.addr), 0);
+    do_hello(r);
+    assert_int_equal(send(r->sock, "x", 1, MSG_NOSIGNAL), 1);
+    double deadline = it_now_ms() + 3000;
+    while (!raw_sock_closed(r) && it_now_ms() < deadline)
+        raw_progress_for(r, 10);
+    if (!raw_sock_closed(r) && it_now_ms() >= deadline)
+        fail_msg("the server kept a bootstrap socket open after bytes following the preamble");
+    ping(other, "PING on an unrelated connection");
+    raw_close(r);
+    raw_close(other);
+    free(r);
+    free(other);
+    assert_real_client_works(&g_w, NULL);
+}
+
+/* A connection that never finishes its handshake is closed after 10 s (one
+ * silent after the bootstrap, one that only sent a bad HELLO); a READY one
+ * that stays idle is not. */
+static void test_handshake_timeout(void **state)
+{
+    raw_t *silent = calloc(1, sizeof(*silent)), *bad = calloc(1, sizeof(*bad));
+    raw_t *ready = calloc(1, sizeof(*ready));
+    uint8_t h[RM_HDR_MAX];
+    (void)state;
+
+    assert_non_null(silent);
+    assert_non_null(bad);
+    assert_non_null(ready);
+    double t0 = it_now_ms();
+    assert_int_equal(raw_open(silent, g_w.addr), 0);
+    assert_int_equal(raw_open(bad, g_w.addr), 0);
+    assert_int_equal(raw_open(ready, g_w.addr), 0);
+    do_hello(ready);
+    raw_send(bad, h, hdr_of(h, RM_MSG_HELLO, 5), "junk", 4);
+    expect_reply(bad, "bad HELLO", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 5);
+
+    bool silent_closed = false, bad_closed = false;
+    double t_silent = 0, t_bad = 0;
+    while (it_now_ms() - t0 < 14000 && !(silent_closed && bad_closed)) {
+        raw_progress_for(silent, 5);
+        raw_progress_for(bad, 5);
+        raw_progress_for(ready, 5);
+        if (!silent_closed && raw_sock_closed(silent)) {
+            silent_closed = true;
+            t_silent = it_now_ms() - t0;
+        }
+        if (!bad_closed && raw_sock_closed(bad)) {
+            bad_closed = true;
+            t_bad = it_now_ms() - t0;
+        }
+    }
+    printf("# handshake timeout: silent closed after %.0f ms, bad HELLO after %.0f ms\n",
+           t_silent, t_bad);
+    if (!silent_closed || !bad_closed)
+        fail_msg("connections without a finished handshake still open after 14 s "
+                 "(silent %s, bad HELLO %s)", silent_closed ? "closed" : "open",
+                 bad_closed ? "closed" : "open");
+    if (t_silent < 9000 || t_bad < 9000)
+        fail_msg("closed too early: %.0f / %.0f ms", t_silent, t_bad);
+    assert_false(raw_sock_closed(ready));
+    ping(ready, "PING on an idle READY connection after 10 s");
+    raw_close(silent);
+    raw_close(bad);
+    raw_close(ready);
+    free(silent);
+    free(bad);
+    free(ready);
+}
+
+/* The server said something about each kind of malformed input. */
+static void test_server_logged_the_junk(void **state)
+{
+    char *log = it_server_log(&g_w);
+    (void)state;
+
+    it_assert_contains(log, "malformed message");
+    it_assert_contains(log, "malformed HELLO");
+    it_assert_contains(log, "malformed LOOKUP");
+    it_assert_contains(log, "before the handshake");
+    it_assert_contains(log, "protocol 2..3");
+    free(log);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_before_hello),
+        cmocka_unit_test(test_bad_control_messages),
+        cmocka_unit_test(test_bad_reads_and_writes),
+        cmocka_unit_test(test_write_read_only_server_side),
+        cmocka_unit_test(test_token_server),
+        cmocka_unit_test(test_version_mismatch),
+        cmocka_unit_test(test_random_flood),
+        cmocka_unit_test(test_peer_vanishes_mid_transfer),
+        cmocka_unit_test(test_bytes_after_preamble),
+        cmocka_unit_test(test_handshake_timeout),
+        cmocka_unit_test(test_server_logged_the_junk),
+    };
+
+    it_init("raw-ucp");
+    return it_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}

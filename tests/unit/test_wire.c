@@ -1,0 +1,973 @@
+/*
+ * Unit tests of src/wire/wire.c: message headers, the little-endian writer and
+ * reader, and the hello, region descriptor, list and name bodies.
+ *
+ * Design notes
+ * - Every decoder is handed a heap copy of exactly the bytes under test
+ *   (dup_exact), so a read past the end is a heap overflow that the sanitizer
+ *   build (REMORA_SANITIZE=ON) reports, not a silent read of stack garbage.
+ * - Expected encodings are written out as literal bytes where the layout is
+ *   the point of the test; the code under test never produces its own
+ *   expectations.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "wire/wire.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+/* A malloc'd copy of exactly n bytes (at least one byte is allocated). */
+static uint8_t *dup_exact(const void *p, size_t n)
+{
+    uint8_t *d = malloc(n ? n : 1);
+    assert_non_null(d);
+    if (n)
+        memcpy(d, p, n);
+    return d;
+}
+
+static int hdr_decode_exact(const void *buf, size_t len, rm_hdr_t *hdr)
+{
+    uint8_t *d = dup_exact(buf, len);
+    int rc     = rm_hdr_decode(d, len, hdr);
+    free(d);
+    return rc;
+}
+
+/* Allocations made through calloc (rm_list_decode's array), counted through
+ * the linker's --wrap=calloc (see CMakeLists.txt). */
+static size_t g_calloc_calls, g_calloc_max_bytes;
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size)
+{
+    g_calloc_calls++;
+    if (size != 0 && n > SIZE_MAX / size)
+        g_calloc_max_bytes = SIZE_MAX;
+    else if (n * size > g_calloc_max_bytes)
+        g_calloc_max_bytes = n * size;
+    return __real_calloc(n, size);
+}
+
+static void calloc_reset(void) { g_calloc_calls = g_calloc_max_bytes = 0; }
+
+/* The header length each type must have on the wire. */
+static size_t expected_hdr_len(unsigned type)
+{
+    switch (type) {
+    case RM_MSG_READ:
+    case RM_MSG_WRITE:     return 40;
+    case RM_MSG_EVENT:     return 48;
+    case RM_MSG_EVENT_ACK: return 24;
+    default:               return 16;
+    }
+}
+
+/* A header with every field set to a distinct, non-zero value. */
+static rm_hdr_t full_hdr(unsigned type)
+{
+    rm_hdr_t h = {
+        .type       = (uint8_t)type,
+        .status     = -9,
+        .req_id     = 0x0102030405060708ull,
+        .region_id  = 0x11223344u,
+        .kind       = type == RM_MSG_EVENT ? RM_EVENT_REMOVED : 0x77,
+        .offset     = 0x2122232425262728ull,
+        .length     = 0x3132333435363738ull,
+        .generation = 0x4142434445464748ull,
+        .size       = 0x5152535455565758ull,
+        .epoch      = 0x6162636465666768ull,
+    };
+    return h;
+}
+
+/* An encoded, valid header of the given type. */
+static size_t encode_type(unsigned type, uint8_t buf[RM_HDR_MAX + 8])
+{
+    rm_hdr_t h = full_hdr(type);
+    memset(buf, 0xee, RM_HDR_MAX + 8);
+    return rm_hdr_encode(&h, buf);
+}
+
+/* The body bytes of a writer, for comparing against literals. */
+static void assert_wbuf_eq(const rm_wbuf_t *w, const uint8_t *expect, size_t n)
+{
+    assert_int_equal(w->failed, 0);
+    assert_int_equal(w->len, n);
+    assert_memory_equal(w->data, expect, n);
+}
+
+/* ---------------------------------------------------------------- header */
+
+/* For every type: the encoded length is the documented one, the fields that
+ * travel with that type survive a round trip, and all others decode as 0. */
+static void test_hdr_round_trip_every_type(void **state)
+{
+    for (unsigned t = 1; t <= RM_MSG_TYPE_MAX; t++) {
+        uint8_t buf[RM_HDR_MAX + 8];
+        rm_hdr_t in = full_hdr(t), out;
+        size_t len  = rm_hdr_encode(&in, buf);
+
+        assert_int_equal(len, expected_hdr_len(t));
+        assert_true(len <= RM_HDR_MAX);
+        memset(&out, 0xa5, sizeof(out));
+        assert_int_equal(hdr_decode_exact(buf, len, &out), 0);
+
+        int rw = t == RM_MSG_READ || t == RM_MSG_WRITE;
+        int ev = t == RM_MSG_EVENT;
+        assert_int_equal(out.type, t);
+        assert_int_equal(out.status, in.status); /* common part: all types */
+        assert_int_equal(out.req_id, in.req_id);
+        assert_int_equal(out.region_id, rw || ev ? in.region_id : 0);
+        assert_int_equal(out.kind, ev ? in.kind : 0);
+        assert_int_equal(out.offset, rw ? in.offset : 0);
+        assert_int_equal(out.length, rw ? in.length : 0);
+        assert_int_equal(out.generation, ev ? in.generation : 0);
+        assert_int_equal(out.size, ev ? in.size : 0);
+        assert_int_equal(out.epoch, ev || t == RM_MSG_EVENT_ACK ? in.epoch : 0);
+    }
+}
+
+/* The READ header layout, byte by byte: type, version, 2 reserved, status,
+ * req_id, region_id, 4 reserved, offset, length; all little-endian. */
+static void test_hdr_read_layout_literal(void **state)
+{
+    static const uint8_t expect[40] = {
+        9, 1, 0, 0, 0xf7, 0xff, 0xff, 0xff,             /* type, ver, rsv, status -9 */
+        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* req_id */
+        0x44, 0x33, 0x22, 0x11, 0, 0, 0, 0,             /* region_id, reserved */
+        0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21, /* offset */
+        0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31, /* length */
+    };
+    uint8_t buf[RM_HDR_MAX + 8];
+
+    assert_int_equal(encode_type(RM_MSG_READ, buf), sizeof(expect));
+    assert_memory_equal(buf, expect, sizeof(expect));
+}
+
+/* The EVENT header layout: region_id, kind, 3 reserved, generation, size, epoch. */
+static void test_hdr_event_layout_literal(void **state)
+{
+    static const uint8_t expect[48] = {
+        15, 1, 0, 0, 0xf7, 0xff, 0xff, 0xff,
+        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
+        0x44, 0x33, 0x22, 0x11, RM_EVENT_REMOVED, 0, 0, 0,
+        0x48, 0x47, 0x46, 0x45, 0x44, 0x43, 0x42, 0x41, /* generation */
+        0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51, /* size */
+        0x68, 0x67, 0x66, 0x65, 0x64, 0x63, 0x62, 0x61, /* epoch */
+    };
+    uint8_t buf[RM_HDR_MAX + 8];
+
+    assert_int_equal(encode_type(RM_MSG_EVENT, buf), sizeof(expect));
+    assert_memory_equal(buf, expect, sizeof(expect));
+}
+
+/* Every length short of the type's header length is rejected. */
+static void test_hdr_rejects_every_truncation(void **state)
+{
+    for (unsigned t = 1; t <= RM_MSG_TYPE_MAX; t++) {
+        uint8_t buf[RM_HDR_MAX + 8];
+        size_t len = encode_type(t, buf);
+        rm_hdr_t out;
+
+        for (size_t n = 0; n < len; n++)
+            assert_int_equal(hdr_decode_exact(buf, n, &out), -1);
+    }
+}
+
+/* A header longer than its type's length is rejected (one byte, and up to
+ * the longest header: a PING padded to look like an EVENT). */
+static void test_hdr_rejects_longer(void **state)
+{
+    for (unsigned t = 1; t <= RM_MSG_TYPE_MAX; t++) {
+        uint8_t buf[RM_HDR_MAX + 8];
+        size_t len = encode_type(t, buf);
+        rm_hdr_t out;
+
+        assert_int_equal(hdr_decode_exact(buf, len + 1, &out), -1);
+        if (len < RM_HDR_MAX)
+            assert_int_equal(hdr_decode_exact(buf, RM_HDR_MAX, &out), -1);
+    }
+}
+
+/* Type 0 and every type above the maximum are rejected. */
+static void test_hdr_rejects_bad_type(void **state)
+{
+    uint8_t buf[RM_HDR_MAX + 8];
+    size_t len = encode_type(RM_MSG_PING, buf);
+    rm_hdr_t out;
+
+    buf[0] = 0;
+    assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
+    for (unsigned t = RM_MSG_TYPE_MAX + 1; t <= 255; t++) {
+        buf[0] = (uint8_t)t;
+        assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
+    }
+}
+
+/* Any version byte other than 1 is rejected. */
+static void test_hdr_rejects_bad_version(void **state)
+{
+    uint8_t buf[RM_HDR_MAX + 8];
+    size_t len = encode_type(RM_MSG_READ, buf);
+    rm_hdr_t out;
+
+    assert_int_equal(buf[1], 1);
+    for (unsigned v = 0; v <= 255; v++) {
+        if (v == 1)
+            continue;
+        buf[1] = (uint8_t)v;
+        assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
+    }
+}
+
+/* EVENT accepts only CHANGED and REMOVED as its kind. */
+static void test_hdr_rejects_bad_event_kind(void **state)
+{
+    uint8_t buf[RM_HDR_MAX + 8];
+    size_t len = encode_type(RM_MSG_EVENT, buf);
+    rm_hdr_t out;
+
+    for (unsigned k = 0; k <= 255; k++) {
+        buf[20] = (uint8_t)k;
+        int ok = k == RM_EVENT_CHANGED || k == RM_EVENT_REMOVED;
+        assert_int_equal(hdr_decode_exact(buf, len, &out), ok ? 0 : -1);
+        if (ok)
+            assert_int_equal(out.kind, k);
+    }
+}
+
+/* Every type has a name; anything else is "?". */
+static void test_msg_type_name(void **state)
+{
+    assert_string_equal(rm_msg_type_name(RM_MSG_HELLO), "HELLO");
+    assert_string_equal(rm_msg_type_name(RM_MSG_EVENT_ACK), "EVENT_ACK");
+    assert_string_equal(rm_msg_type_name(RM_MSG_ERROR), "ERROR");
+    assert_string_equal(rm_msg_type_name(0), "?");
+    assert_string_equal(rm_msg_type_name(RM_MSG_TYPE_MAX + 1), "?");
+    assert_string_equal(rm_msg_type_name(~0u), "?");
+    for (unsigned t = 1; t <= RM_MSG_TYPE_MAX; t++)
+        assert_string_not_equal(rm_msg_type_name(t), "?");
+}
+
+/* ---------------------------------------------------------------- writer, reader */
+
+/* The writer emits little-endian integers and u16-prefixed names. */
+static void test_wbuf_little_endian_literal(void **state)
+{
+    static const uint8_t expect[] = {
+        0x11,                                           /* u8 */
+        0x33, 0x22,                                     /* u16 0x2233 */
+        0x77, 0x66, 0x55, 0x44,                         /* u32 0x44556677 */
+        0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88, /* u64 0x8899aabbccddeeff */
+        0xde, 0xad,                                     /* bytes */
+        0x02, 0x00, 'a', 'b',                           /* name "ab" */
+    };
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_wbuf_u8(&w, 0x11);
+    rm_wbuf_u16(&w, 0x2233);
+    rm_wbuf_u32(&w, 0x44556677u);
+    rm_wbuf_u64(&w, 0x8899aabbccddeeffull);
+    rm_wbuf_bytes(&w, "\xde\xad", 2);
+    rm_wbuf_name(&w, "ab");
+    assert_wbuf_eq(&w, expect, sizeof(expect));
+    rm_wbuf_free(&w);
+    assert_null(w.data);
+    assert_int_equal(w.len, 0);
+}
+
+/* The writer grows past its first allocation and keeps every byte. */
+static void test_wbuf_grows(void **state)
+{
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    for (unsigned i = 0; i < 10000; i++)
+        rm_wbuf_u8(&w, (uint8_t)(i * 7));
+    rm_wbuf_bytes(&w, NULL, 0); /* zero bytes: no change, no crash */
+    assert_int_equal(w.failed, 0);
+    assert_int_equal(w.len, 10000);
+    assert_true(w.cap >= w.len);
+    for (unsigned i = 0; i < 10000; i++)
+        assert_int_equal(w.data[i], (uint8_t)(i * 7));
+    rm_wbuf_free(&w);
+}
+
+/* The reader decodes little-endian bytes to the right values. */
+static void test_rbuf_little_endian_literal(void **state)
+{
+    static const uint8_t in[] = {
+        0x11, 0x33, 0x22, 0x77, 0x66, 0x55, 0x44,
+        0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88, 0xde, 0xad,
+    };
+    uint8_t *d = dup_exact(in, sizeof(in));
+    rm_rbuf_t r;
+    const uint8_t *p;
+
+    rm_rbuf_init(&r, d, sizeof(in));
+    assert_int_equal(rm_rbuf_u8(&r), 0x11);
+    assert_int_equal(rm_rbuf_u16(&r), 0x2233);
+    assert_int_equal(rm_rbuf_u32(&r), 0x44556677u);
+    assert_true(rm_rbuf_u64(&r) == 0x8899aabbccddeeffull);
+    p = rm_rbuf_bytes(&r, 2);
+    assert_ptr_equal(p, d + 15);
+    assert_int_equal(r.left, 0);
+    assert_int_equal(r.failed, 0);
+    free(d);
+}
+
+/* Each read that runs past the end returns 0 (or NULL), sets failed and
+ * consumes nothing; a later read fails too even where bytes remain. */
+static void test_rbuf_past_end_fails(void **state)
+{
+    static const uint8_t in[7] = {1, 2, 3, 4, 5, 6, 7};
+    uint8_t *d = dup_exact(in, sizeof(in));
+    rm_rbuf_t r;
+
+    rm_rbuf_init(&r, d, 1);
+    assert_int_equal(rm_rbuf_u16(&r), 0);
+    assert_true(r.failed);
+    assert_int_equal(r.left, 1);
+    assert_int_equal(rm_rbuf_u8(&r), 0); /* sticky: the byte is there */
+    assert_true(r.failed);
+
+    rm_rbuf_init(&r, d, 3);
+    assert_int_equal(rm_rbuf_u32(&r), 0);
+    assert_true(r.failed);
+
+    rm_rbuf_init(&r, d, 7);
+    assert_true(rm_rbuf_u64(&r) == 0);
+    assert_true(r.failed);
+
+    rm_rbuf_init(&r, d, 0);
+    assert_int_equal(rm_rbuf_u8(&r), 0);
+    assert_true(r.failed);
+
+    rm_rbuf_init(&r, d, 4);
+    assert_null(rm_rbuf_bytes(&r, 5));
+    assert_true(r.failed);
+    assert_null(rm_rbuf_bytes(&r, 1));
+
+    rm_rbuf_init(&r, d, 4);
+    assert_null(rm_rbuf_bytes(&r, SIZE_MAX)); /* no wrap-around */
+    assert_true(r.failed);
+
+    rm_rbuf_init(&r, NULL, 100); /* NULL data reads as empty */
+    assert_int_equal(r.left, 0);
+    assert_int_equal(rm_rbuf_u8(&r), 0);
+    assert_true(r.failed);
+    free(d);
+}
+
+/* Runs rm_rbuf_name over exactly the given bytes; returns r.failed. */
+static int rbuf_name_failed(const void *in, size_t n, char out[REMORA_NAME_MAX + 1])
+{
+    uint8_t *d = dup_exact(in, n);
+    rm_rbuf_t r;
+
+    rm_rbuf_init(&r, d, n);
+    rm_rbuf_name(&r, out);
+    free(d);
+    return r.failed;
+}
+
+/* A u16-prefixed name of 1 and of 255 bytes is read back and NUL-terminated. */
+static void test_rbuf_name_ok(void **state)
+{
+    uint8_t in[2 + REMORA_NAME_MAX];
+    char out[REMORA_NAME_MAX + 1];
+
+    assert_false(rbuf_name_failed("\x01\x00x", 3, out));
+    assert_string_equal(out, "x");
+
+    in[0] = REMORA_NAME_MAX;
+    in[1] = 0;
+    memset(in + 2, 'n', REMORA_NAME_MAX);
+    assert_false(rbuf_name_failed(in, sizeof(in), out));
+    assert_int_equal(strlen(out), REMORA_NAME_MAX);
+    assert_int_equal(out[0], 'n');
+}
+
+/* rm_rbuf_name rejects length 0, length > 255, control bytes, DEL, an
+ * embedded NUL, a truncated body and a truncated length prefix. */
+static void test_rbuf_name_rejects(void **state)
+{
+    uint8_t big[2 + 256];
+    char out[REMORA_NAME_MAX + 1];
+
+    assert_true(rbuf_name_failed("\x00\x00", 2, out));
+    assert_string_equal(out, "");
+    big[0] = 0x00;
+    big[1] = 0x01; /* 256 */
+    memset(big + 2, 'n', 256);
+    assert_true(rbuf_name_failed(big, sizeof(big), out));
+    assert_string_equal(out, "");
+    assert_true(rbuf_name_failed("\x03\x00" "a\x01" "b", 5, out));
+    assert_true(rbuf_name_failed("\x03\x00" "a\x1f" "b", 5, out));
+    assert_true(rbuf_name_failed("\x03\x00" "a\x7f" "b", 5, out));
+    assert_true(rbuf_name_failed("\x03\x00" "a\x00" "b", 5, out));
+    assert_true(rbuf_name_failed("\x05\x00" "abcd", 6, out)); /* 4 of 5 bytes */
+    assert_true(rbuf_name_failed("\x05", 1, out));            /* half a prefix */
+    assert_true(rbuf_name_failed("", 0, out));
+}
+
+/* ---------------------------------------------------------------- hello */
+
+static rm_hello_t sample_hello(void)
+{
+    rm_hello_t h = {.proto_min = 1, .proto_max = 3, .flags = RM_HELLO_AUTH_REQUIRED};
+    for (int i = 0; i < RM_HOST_ID_LEN; i++)
+        h.host_id[i] = (uint8_t)(0x10 + i);
+    for (int i = 0; i < RM_NONCE_LEN; i++)
+        h.nonce[i] = (uint8_t)(0x80 + i);
+    return h;
+}
+
+static int hello_decode_exact(const void *buf, size_t len, rm_hello_t *h)
+{
+    uint8_t *d = dup_exact(buf, len);
+    int rc     = rm_hello_decode(d, len, h);
+    free(d);
+    return rc;
+}
+
+/* A hello survives a round trip; its layout starts with magic "RMRA" LE. */
+static void test_hello_round_trip(void **state)
+{
+    static const uint8_t head[] = {0x52, 0x4d, 0x52, 0x41, 1, 0, 3, 0, 1, 0};
+    rm_hello_t in = sample_hello(), out;
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &in);
+    assert_int_equal(w.failed, 0);
+    assert_int_equal(w.len, 4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN);
+    assert_memory_equal(w.data, head, sizeof(head));
+    assert_memory_equal(w.data + 10, in.host_id, RM_HOST_ID_LEN);
+    assert_memory_equal(w.data + 10 + RM_HOST_ID_LEN, in.nonce, RM_NONCE_LEN);
+
+    memset(&out, 0, sizeof(out));
+    assert_int_equal(hello_decode_exact(w.data, w.len, &out), 0);
+    assert_int_equal(out.proto_min, in.proto_min);
+    assert_int_equal(out.proto_max, in.proto_max);
+    assert_int_equal(out.flags, in.flags);
+    assert_memory_equal(out.host_id, in.host_id, RM_HOST_ID_LEN);
+    assert_memory_equal(out.nonce, in.nonce, RM_NONCE_LEN);
+
+    /* proto_min == proto_max (the server's choice) is fine too. */
+    in.proto_min = in.proto_max = 2;
+    rm_wbuf_free(&w);
+    rm_hello_encode(&w, &in);
+    assert_int_equal(hello_decode_exact(w.data, w.len, &out), 0);
+    rm_wbuf_free(&w);
+}
+
+/* Trailing bytes after a hello are allowed (later versions may append). */
+static void test_hello_trailing_allowed(void **state)
+{
+    rm_hello_t in = sample_hello(), out;
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &in);
+    rm_wbuf_u32(&w, 0xdeadbeef);
+    assert_int_equal(hello_decode_exact(w.data, w.len, &out), 0);
+    assert_int_equal(out.proto_max, in.proto_max);
+    rm_wbuf_free(&w);
+}
+
+/* A wrong magic in any byte is rejected. */
+static void test_hello_bad_magic(void **state)
+{
+    rm_hello_t in = sample_hello(), out;
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &in);
+    for (int i = 0; i < 4; i++) {
+        w.data[i] ^= 0x01;
+        assert_int_equal(hello_decode_exact(w.data, w.len, &out), -1);
+        w.data[i] ^= 0x01;
+    }
+    rm_wbuf_free(&w);
+}
+
+/* proto_min > proto_max is rejected. */
+static void test_hello_min_above_max(void **state)
+{
+    rm_hello_t in = sample_hello(), out;
+    rm_wbuf_t w;
+
+    in.proto_min = 4;
+    in.proto_max = 3;
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &in);
+    assert_int_equal(hello_decode_exact(w.data, w.len, &out), -1);
+    rm_wbuf_free(&w);
+}
+
+/* Every truncation of a hello is rejected. */
+static void test_hello_truncated(void **state)
+{
+    rm_hello_t in = sample_hello(), out;
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &in);
+    for (size_t n = 0; n < w.len; n++)
+        assert_int_equal(hello_decode_exact(w.data, n, &out), -1);
+    rm_wbuf_free(&w);
+}
+
+/* ---------------------------------------------------------------- region desc */
+
+static rm_region_desc_t sample_desc(const char *name, const uint8_t *rkey, uint32_t rkey_len)
+{
+    rm_region_desc_t d = {
+        .region_id   = 0xa1a2a3a4u,
+        .size        = 1ull << 40,
+        .mem_type    = REMORA_MEM_CUDA,
+        .access      = REMORA_ACCESS_READ | REMORA_ACCESS_WRITE,
+        .flags       = RM_REGION_WIRE_MAPPABLE,
+        .generation  = 42,
+        .remote_addr = 0x00007f0012345000ull,
+        .rkey_len    = rkey_len,
+        .rkey        = rkey,
+    };
+    strcpy(d.name, name);
+    return d;
+}
+
+/* Decodes one descriptor from exactly len bytes; returns r.failed, and the
+ * bytes left in *left. The rkey pointer is checked to lie inside the buffer
+ * and then cleared (the buffer is freed here). */
+static int desc_decode_exact(const void *buf, size_t len, rm_region_desc_t *d, size_t *left)
+{
+    uint8_t *copy = dup_exact(buf, len);
+    rm_rbuf_t r;
+
+    rm_rbuf_init(&r, copy, len);
+    rm_region_desc_decode(&r, d);
+    if (!r.failed && d->rkey != NULL) {
+        assert_true(d->rkey >= copy && d->rkey + d->rkey_len <= copy + len);
+        assert_memory_equal(d->rkey, (const uint8_t *)buf + (d->rkey - copy), d->rkey_len);
+        d->rkey = (const uint8_t *)buf + (d->rkey - copy);
+    }
+    free(copy);
+    *left = r.left;
+    return r.failed;
+}
+
+static void assert_desc_eq(const rm_region_desc_t *a, const rm_region_desc_t *b)
+{
+    assert_int_equal(a->region_id, b->region_id);
+    assert_string_equal(a->name, b->name);
+    assert_true(a->size == b->size);
+    assert_int_equal(a->mem_type, b->mem_type);
+    assert_int_equal(a->access, b->access);
+    assert_int_equal(a->flags, b->flags);
+    assert_true(a->generation == b->generation);
+    assert_true(a->remote_addr == b->remote_addr);
+    assert_int_equal(a->rkey_len, b->rkey_len);
+    if (a->rkey_len)
+        assert_memory_equal(a->rkey, b->rkey, a->rkey_len);
+}
+
+/* A descriptor without an rkey survives a round trip; its rkey is NULL. Its
+ * encoding is the 39 + name-length bytes the list decoder counts on. */
+static void test_desc_round_trip_no_rkey(void **state)
+{
+    rm_region_desc_t in = sample_desc("region/a", NULL, 0), out;
+    rm_wbuf_t w;
+    size_t left;
+
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_int_equal(w.len, 38 + strlen(in.name));
+    assert_false(desc_decode_exact(w.data, w.len, &out, &left));
+    assert_int_equal(left, 0);
+    assert_desc_eq(&out, &in);
+    assert_null(out.rkey);
+    rm_wbuf_free(&w);
+}
+
+/* A descriptor with an rkey (up to RM_RKEY_MAX) survives a round trip, and
+ * the decoded rkey points into the received buffer. */
+static void test_desc_round_trip_rkey(void **state)
+{
+    static uint8_t rkey[RM_RKEY_MAX];
+    const uint32_t lens[] = {1, 100, RM_RKEY_MAX};
+
+    for (size_t i = 0; i < sizeof(rkey); i++)
+        rkey[i] = (uint8_t)(i * 31 + 7);
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        rm_region_desc_t in = sample_desc("with-rkey", rkey, lens[k]), out;
+        rm_wbuf_t w;
+        size_t left;
+
+        rm_wbuf_init(&w);
+        rm_region_desc_encode(&w, &in);
+        assert_false(desc_decode_exact(w.data, w.len, &out, &left));
+        assert_int_equal(left, 0);
+        assert_desc_eq(&out, &in);
+        rm_wbuf_free(&w);
+    }
+}
+
+/* Every truncation of a descriptor (with an rkey) fails. */
+static void test_desc_truncated(void **state)
+{
+    static const uint8_t rkey[5] = {1, 2, 3, 4, 5};
+    rm_region_desc_t in = sample_desc("t", rkey, sizeof(rkey)), out;
+    rm_wbuf_t w;
+    size_t left;
+
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    for (size_t n = 0; n < w.len; n++)
+        assert_true(desc_decode_exact(w.data, n, &out, &left));
+    rm_wbuf_free(&w);
+}
+
+/* An rkey_len above RM_RKEY_MAX fails even when that many bytes follow, and
+ * an rkey_len of UINT32_MAX with nothing behind it fails without a read. */
+static void test_desc_rkey_too_long(void **state)
+{
+    static uint8_t rkey[RM_RKEY_MAX + 1];
+    rm_region_desc_t in = sample_desc("big", rkey, RM_RKEY_MAX + 1), out;
+    rm_wbuf_t w;
+    size_t left;
+
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_int_equal(w.len, 38 + 3 + RM_RKEY_MAX + 1);
+    assert_true(desc_decode_exact(w.data, w.len, &out, &left));
+    rm_wbuf_free(&w);
+
+    in = sample_desc("big", NULL, 0);
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    memset(w.data + w.len - 4, 0xff, 4); /* rkey_len = UINT32_MAX */
+    assert_true(desc_decode_exact(w.data, w.len, &out, &left));
+    rm_wbuf_free(&w);
+}
+
+/* mem_type must be HOST or CUDA; access may only hold READ and WRITE. */
+static void test_desc_enum_ranges(void **state)
+{
+    const size_t mem_off = 4 + 2 + 3 + 8; /* id, name "abc", size */
+    rm_region_desc_t in = sample_desc("abc", NULL, 0), out;
+    rm_wbuf_t w;
+    size_t left;
+
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_int_equal(w.data[mem_off], REMORA_MEM_CUDA);
+
+    for (unsigned m = 0; m <= 255; m++) {
+        w.data[mem_off] = (uint8_t)m;
+        assert_int_equal(desc_decode_exact(w.data, w.len, &out, &left),
+                         m <= REMORA_MEM_CUDA ? 0 : 1);
+    }
+    w.data[mem_off] = REMORA_MEM_HOST;
+    for (unsigned a = 0; a <= 255; a++) {
+        w.data[mem_off + 1] = (uint8_t)a;
+        assert_int_equal(desc_decode_exact(w.data, w.len, &out, &left), a <= 3 ? 0 : 1);
+    }
+    rm_wbuf_free(&w);
+}
+
+/* A bad name inside a descriptor fails the descriptor. */
+static void test_desc_bad_name(void **state)
+{
+    rm_region_desc_t in = sample_desc("abc", NULL, 0), out;
+    rm_wbuf_t w;
+    size_t left;
+
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    w.data[4 + 2 + 1] = '\n';
+    assert_true(desc_decode_exact(w.data, w.len, &out, &left));
+    rm_wbuf_free(&w);
+}
+
+/* ---------------------------------------------------------------- list */
+
+static int list_decode_exact(const void *buf, size_t len, rm_region_desc_t **d, size_t *n)
+{
+    uint8_t *copy = dup_exact(buf, len);
+    int rc        = rm_list_decode(copy, len, d, n);
+    free(copy);
+    return rc;
+}
+
+static void encode_list(rm_wbuf_t *w, size_t count)
+{
+    rm_wbuf_init(w);
+    rm_wbuf_u32(w, (uint32_t)count);
+    for (size_t i = 0; i < count; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "region-%zu", i);
+        rm_region_desc_t d = sample_desc(name, NULL, 0);
+        d.region_id        = (uint32_t)i;
+        d.mem_type         = (uint8_t)(i % 2);
+        rm_region_desc_encode(w, &d);
+    }
+    assert_int_equal(w->failed, 0);
+}
+
+/* An empty list decodes to count 0 and a pointer the caller frees. */
+static void test_list_empty(void **state)
+{
+    rm_region_desc_t *d = NULL;
+    size_t n            = 99;
+    rm_wbuf_t w;
+
+    encode_list(&w, 0);
+    assert_int_equal(w.len, 4);
+    assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), 0);
+    assert_int_equal(n, 0);
+    assert_non_null(d);
+    free(d);
+    rm_wbuf_free(&w);
+}
+
+/* One and many descriptors come back in order with their fields. */
+static void test_list_one_and_many(void **state)
+{
+    const size_t counts[] = {1, 2, 1000};
+
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        rm_region_desc_t *d = NULL;
+        size_t n            = 0;
+        rm_wbuf_t w;
+
+        encode_list(&w, counts[k]);
+        assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), 0);
+        assert_int_equal(n, counts[k]);
+        for (size_t i = 0; i < n; i++) {
+            char name[32];
+            snprintf(name, sizeof(name), "region-%zu", i);
+            assert_int_equal(d[i].region_id, i);
+            assert_string_equal(d[i].name, name);
+            assert_int_equal(d[i].mem_type, i % 2);
+            assert_true(d[i].generation == 42);
+            assert_int_equal(d[i].rkey_len, 0);
+        }
+        free(d);
+        rm_wbuf_free(&w);
+    }
+}
+
+/* A count the body cannot hold is rejected before anything is allocated:
+ * counts just above what fits, the protocol maximum + 1, UINT32_MAX, and a
+ * body one byte short of count smallest descriptors. The outputs stay
+ * untouched. */
+static void test_list_count_too_large(void **state)
+{
+    const uint32_t counts[] = {2, 1000, RM_LIST_MAX + 1u, UINT32_MAX};
+    rm_region_desc_t *d = (rm_region_desc_t *)(uintptr_t)0x1;
+    size_t n            = 77;
+    rm_wbuf_t w;
+
+    encode_list(&w, 1);
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        w.data[0] = (uint8_t)counts[k];
+        w.data[1] = (uint8_t)(counts[k] >> 8);
+        w.data[2] = (uint8_t)(counts[k] >> 16);
+        w.data[3] = (uint8_t)(counts[k] >> 24);
+        calloc_reset();
+        assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), -1);
+        assert_int_equal(g_calloc_calls, 0);
+        assert_ptr_equal(d, (rm_region_desc_t *)(uintptr_t)0x1);
+        assert_int_equal(n, 77);
+    }
+    rm_wbuf_free(&w);
+
+    /* Exactly one byte short of count * 39 (the smallest descriptor). */
+    uint8_t body[4 + 10 * 39 - 1];
+    memset(body, 0, sizeof(body));
+    body[0] = 10;
+    calloc_reset();
+    assert_int_equal(list_decode_exact(body, sizeof(body), &d, &n), -1);
+    assert_int_equal(g_calloc_calls, 0);
+}
+
+/* RM_LIST_MAX entries of the smallest size (39 bytes) decode; one more entry
+ * is rejected even though the body holds it. The array allocated is sized
+ * by the count, never more. */
+static void test_list_max_boundary(void **state)
+{
+    rm_region_desc_t *d = NULL;
+    size_t n            = 0;
+    rm_wbuf_t w;
+
+    for (uint32_t count = RM_LIST_MAX; count <= RM_LIST_MAX + 1u; count++) {
+        rm_wbuf_init(&w);
+        rm_wbuf_u32(&w, count);
+        for (uint32_t i = 0; i < count; i++) {
+            rm_region_desc_t e = sample_desc("x", NULL, 0);
+            rm_region_desc_encode(&w, &e);
+        }
+        assert_int_equal(w.failed, 0);
+        assert_int_equal(w.len, 4 + (size_t)count * 39);
+        calloc_reset();
+        if (count == RM_LIST_MAX) {
+            assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), 0);
+            assert_int_equal(n, RM_LIST_MAX);
+            assert_string_equal(d[n - 1].name, "x");
+            assert_int_equal(g_calloc_calls, 1);
+            assert_int_equal(g_calloc_max_bytes, (size_t)count * sizeof(*d));
+            free(d);
+        } else {
+            assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), -1);
+            assert_int_equal(g_calloc_calls, 0);
+        }
+        rm_wbuf_free(&w);
+    }
+}
+
+/* Trailing bytes after the last descriptor, a missing count and every
+ * truncation of a two-entry list are rejected. */
+static void test_list_trailing_and_truncated(void **state)
+{
+    rm_region_desc_t *d;
+    size_t n;
+    rm_wbuf_t w;
+
+    encode_list(&w, 2);
+    rm_wbuf_u8(&w, 0);
+    assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), -1);
+    w.len--;
+    for (size_t len = 0; len < w.len; len++)
+        assert_int_equal(list_decode_exact(w.data, len, &d, &n), -1);
+    rm_wbuf_free(&w);
+
+    encode_list(&w, 0);
+    rm_wbuf_u8(&w, 0);
+    assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), -1);
+    rm_wbuf_free(&w);
+}
+
+/* A list whose second entry is malformed is rejected as a whole. */
+static void test_list_bad_entry(void **state)
+{
+    rm_region_desc_t *d;
+    size_t n;
+    rm_wbuf_t w;
+
+    encode_list(&w, 2);
+    /* The second entry's mem_type: it ends with mem_type, access, flags (2),
+     * generation (8), remote_addr (8), rkey_len (4). */
+    assert_int_equal(w.data[w.len - 24], 1);
+    w.data[w.len - 24] = 9;
+    assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), -1);
+    rm_wbuf_free(&w);
+}
+
+/* ---------------------------------------------------------------- name body */
+
+static int name_decode_exact(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1])
+{
+    uint8_t *copy = dup_exact(buf, len);
+    int rc        = rm_name_decode(copy, len, out);
+    free(copy);
+    return rc;
+}
+
+/* A name body round trips; one extra byte, or a bad name, is rejected. */
+static void test_name_decode(void **state)
+{
+    char out[REMORA_NAME_MAX + 1];
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, "my region");
+    assert_int_equal(name_decode_exact(w.data, w.len, out), 0);
+    assert_string_equal(out, "my region");
+    rm_wbuf_u8(&w, 'x');
+    assert_int_equal(name_decode_exact(w.data, w.len, out), -1);
+    rm_wbuf_free(&w);
+
+    assert_int_equal(name_decode_exact("", 0, out), -1);
+    assert_int_equal(name_decode_exact("\x00\x00", 2, out), -1);
+    assert_int_equal(name_decode_exact("\x02\x00" "a", 3, out), -1);
+    assert_int_equal(name_decode_exact("\x01\x00\x7f", 3, out), -1);
+}
+
+/* rm_name_valid: NULL and "" bad, 1 and 255 bytes fine, 256 bad, control
+ * bytes and DEL anywhere bad, space fine. */
+static void test_name_valid(void **state)
+{
+    char s[REMORA_NAME_MAX + 2];
+
+    assert_false(rm_name_valid(NULL));
+    assert_false(rm_name_valid(""));
+    assert_true(rm_name_valid("a"));
+    assert_true(rm_name_valid("with space/and.dots-1"));
+    assert_false(rm_name_valid("\x01"));
+    assert_false(rm_name_valid("a\tb"));
+    assert_false(rm_name_valid("a\nb"));
+    assert_false(rm_name_valid("ab\x7f"));
+
+    memset(s, 'z', REMORA_NAME_MAX);
+    s[REMORA_NAME_MAX] = '\0';
+    assert_true(rm_name_valid(s));
+    s[REMORA_NAME_MAX - 1] = '\x1f';
+    assert_false(rm_name_valid(s));
+    s[REMORA_NAME_MAX - 1] = 'z';
+    s[REMORA_NAME_MAX]     = 'z';
+    s[REMORA_NAME_MAX + 1] = '\0';
+    assert_false(rm_name_valid(s));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hdr_round_trip_every_type),
+        cmocka_unit_test(test_hdr_read_layout_literal),
+        cmocka_unit_test(test_hdr_event_layout_literal),
+        cmocka_unit_test(test_hdr_rejects_every_truncation),
+        cmocka_unit_test(test_hdr_rejects_longer),
+        cmocka_unit_test(test_hdr_rejects_bad_type),
+        cmocka_unit_test(test_hdr_rejects_bad_version),
+        cmocka_unit_test(test_hdr_rejects_bad_event_kind),
+        cmocka_unit_test(test_msg_type_name),
+        cmocka_unit_test(test_wbuf_little_endian_literal),
+        cmocka_unit_test(test_wbuf_grows),
+        cmocka_unit_test(test_rbuf_little_endian_literal),
+        cmocka_unit_test(test_rbuf_past_end_fails),
+        cmocka_unit_test(test_rbuf_name_ok),
+        cmocka_unit_test(test_rbuf_name_rejects),
+        cmocka_unit_test(test_hello_round_trip),
+        cmocka_unit_test(test_hello_trailing_allowed),
+        cmocka_unit_test(test_hello_bad_magic),
+        cmocka_unit_test(test_hello_min_above_max),
+        cmocka_unit_test(test_hello_truncated),
+        cmocka_unit_test(test_desc_round_trip_no_rkey),
+        cmocka_unit_test(test_desc_round_trip_rkey),
+        cmocka_unit_test(test_desc_truncated),
+        cmocka_unit_test(test_desc_rkey_too_long),
+        cmocka_unit_test(test_desc_enum_ranges),
+        cmocka_unit_test(test_desc_bad_name),
+        cmocka_unit_test(test_list_empty),
+        cmocka_unit_test(test_list_one_and_many),
+        cmocka_unit_test(test_list_count_too_large),
+        cmocka_unit_test(test_list_max_boundary),
+        cmocka_unit_test(test_list_trailing_and_truncated),
+        cmocka_unit_test(test_list_bad_entry),
+        cmocka_unit_test(test_name_decode),
+        cmocka_unit_test(test_name_valid),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
