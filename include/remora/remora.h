@@ -266,7 +266,9 @@ typedef struct remora_client_params {
     remora_path_t     path;
 } remora_client_params_t;
 
-/** Connect to "HOST:PORT", say hello and (if needed) authenticate. */
+/** Connect to "HOST:PORT", say hello and (if needed) authenticate.
+ *  A server of the same context cannot be connected to (REMORA_ERR_UNSUPPORTED):
+ *  use a second context for an in-process client. */
 REMORA_API remora_status_t remora_client_connect(remora_context_h context, const char *addr,
                                                  const remora_client_params_t *params,
                                                  remora_client_h *client_p);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "remote/auth.h"
 #include "remote/client.h"
@@ -672,6 +673,13 @@ static remora_status_t client_bootstrap(remora_client_h c, const char *addr)
 
     if (st != REMORA_OK)
         return st;
+    if (memcmp(server_addr, c->ctx->worker_addr, c->ctx->worker_addr_len) == 0) {
+        /* UCX cannot pair two endpoints of one worker to itself. */
+        rm_error("a client cannot connect to a server of its own context; use another context");
+        free(server_addr);
+        close(fd);
+        return REMORA_ERR_UNSUPPORTED;
+    }
     rm_engine_lock(c->ctx);
     c->peer.sock.fd = fd;
     c->peer.sock.cb = client_sock_cb;

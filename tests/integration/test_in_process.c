@@ -1,0 +1,82 @@
+/*
+ * Server and client in one process: with two contexts it works (bytes read
+ * back exactly); with one context the connect fails cleanly with
+ * REMORA_ERR_UNSUPPORTED instead of mixing up the two roles.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <remora/remora.h>
+
+typedef struct {
+    remora_context_h ctx;
+    remora_mem_h     mem;
+    remora_server_h  server;
+    char             addr[80];
+} fixture_t;
+
+static int setup(void **state)
+{
+    static fixture_t f;
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = 1 << 20};
+    remora_server_params_t sp = {.field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0"};
+
+    assert_int_equal(remora_context_create(NULL, &f.ctx), REMORA_OK);
+    assert_int_equal(remora_mem_create(f.ctx, &mp, &f.mem), REMORA_OK);
+    for (size_t i = 0; i < mp.length; i++)
+        ((uint8_t *)remora_mem_address(f.mem))[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(remora_server_create(f.ctx, &sp, &f.server), REMORA_OK);
+    assert_int_equal(remora_server_expose(f.server, "r", f.mem, NULL), REMORA_OK);
+    assert_int_equal(remora_server_address(f.server, f.addr, sizeof(f.addr)), REMORA_OK);
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    remora_server_destroy(f->server);
+    remora_mem_destroy(f->mem);
+    remora_context_destroy(f->ctx);
+    return 0;
+}
+
+static void test_second_context_reads_exact_bytes(void **state)
+{
+    fixture_t *f = *state;
+    remora_context_h ctx;
+    remora_client_h c;
+    static uint8_t buf[1 << 20];
+
+    assert_int_equal(remora_context_create(NULL, &ctx), REMORA_OK);
+    assert_int_equal(remora_client_connect(ctx, f->addr, NULL, &c), REMORA_OK);
+    memset(buf, 0xee, sizeof(buf));
+    assert_int_equal(remora_client_read(c, "r", 0, buf, sizeof(buf)), REMORA_OK);
+    assert_memory_equal(buf, remora_mem_address(f->mem), sizeof(buf));
+    remora_client_disconnect(c);
+    remora_context_destroy(ctx);
+}
+
+static void test_same_context_is_refused(void **state)
+{
+    fixture_t *f = *state;
+    remora_client_h c = NULL;
+
+    assert_int_equal(remora_client_connect(f->ctx, f->addr, NULL, &c), REMORA_ERR_UNSUPPORTED);
+    assert_null(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_second_context_reads_exact_bytes),
+        cmocka_unit_test(test_same_context_is_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
