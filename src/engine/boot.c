@@ -132,31 +132,32 @@ static remora_status_t connect_socket(const char *addr, uint64_t deadline, int *
     return REMORA_OK;
 }
 
-/* Read the server's preamble; returns its worker address (malloc'd). */
+/* Read the server's preamble; returns its payload (malloc'd). */
 static remora_status_t read_preamble(remora_context_h ctx, int fd, uint64_t deadline,
-                                     void **addr_p)
+                                     uint16_t *flags_p, void **payload_p, size_t *len_p)
 {
     size_t cap = RM_BOOT_HDR_LEN + RM_WORKER_ADDR_MAX, have = 0, used;
     uint8_t *buf = malloc(cap);
-    const uint8_t *waddr;
-    uint32_t wlen;
+    const uint8_t *payload;
+    uint32_t plen;
+    uint16_t flags;
     remora_status_t st;
 
     if (buf == NULL)
         return REMORA_ERR_NO_MEMORY;
     for (;;) {
-        int r = rm_boot_parse(buf, have, &waddr, &wlen, &used);
+        int r = rm_boot_parse(buf, have, &flags, &payload, &plen, &used);
+        if (r == 0 && ((flags & RM_BOOT_CM) ? plen != 2 : !rm_boot_addr_plausible(ctx, payload, plen)))
+            r = -1;
         if (r < 0) {
             st = REMORA_ERR_PROTOCOL; /* not a remora server */
             break;
         }
-        if (r == 0 && !rm_boot_addr_plausible(ctx, waddr, wlen)) {
-            st = REMORA_ERR_PROTOCOL;
-            break;
-        }
         if (r == 0) {
-            memmove(buf, waddr, wlen);
-            *addr_p = buf;
+            memmove(buf, payload, plen);
+            *flags_p   = flags;
+            *payload_p = buf;
+            *len_p     = plen;
             return REMORA_OK;
         }
         if ((st = wait_fd(fd, POLLIN, deadline)) != REMORA_OK)
@@ -174,7 +175,7 @@ static remora_status_t read_preamble(remora_context_h ctx, int fd, uint64_t dead
 }
 
 remora_status_t rm_boot_connect(remora_context_h ctx, const char *addr, int timeout_ms,
-                                int *fd_p, void **addr_p)
+                                int *fd_p, uint16_t *flags_p, void **payload_p, size_t *len_p)
 {
     uint64_t deadline = rm_deadline_ns(timeout_ms);
     rm_wbuf_t w;
@@ -184,13 +185,13 @@ remora_status_t rm_boot_connect(remora_context_h ctx, const char *addr, int time
     if ((st = connect_socket(addr, deadline, &fd)) != REMORA_OK)
         return st;
     rm_wbuf_init(&w);
-    rm_boot_encode(&w, ctx->worker_addr, (uint32_t)ctx->worker_addr_len);
+    rm_boot_encode(&w, RM_BOOT_CM, ctx->worker_addr, (uint32_t)ctx->worker_addr_len);
     if (w.failed)
         st = REMORA_ERR_NO_MEMORY;
     else if (rm_boot_send(fd, w.data, w.len) != 0)
         st = REMORA_ERR_DISCONNECTED;
     else
-        st = read_preamble(ctx, fd, deadline, addr_p);
+        st = read_preamble(ctx, fd, deadline, flags_p, payload_p, len_p);
     rm_wbuf_free(&w);
     if (st != REMORA_OK) {
         close(fd);

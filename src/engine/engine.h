@@ -143,12 +143,18 @@ void rm_peer_close(rm_peer_t *peer);
  * and attach it. UCX pairs it with the endpoint the other side creates. */
 remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr);
 
-/* Bootstrap (boot.c): a TCP connection over which both sides exchange worker
- * addresses; it stays open, so a peer's death is seen at once. */
+/* The same through UCX's connection manager: connect to a listener the
+ * server opened for this one client, or accept that client's request. */
+remora_status_t rm_peer_connect_cm(rm_peer_t *peer, const struct sockaddr *sa, socklen_t len);
+remora_status_t rm_peer_accept_cm(rm_peer_t *peer, ucp_conn_request_h conn_request);
+
+/* Bootstrap (boot.c): a TCP connection over which both sides exchange how to
+ * reach each other's worker; it stays open, so a peer's death is seen at once. */
 remora_status_t rm_boot_listen(const char *addr, int *fd_p);
-/* Blocking, bounded by timeout_ms. On success *addr_p (free()) is the server's address. */
+/* Blocking, bounded by timeout_ms. On success *payload_p (free(), *len_p bytes)
+ * and *flags_p are the server's preamble (wire.h: rm_boot_parse). */
 remora_status_t rm_boot_connect(remora_context_h ctx, const char *addr, int timeout_ms,
-                                int *fd_p, void **addr_p);
+                                int *fd_p, uint16_t *flags_p, void **payload_p, size_t *len_p);
 /* Whether a peer's worker address is one this UCX can unpack (UCX asserts,
  * killing the process, on an address of another format version). */
 int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len);

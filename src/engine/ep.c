@@ -120,6 +120,24 @@ static remora_status_t create_ep(rm_peer_t *peer, const ucp_ep_params_t *params)
     return rs;
 }
 
+remora_status_t rm_peer_connect_cm(rm_peer_t *peer, const struct sockaddr *sa, socklen_t len)
+{
+    ucp_ep_params_t p = base_ep_params(peer);
+    p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    p.flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    p.sockaddr.addr    = sa;
+    p.sockaddr.addrlen = len;
+    return create_ep(peer, &p);
+}
+
+remora_status_t rm_peer_accept_cm(rm_peer_t *peer, ucp_conn_request_h conn_request)
+{
+    ucp_ep_params_t p = base_ep_params(peer);
+    p.field_mask  |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    p.conn_request = conn_request;
+    return create_ep(peer, &p);
+}
+
 remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr)
 {
     ucp_ep_params_t p = base_ep_params(peer);

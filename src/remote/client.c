@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -664,32 +666,50 @@ static void client_sock_cb(rm_watch_t *w, uint32_t events)
         client_on_error(&c->peer, REMORA_ERR_DISCONNECTED);
 }
 
-/* Exchange worker addresses over TCP, then create the UCX endpoint. */
+/* The server asked us to connect through UCX's connection manager to a
+ * port it opened for us, on the address we reached it at. */
+static remora_status_t client_connect_cm(remora_client_h c, int fd, const uint8_t *port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET)
+        return REMORA_ERR_PROTOCOL;
+    ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)(port[0] | (port[1] << 8)));
+    return rm_peer_connect_cm(&c->peer, (struct sockaddr *)&ss, len);
+}
+
+/* Bootstrap over TCP, then create the UCX endpoint the way the server said. */
 static remora_status_t client_bootstrap(remora_client_h c, const char *addr)
 {
-    void *server_addr = NULL;
+    void *payload = NULL;
+    size_t plen = 0;
+    uint16_t flags = 0;
     int fd = -1;
-    remora_status_t st = rm_boot_connect(c->ctx, addr, c->timeout_ms, &fd, &server_addr);
+    remora_status_t st = rm_boot_connect(c->ctx, addr, c->timeout_ms, &fd, &flags, &payload,
+                                         &plen);
 
     if (st != REMORA_OK)
         return st;
-    if (memcmp(server_addr, c->ctx->worker_addr, c->ctx->worker_addr_len) == 0) {
+    if (!(flags & RM_BOOT_CM) && plen == c->ctx->worker_addr_len &&
+        memcmp(payload, c->ctx->worker_addr, plen) == 0) {
         /* UCX cannot pair two endpoints of one worker to itself. */
         rm_error("a client cannot connect to a server of its own context; use another context");
-        free(server_addr);
+        free(payload);
         close(fd);
         return REMORA_ERR_UNSUPPORTED;
     }
     rm_engine_lock(c->ctx);
     c->peer.sock.fd = fd;
     c->peer.sock.cb = client_sock_cb;
-    st = rm_peer_create_ep(&c->peer, server_addr);
+    st = (flags & RM_BOOT_CM) ? client_connect_cm(c, fd, payload)
+                              : rm_peer_create_ep(&c->peer, payload);
     if (st == REMORA_OK)
         st = rm_engine_watch(c->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP);
     if (st != REMORA_OK)
         rm_peer_close(&c->peer);
     rm_engine_unlock(c->ctx);
-    free(server_addr);
+    free(payload);
     return st;
 }
 

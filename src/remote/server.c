@@ -22,6 +22,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -55,7 +57,7 @@ typedef struct rm_retired {
     uint64_t     expire_ns;
 } rm_retired_t;
 
-typedef enum { CONN_BOOT, CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
+typedef enum { CONN_BOOT, CONN_CM_WAIT, CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
 
 typedef struct rm_conn {
     rm_peer_t       peer; /* first: the engine hands us the peer */
@@ -71,6 +73,7 @@ typedef struct rm_conn {
     uint64_t        born_ns;
     uint8_t        *boot_buf;   /* CONN_BOOT: the client's preamble so far */
     size_t          boot_len;
+    ucp_listener_h  cm_listener; /* CONN_CM_WAIT: opened for this client alone */
 } rm_conn_t;
 
 struct remora_server {
@@ -146,6 +149,14 @@ static void conn_free_if_idle(rm_conn_t *c)
 
 static void retired_sweep(remora_server_h s);
 
+static void conn_close_cm_listener(rm_conn_t *c)
+{
+    if (c->cm_listener) {
+        ucp_listener_destroy(c->cm_listener);
+        c->cm_listener = NULL;
+    }
+}
+
 /* Close and unlink a connection; frees it unless callbacks are still due. */
 static void conn_kill(rm_conn_t *c)
 {
@@ -154,6 +165,7 @@ static void conn_kill(rm_conn_t *c)
     c->dead = 1;
     c->inflight++; /* the forced close may run our send callbacks right here */
     rm_list_del(&c->link);
+    conn_close_cm_listener(c);
     rm_peer_close(&c->peer);
     retired_sweep(c->server); /* it no longer holds up retired memory */
     c->inflight--;
@@ -527,13 +539,75 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
 
 static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message, .on_error = conn_on_error};
 
-/* CONN_BOOT: collect the client's preamble, connect to its worker, answer. */
+static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
+{
+    rm_conn_t *c = arg;
+
+    if (c->state != CONN_CM_WAIT || rm_peer_accept_cm(&c->peer, req) != REMORA_OK) {
+        ucp_listener_reject(c->cm_listener, req); /* a second request, or garbage */
+        return;
+    }
+    c->state = CONN_HELLO; /* the listener goes at the next tick */
+}
+
+/*
+ * Open a UCX listener for this one client on the address it reached us at.
+ * UCX's connection manager gives the endpoint zero-copy rendezvous lanes over
+ * TCP that a worker-address endpoint with peer-failure handling lacks (UCX
+ * 1.13); it only ever listens briefly, after a valid bootstrap, because it
+ * aborts the process on some garbage. IPv4 only: it also mishandles IPv6.
+ */
+static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (getenv("REMORA_NO_CM") || getsockname(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 ||
+        ss.ss_family != AF_INET)
+        return -1;
+    ((struct sockaddr_in *)&ss)->sin_port = 0;
+    ucp_listener_params_t lp = {
+        .field_mask   = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr     = {.addr = (const struct sockaddr *)&ss, .addrlen = len},
+        .conn_handler = {.cb = conn_on_cm_request, .arg = c},
+    };
+    ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    if (ucp_listener_create(c->server->ctx->worker, &lp, &c->cm_listener) != UCS_OK)
+        return -1;
+    if (ucp_listener_query(c->cm_listener, &la) != UCS_OK || la.sockaddr.ss_family != AF_INET) {
+        conn_close_cm_listener(c);
+        return -1;
+    }
+    *port_p = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+    return 0;
+}
+
+/* Answer a valid preamble: a CM port for the client to connect to, or our
+ * worker address after connecting to the client's. */
+static int conn_boot_answer(rm_conn_t *c, uint16_t flags, const uint8_t *waddr, rm_wbuf_t *w)
+{
+    remora_context_h ctx = c->server->ctx;
+    uint16_t port;
+
+    if ((flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
+        uint8_t le[2] = {(uint8_t)port, (uint8_t)(port >> 8)};
+        rm_boot_encode(w, RM_BOOT_CM, le, 2);
+        c->state = CONN_CM_WAIT;
+        return 0;
+    }
+    rm_boot_encode(w, 0, ctx->worker_addr, (uint32_t)ctx->worker_addr_len);
+    c->state = CONN_HELLO;
+    return rm_peer_create_ep(&c->peer, waddr) == REMORA_OK ? 0 : -1;
+}
+
+/* CONN_BOOT: collect the client's preamble, then answer it. */
 static void conn_boot_read(rm_conn_t *c)
 {
     remora_context_h ctx = c->server->ctx;
     size_t cap = RM_BOOT_HDR_LEN + RM_WORKER_ADDR_MAX, used;
     const uint8_t *waddr;
     uint32_t wlen;
+    uint16_t flags;
     rm_wbuf_t w;
     ssize_t n;
 
@@ -548,7 +622,7 @@ static void conn_boot_read(rm_conn_t *c)
         return;
     }
     c->boot_len += (size_t)n;
-    int r = rm_boot_parse(c->boot_buf, c->boot_len, &waddr, &wlen, &used);
+    int r = rm_boot_parse(c->boot_buf, c->boot_len, &flags, &waddr, &wlen, &used);
     if (r == 1)
         return;
     if (r < 0 || used != c->boot_len || !rm_boot_addr_plausible(ctx, waddr, wlen)) {
@@ -557,8 +631,7 @@ static void conn_boot_read(rm_conn_t *c)
         return;
     }
     rm_wbuf_init(&w);
-    rm_boot_encode(&w, ctx->worker_addr, (uint32_t)ctx->worker_addr_len);
-    if (w.failed || rm_peer_create_ep(&c->peer, waddr) != REMORA_OK ||
+    if (conn_boot_answer(c, flags, waddr, &w) != 0 || w.failed ||
         rm_boot_send(c->peer.sock.fd, w.data, w.len) != 0) {
         rm_warn("could not set up a client connection");
         rm_wbuf_free(&w);
@@ -568,7 +641,6 @@ static void conn_boot_read(rm_conn_t *c)
     rm_wbuf_free(&w);
     free(c->boot_buf);
     c->boot_buf = NULL;
-    c->state    = CONN_HELLO;
 }
 
 /* The bootstrap socket: the preamble, then only its end (the client is gone). */
@@ -581,6 +653,8 @@ static void conn_sock_cb(rm_watch_t *w, uint32_t events)
         conn_boot_read(c);
         return;
     }
+    if (c->state == CONN_CM_WAIT && !(events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)))
+        return; /* nothing to read yet; only its end matters */
     ssize_t n = recv(w->fd, &byte, 1, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         rm_info("client went away");
@@ -632,7 +706,9 @@ static void server_tick(rm_ticker_t *t)
 
     rm_list_for_each_safe(pos, tmp, &s->conns) {
         rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
-        uint64_t limit = c->state == CONN_BOOT ? RM_BOOT_TIMEOUT_NS : RM_HELLO_TIMEOUT_NS;
+        uint64_t limit = c->state <= CONN_CM_WAIT ? RM_BOOT_TIMEOUT_NS : RM_HELLO_TIMEOUT_NS;
+        if (c->state > CONN_CM_WAIT)
+            conn_close_cm_listener(c); /* its one client is in */
         if (c->state != CONN_READY && now - c->born_ns > limit) {
             rm_info("dropping a connection that did not finish its handshake");
             conn_kill(c);

@@ -345,17 +345,17 @@ int rm_name_decode(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1])
 
 /* ------------------------------------------------------------- bootstrap */
 
-void rm_boot_encode(rm_wbuf_t *w, const void *worker_addr, uint32_t len)
+void rm_boot_encode(rm_wbuf_t *w, uint16_t flags, const void *payload, uint32_t len)
 {
     rm_wbuf_u32(w, RM_BOOT_MAGIC);
     rm_wbuf_u16(w, RM_BOOT_VERSION);
-    rm_wbuf_u16(w, 0);
+    rm_wbuf_u16(w, flags);
     rm_wbuf_u32(w, len);
-    rm_wbuf_bytes(w, worker_addr, len);
+    rm_wbuf_bytes(w, payload, len);
 }
 
-int rm_boot_parse(const void *data, size_t len, const uint8_t **addr_p, uint32_t *len_p,
-                  size_t *used_p)
+int rm_boot_parse(const void *data, size_t len, uint16_t *flags_p, const uint8_t **addr_p,
+                  uint32_t *len_p, size_t *used_p)
 {
     const uint8_t *buf = data;
     uint32_t alen;
@@ -367,12 +367,13 @@ int rm_boot_parse(const void *data, size_t len, const uint8_t **addr_p, uint32_t
     if (len < RM_BOOT_HDR_LEN)
         return 1;
     alen = get32(buf + 8);
-    if (get16(buf + 4) != RM_BOOT_VERSION || get16(buf + 6) != 0 || alen == 0 ||
-        alen > RM_WORKER_ADDR_MAX)
+    if (get16(buf + 4) != RM_BOOT_VERSION || (get16(buf + 6) & ~(unsigned)RM_BOOT_CM) != 0 ||
+        alen == 0 || alen > RM_WORKER_ADDR_MAX)
         return -1;
     if (len - RM_BOOT_HDR_LEN < alen)
         return 1;
-    *addr_p = buf + RM_BOOT_HDR_LEN;
+    *flags_p = get16(buf + 6);
+    *addr_p  = buf + RM_BOOT_HDR_LEN;
     *len_p  = alen;
     *used_p = RM_BOOT_HDR_LEN + alen;
     return 0;

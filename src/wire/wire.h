@@ -153,13 +153,18 @@ int rm_name_valid(const char *name);
 
 /*
  * The bootstrap preamble each side writes once on the TCP bootstrap socket:
- * u32 magic, u16 version, u16 flags (0), u32 length, then the UCX worker
- * address of that length (1..RM_WORKER_ADDR_MAX).
+ * u32 magic, u16 version, u16 flags, u32 length, then a payload of that
+ * length (1..RM_WORKER_ADDR_MAX): normally the sender's UCX worker address.
+ * RM_BOOT_CM from a client: it can connect through UCX's connection manager.
+ * RM_BOOT_CM from the server: the payload is a u16 port; connect there
+ * through UCX's connection manager instead of to a worker address.
  */
-void rm_boot_encode(rm_wbuf_t *w, const void *worker_addr, uint32_t len);
-/* 1: need more bytes; 0: complete (addr_p and len_p point into buf, used_p
- * bytes were the preamble); -1: not a remora bootstrap. */
-int rm_boot_parse(const void *buf, size_t len, const uint8_t **addr_p, uint32_t *len_p,
-                  size_t *used_p);
+enum { RM_BOOT_CM = 1u << 0 };
+
+void rm_boot_encode(rm_wbuf_t *w, uint16_t flags, const void *payload, uint32_t len);
+/* 1: need more bytes; 0: complete (payload_p points into buf, used_p bytes
+ * were the preamble); -1: not a remora bootstrap. */
+int rm_boot_parse(const void *buf, size_t len, uint16_t *flags_p, const uint8_t **payload_p,
+                  uint32_t *len_p, size_t *used_p);
 
 #endif

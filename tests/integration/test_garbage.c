@@ -221,8 +221,10 @@ static void test_bad_preamble_header(void **state)
     junk_once(&s, buf, BOOT_HDR_LEN, 2000, "preamble version 2");
     boot_hdr(buf, 0, 0, 100);
     junk_once(&s, buf, BOOT_HDR_LEN, 2000, "preamble version 0");
-    boot_hdr(buf, 1, 1, 100);
-    junk_once(&s, buf, BOOT_HDR_LEN, 2000, "preamble flags 1");
+    boot_hdr(buf, 1, 2, 100); /* bit 0 (RM_BOOT_CM) is defined; the others are not */
+    junk_once(&s, buf, BOOT_HDR_LEN, 2000, "preamble flags 2");
+    boot_hdr(buf, 1, 0x8001, 100);
+    junk_once(&s, buf, BOOT_HDR_LEN, 2000, "preamble flags 0x8001");
     boot_hdr(buf, 1, 0, 0);
     junk_once(&s, buf, BOOT_HDR_LEN, 2000, "a worker address length of 0");
     boot_hdr(buf, 1, 0, BOOT_ADDR_MAX + 1);

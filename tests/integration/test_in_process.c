@@ -1,8 +1,10 @@
 /*
- * Server and client in one process: with two contexts it works (bytes read
- * back exactly); with one context the connect fails cleanly with
- * REMORA_ERR_UNSUPPORTED instead of mixing up the two roles.
+ * Server and client in one process: with two contexts, and with one context
+ * over UCX's connection manager, bytes read back exactly; with one context
+ * over worker addresses (REMORA_NO_CM, or IPv6) the connect fails cleanly
+ * with REMORA_ERR_UNSUPPORTED instead of mixing up the two roles.
  */
+#include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -63,20 +65,29 @@ static void test_second_context_reads_exact_bytes(void **state)
     remora_context_destroy(ctx);
 }
 
-static void test_same_context_is_refused(void **state)
+static void test_same_context(void **state)
 {
     fixture_t *f = *state;
     remora_client_h c = NULL;
+    static uint8_t buf[4096];
 
-    assert_int_equal(remora_client_connect(f->ctx, f->addr, NULL, &c), REMORA_ERR_UNSUPPORTED);
-    assert_null(c);
+    if (getenv("REMORA_NO_CM")) {
+        assert_int_equal(remora_client_connect(f->ctx, f->addr, NULL, &c),
+                         REMORA_ERR_UNSUPPORTED);
+        assert_null(c);
+        return;
+    }
+    assert_int_equal(remora_client_connect(f->ctx, f->addr, NULL, &c), REMORA_OK);
+    assert_int_equal(remora_client_read(c, "r", 1000, buf, sizeof(buf)), REMORA_OK);
+    assert_memory_equal(buf, (uint8_t *)remora_mem_address(f->mem) + 1000, sizeof(buf));
+    remora_client_disconnect(c);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_context_reads_exact_bytes),
-        cmocka_unit_test(test_same_context_is_refused),
+        cmocka_unit_test(test_same_context),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

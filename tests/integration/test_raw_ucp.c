@@ -101,10 +101,11 @@ static void *read_preamble(int fd)
     uint8_t *buf = malloc(cap);
     const uint8_t *waddr;
     uint32_t wlen;
+    uint16_t flags;
     double deadline = it_now_ms() + REPLY_WAIT_MS;
 
     while (buf && it_now_ms() < deadline) {
-        int r = rm_boot_parse(buf, have, &waddr, &wlen, &used);
+        int r = rm_boot_parse(buf, have, &flags, &waddr, &wlen, &used);
         if (r == 0) {
             memmove(buf, waddr, wlen);
             return buf;
@@ -166,7 +167,7 @@ static int raw_open(raw_t *r, const char *addr)
     if (ucp_worker_get_address(r->worker, &my_addr, &my_len) != UCS_OK)
         return -1;
     rm_wbuf_init(&w);
-    rm_boot_encode(&w, my_addr, (uint32_t)my_len);
+    rm_boot_encode(&w, 0, my_addr, (uint32_t)my_len);
     ucp_worker_release_address(r->worker, my_addr);
     int sent = !w.failed && send(r->sock, w.data, w.len, MSG_NOSIGNAL) == (ssize_t)w.len;
     rm_wbuf_free(&w);
