@@ -185,12 +185,15 @@ typedef struct rm_send {
 } rm_send_t;
 
 /* UCX 1.13 leaves some rendezvous sends to a dead peer pending even after a
- * forced close; cancel what is left so that every callback runs. */
+ * forced close, and may call back for them long after the peer object is
+ * gone. Cancel them, and unlink them from the peer so that a late callback
+ * touches only the send itself. */
 static void cancel_sends(rm_peer_t *peer)
 {
     rm_list_t *pos, *tmp;
     rm_list_for_each_safe(pos, tmp, &peer->sends) {
         rm_send_t *s = rm_container_of(pos, rm_send_t, link);
+        rm_list_del(&s->link); /* now linked to itself: a later del is harmless */
         if (s->request)
             ucp_request_cancel(peer->ctx->worker, s->request);
     }

@@ -10,6 +10,7 @@
  *     3 list     rm_list_decode
  *     4 name     rm_name_decode (and rm_name_valid)
  *     5 reader   a sequence of rm_rbuf_* reads, checked against a model
+ *     6 boot     rm_boot_parse (the bootstrap preamble)
  * - The input handed to a decoder is a heap copy of exactly its bytes, so
  *   ASan reports any read past the end.
  * - Every successful decode is re-encoded, and the encoding must reproduce the
@@ -29,7 +30,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER, MODE_COUNT };
+enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER, MODE_BOOT,
+       MODE_COUNT };
 
 #define CHECK(cond)                                                                    \
     do {                                                                               \
@@ -305,6 +307,50 @@ static void fuzz_reader(const uint8_t *in, size_t n)
     }
 }
 
+/* ------------------------------------------------------------- bootstrap */
+
+/* rm_boot_parse against its statement: "need more" exactly while a valid
+ * prefix is incomplete, success consumes header + payload, and a success
+ * re-encodes to the same bytes. */
+static void fuzz_boot(const uint8_t *in, size_t n)
+{
+    static const uint8_t magic[4] = {'R', 'M', 'R', 'B'};
+    const uint8_t *payload = NULL;
+    uint32_t plen = 0;
+    uint16_t flags = 0;
+    size_t used = 0, m = n < 4 ? n : 4;
+    int r = rm_boot_parse(in, n, &flags, &payload, &plen, &used);
+    int bad_magic = memcmp(in, magic, m) != 0;
+
+    if (bad_magic) {
+        CHECK(r == -1);
+        return;
+    }
+    if (n < RM_BOOT_HDR_LEN) {
+        CHECK(r == 1);
+        return;
+    }
+    uint32_t len = le32(in + 8);
+    int hdr_ok   = le16(in + 4) == RM_BOOT_VERSION && (le16(in + 6) & ~(unsigned)RM_BOOT_CM) == 0 &&
+                 len >= 1 && len <= RM_WORKER_ADDR_MAX;
+    if (!hdr_ok) {
+        CHECK(r == -1);
+        return;
+    }
+    if (n - RM_BOOT_HDR_LEN < len) {
+        CHECK(r == 1);
+        return;
+    }
+    CHECK(r == 0 && used == RM_BOOT_HDR_LEN + len && plen == len &&
+          payload == in + RM_BOOT_HDR_LEN && flags == le16(in + 6));
+    rm_wbuf_t w;
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, flags, payload, plen);
+    if (!w.failed)
+        CHECK(w.len == used && memcmp(w.data, in, used) == 0);
+    rm_wbuf_free(&w);
+}
+
 /* ------------------------------------------------------------- entry */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -324,6 +370,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case MODE_DESC:   fuzz_desc(in, n); break;
     case MODE_LIST:   fuzz_list(in, n); break;
     case MODE_NAME:   fuzz_name(in, n); break;
+    case MODE_BOOT:   fuzz_boot(in, n); break;
     default:          fuzz_reader(in, n); break;
     }
     free(in);
