@@ -2,6 +2,7 @@
 # remora side by side with ucx_perftest and memcpy, in one run on one machine,
 # alternating the two for REPS rounds and comparing medians.
 #   bench/compare.sh [BUILD_DIR] [REPS]        (defaults: build, 5)
+# REMORA_CM=1 runs the TCP server with connection-manager endpoints.
 # Prints a table of ratios against the targets; JSON lines go to $RESULTS
 # (default: BUILD_DIR/bench-results.jsonl).
 set -euo pipefail
@@ -60,7 +61,7 @@ json_field() { grep -o "\"$2\":[0-9.e+-]*" <<<"$1" | head -1 | cut -d: -f2; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 record() { echo "$1" >>"$RESULTS"; }
 
-tcp_addr=$(start_server tcp UCX_TLS=tcp "$remora" serve --listen 127.0.0.1:0 --region a=256M)
+tcp_addr=$(start_server tcp UCX_TLS=tcp REMORA_CM="${REMORA_CM:-0}" "$remora" serve --listen 127.0.0.1:0 --region a=256M)
 shm_addr=$(start_server shm "$remora" serve --listen 127.0.0.1:0 --region a=256M)
 [ -n "$tcp_addr" ] && [ -n "$shm_addr" ] || { echo "servers did not start" >&2; cat "$tmp"/*.err >&2; exit 1; }
 

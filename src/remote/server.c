@@ -39,6 +39,7 @@
 #define RM_DESTROY_WAIT_MS  2000
 #define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the bootstrap */
 #define RM_HELLO_TIMEOUT_NS (10ull * 1000000000u) /* to finish the handshake */
+#define RM_CM_LINGER_NS     (3ull * 1000000000u)  /* a detached listener's last breath */
 
 typedef struct rm_region {
     rm_list_t    link;
@@ -73,8 +74,21 @@ typedef struct rm_conn {
     uint64_t        born_ns;
     uint8_t        *boot_buf;   /* CONN_BOOT: the client's preamble so far */
     size_t          boot_len;
-    ucp_listener_h  cm_listener; /* CONN_CM_WAIT: opened for this client alone */
+    struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
 } rm_conn_t;
+
+/*
+ * A UCX listener opened for one client. UCX 1.13 may still deliver (or
+ * reject) a connection request queued for a listener after it was destroyed,
+ * and crash doing so; so a listener outlives its connection: the slot is
+ * detached (conn = NULL) and destroyed RM_CM_LINGER_NS later by the ticker.
+ */
+typedef struct rm_cm_slot {
+    rm_list_t       link;     /* server->cm_slots */
+    ucp_listener_h  listener;
+    struct rm_conn *conn;     /* NULL once detached */
+    uint64_t        detached_ns;
+} rm_cm_slot_t;
 
 struct remora_server {
     remora_context_h ctx;
@@ -83,7 +97,7 @@ struct remora_server {
     char             addr[80];
     uint8_t         *token;
     size_t           token_len;
-    rm_list_t        regions, conns, retired;
+    rm_list_t        regions, conns, retired, cm_slots;
     uint32_t         next_region_id;
     uint64_t         epoch;
     unsigned         nconns; /* allocated, dead or alive */
@@ -149,11 +163,28 @@ static void conn_free_if_idle(rm_conn_t *c)
 
 static void retired_sweep(remora_server_h s);
 
+/* Detach the connection's listener; the ticker destroys it later. */
 static void conn_close_cm_listener(rm_conn_t *c)
 {
-    if (c->cm_listener) {
-        ucp_listener_destroy(c->cm_listener);
-        c->cm_listener = NULL;
+    if (c->cm) {
+        c->cm->conn        = NULL;
+        c->cm->detached_ns = rm_now_ns();
+        c->cm              = NULL;
+    }
+}
+
+static void cm_slots_sweep(remora_server_h s, int all)
+{
+    rm_list_t *pos, *tmp;
+    uint64_t now = rm_now_ns();
+
+    rm_list_for_each_safe(pos, tmp, &s->cm_slots) {
+        rm_cm_slot_t *slot = rm_container_of(pos, rm_cm_slot_t, link);
+        if (slot->conn == NULL && (all || now - slot->detached_ns > RM_CM_LINGER_NS)) {
+            rm_list_del(&slot->link);
+            ucp_listener_destroy(slot->listener);
+            free(slot);
+        }
     }
 }
 
@@ -541,40 +572,51 @@ static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message, .on_error 
 
 static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
 {
-    rm_conn_t *c = arg;
+    rm_cm_slot_t *slot = arg;
+    rm_conn_t *c       = slot->conn;
 
-    if (c->state != CONN_CM_WAIT || rm_peer_accept_cm(&c->peer, req) != REMORA_OK) {
-        ucp_listener_reject(c->cm_listener, req); /* a second request, or garbage */
+    if (c == NULL || c->state != CONN_CM_WAIT || rm_peer_accept_cm(&c->peer, req) != REMORA_OK) {
+        ucp_listener_reject(slot->listener, req); /* late, a second request, or garbage */
         return;
     }
-    c->state = CONN_HELLO; /* the listener goes at the next tick */
+    c->state = CONN_HELLO; /* the listener is detached at the next tick */
 }
 
 /*
  * Open a UCX listener for this one client on the address it reached us at.
  * UCX's connection manager gives the endpoint zero-copy rendezvous lanes over
  * TCP that a worker-address endpoint with peer-failure handling lacks (UCX
- * 1.13); it only ever listens briefly, after a valid bootstrap, because it
- * aborts the process on some garbage. IPv4 only: it also mishandles IPv6.
+ * 1.13: about 1.6x the bandwidth); it only ever listens briefly, after a
+ * valid bootstrap, because it aborts the process on some garbage. IPv4 only:
+ * it also mishandles IPv6. Opt-in (REMORA_CM=1): UCX 1.13 can also crash
+ * the server when a client dies in the middle of connecting this way.
  */
 static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
+    rm_cm_slot_t *slot;
 
-    if (getenv("REMORA_NO_CM") || getsockname(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 ||
-        ss.ss_family != AF_INET)
+    const char *opt = getenv("REMORA_CM");
+
+    if (opt == NULL || strcmp(opt, "1") != 0 || getsockname(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 ||
+        ss.ss_family != AF_INET || (slot = calloc(1, sizeof(*slot))) == NULL)
         return -1;
     ((struct sockaddr_in *)&ss)->sin_port = 0;
     ucp_listener_params_t lp = {
         .field_mask   = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
         .sockaddr     = {.addr = (const struct sockaddr *)&ss, .addrlen = len},
-        .conn_handler = {.cb = conn_on_cm_request, .arg = c},
+        .conn_handler = {.cb = conn_on_cm_request, .arg = slot},
     };
     ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    if (ucp_listener_create(c->server->ctx->worker, &lp, &c->cm_listener) != UCS_OK)
+    if (ucp_listener_create(c->server->ctx->worker, &lp, &slot->listener) != UCS_OK) {
+        free(slot);
         return -1;
-    if (ucp_listener_query(c->cm_listener, &la) != UCS_OK || la.sockaddr.ss_family != AF_INET) {
+    }
+    slot->conn = c;
+    c->cm      = slot;
+    rm_list_push_back(&c->server->cm_slots, &slot->link);
+    if (ucp_listener_query(slot->listener, &la) != UCS_OK || la.sockaddr.ss_family != AF_INET) {
         conn_close_cm_listener(c);
         return -1;
     }
@@ -715,6 +757,7 @@ static void server_tick(rm_ticker_t *t)
         }
     }
     retired_sweep(s);
+    cm_slots_sweep(s, 0);
 }
 
 /* ------------------------------------------------------------ public API */
@@ -773,6 +816,7 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_list_init(&s->regions);
     rm_list_init(&s->conns);
     rm_list_init(&s->retired);
+    rm_list_init(&s->cm_slots);
     atomic_init(&s->drained, 1);
     if ((st = copy_token(s, params)) != REMORA_OK)
         goto err_free;
@@ -818,6 +862,7 @@ void remora_server_destroy(remora_server_h s)
                 s->nconns);
 
     rm_engine_lock(s->ctx);
+    cm_slots_sweep(s, 1);
     rm_list_for_each_safe(pos, tmp, &s->regions) {
         rm_region_t *r = rm_container_of(pos, rm_region_t, link);
         rm_mem_unref(r->mem);
