@@ -453,9 +453,6 @@ static ucs_status_t create_worker(remora_context_h ctx)
     if (status != UCS_OK)
         return status;
 
-    ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER};
-    if (ucp_worker_query(ctx->worker, &attr) == UCS_OK)
-        ctx->max_am_header = attr.max_am_header;
     if ((status = ucp_worker_get_address(ctx->worker, (ucp_address_t **)&ctx->worker_addr,
                                          &ctx->worker_addr_len)) != UCS_OK ||
         (status = ucp_worker_get_efd(ctx->worker, &ctx->efd)) != UCS_OK ||

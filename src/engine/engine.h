@@ -100,7 +100,6 @@ struct remora_context {
     size_t          peers_cap, npeers;
 
     uint8_t         host_id[RM_HOST_ID_LEN];
-    size_t          max_am_header;
 };
 
 /* Status mapping, once for the whole library. */

@@ -349,9 +349,36 @@ static remora_status_t lookup_call(remora_client_h c, const char *name, void **b
     return client_call(c, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
 }
 
-remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p)
+/*
+ * Ask the server about a region and cache the answer, unless a change event
+ * arrived meanwhile (the answer may then be stale). On REMORA_OK the reply
+ * body is handed over in *body_p (free()), and *cached_p says what became of
+ * the cache: REMORA_OK, REMORA_INPROGRESS (stale, not cached) or an error.
+ */
+static remora_status_t lookup_and_cache(remora_client_h c, const char *name, void **body_p,
+                                        size_t *len_p, remora_status_t *cached_p)
 {
     remora_status_t st;
+
+    rm_engine_lock(c->ctx);
+    uint64_t seq = c->event_seq;
+    rm_engine_unlock(c->ctx);
+    if ((st = lookup_call(c, name, body_p, len_p)) != REMORA_OK)
+        return st;
+    rm_engine_lock(c->ctx);
+    if (c->disconnected)
+        *cached_p = c->disc_status;
+    else if (c->event_seq != seq)
+        *cached_p = REMORA_INPROGRESS;
+    else
+        *cached_p = region_install(c, *body_p, *len_p);
+    rm_engine_unlock(c->ctx);
+    return REMORA_OK;
+}
+
+remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p)
+{
+    remora_status_t st, cached;
     rm_rregion_t *r;
 
     if (name == NULL)
@@ -365,20 +392,12 @@ remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rre
             *r_p = r;
             return REMORA_OK;
         }
-        uint64_t seq = c->event_seq;
         rm_engine_unlock(c->ctx);
-        if ((st = lookup_call(c, name, &body, &len)) != REMORA_OK)
+        if ((st = lookup_and_cache(c, name, &body, &len, &cached)) != REMORA_OK)
             return st;
-        rm_engine_lock(c->ctx);
-        /* A change event since we asked may have made the answer stale. */
-        if (c->event_seq == seq || c->disconnected)
-            st = c->disconnected ? c->disc_status : region_install(c, body, len);
-        else
-            st = REMORA_INPROGRESS;
         free(body);
-        rm_engine_unlock(c->ctx);
-        if (st != REMORA_OK && st != REMORA_INPROGRESS)
-            return st;
+        if (cached != REMORA_OK && cached != REMORA_INPROGRESS)
+            return cached;
     }
     return REMORA_ERR_BUSY; /* the region changes faster than we can look it up */
 }
@@ -837,33 +856,24 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     size_t len = 0;
     rm_rbuf_t rb;
     rm_region_desc_t d;
-    remora_status_t st;
+    remora_status_t st, cached;
 
     if (c == NULL || info == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    rm_engine_lock(c->ctx);
-    uint64_t seq = c->event_seq;
-    rm_engine_unlock(c->ctx);
-    if ((st = lookup_call(c, name, &body, &len)) != REMORA_OK)
+    /* Also refreshes the cache with what we learn. */
+    if ((st = lookup_and_cache(c, name, &body, &len, &cached)) != REMORA_OK)
         return st;
     rm_rbuf_init(&rb, body, len);
     rm_region_desc_decode(&rb, &d);
-    if (rb.failed || rb.left != 0) {
-        free(body);
+    free(body);
+    if (rb.failed || rb.left != 0)
         return REMORA_ERR_PROTOCOL;
-    }
     memset(info, 0, sizeof(*info));
     snprintf(info->name, sizeof(info->name), "%s", d.name);
     info->size       = d.size;
     info->mem_type   = (remora_mem_type_t)d.mem_type;
     info->access     = d.access;
     info->generation = d.generation;
-    /* Refresh the cache with what we just learned. */
-    rm_engine_lock(c->ctx);
-    if (!c->disconnected && c->event_seq == seq)
-        region_install(c, body, len);
-    rm_engine_unlock(c->ctx);
-    free(body);
     return REMORA_OK;
 }
 

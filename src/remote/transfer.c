@@ -139,7 +139,7 @@ static void issue_flush(remora_request_h req)
     rm_op_t *op = rm_client_op_new(c, 0);
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                              UCP_OP_ATTR_FIELD_USER_DATA,
-                             .cb.send = rma_cb, .user_data = NULL};
+                             .cb.send = rma_cb, .user_data = op};
 
     req->flushed = 1;
     if (op == NULL) {
@@ -151,7 +151,6 @@ static void issue_flush(remora_request_h req)
     op->replied = 1;
     op->ucx_busy++;
     req->inflight++;
-    p.user_data = op;
     op_track(op, ucp_ep_flush_nbx(c->peer.ep, &p));
 }
 
@@ -274,15 +273,18 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     req->path       = r->path;
     r->users++;
     *req_p = req;
-    if (length == 0)
-        request_complete(req);
-    else if (req->path == REMORA_PATH_MAP)
-        run_mapped(req);
-    else {
-        issue_more(req);
-        if (req->inflight == 0) /* not even the first chunk could start */
+    if (length == 0 || req->path == REMORA_PATH_MAP) {
+        /* Nothing for UCX to do: no need to wake the progress thread. */
+        if (length)
+            run_mapped(req);
+        else
             request_complete(req);
+        rm_engine_unlock(c->ctx);
+        return REMORA_OK;
     }
+    issue_more(req);
+    if (req->inflight == 0) /* not even the first chunk could start */
+        request_complete(req);
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);
     return REMORA_OK;
