@@ -329,6 +329,15 @@ static int cli_read_transfer(const cli_session_t *s, const cli_read_opts_t *o)
     return cli_read_report(&k, o, cli_now() - start);
 }
 
+/* Parse a read or write command line and check its --offset/--length. */
+static int cli_parse_ranged(const cli_command_t *cmd, int argc, char **argv, cli_parser_t *parser,
+                            cli_range_opts_t *range, const char **target)
+{
+    int rc = cli_parse_args(cmd, argc, argv, parser, target);
+
+    return rc == CLI_CONTINUE ? cli_range_check(cmd, range) : rc;
+}
+
 static int cli_read_option(const cli_command_t *cmd, int opt, const char *arg, void *opts)
 {
     cli_read_opts_t *o = opts;
@@ -360,10 +369,7 @@ static int cli_read_run(const cli_command_t *cmd, int argc, char **argv)
     const char *target;
     int rc;
 
-    rc = cli_parse_args(cmd, argc, argv, &parser, &target);
-    if (rc == CLI_CONTINUE) {
-        rc = cli_range_check(cmd, &o.range);
-    }
+    rc = cli_parse_ranged(cmd, argc, argv, &parser, &o.range, &target);
     if (rc != CLI_CONTINUE) {
         return rc;
     }
@@ -497,10 +503,7 @@ static int cli_write_run(const cli_command_t *cmd, int argc, char **argv)
     const char *target;
     int rc;
 
-    rc = cli_parse_args(cmd, argc, argv, &parser, &target);
-    if (rc == CLI_CONTINUE) {
-        rc = cli_range_check(cmd, &o.range);
-    }
+    rc = cli_parse_ranged(cmd, argc, argv, &parser, &o.range, &target);
     if (rc != CLI_CONTINUE) {
         return rc;
     }
