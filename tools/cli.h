@@ -50,6 +50,7 @@ extern const cli_command_t cli_cmd_write;
 extern const cli_command_t cli_cmd_ping;
 extern const cli_command_t cli_cmd_bench;
 extern const cli_command_t cli_cmd_info;
+extern const cli_command_t cli_cmd_stream;
 
 /* ---------------------------------------------------------------- options */
 

@@ -103,6 +103,36 @@ typedef struct remora_stats {
  */
 void remora_stats_compute(double *samples, size_t n, remora_stats_t *stats);
 
+/*
+ * Stream frames: how `remora stream serve` stamps each ring element so that a
+ * reader can check it on its own. Little-endian, at the start of the element:
+ *   u64 seq, u64 timestamp (ns, CLOCK_REALTIME), u64 checksum, payload...
+ * Elements shorter than 24 bytes keep the fields that fit (seq needs 8).
+ * The checksum covers seq, timestamp and the payload; a payload made by
+ * remora_frame_fill() is the pattern XOR a per-sequence word, so two frames
+ * never share payload bytes and a torn mix of them fails the checksum.
+ */
+#define REMORA_FRAME_HDR 24u
+#define REMORA_FRAME_MIN 8u
+
+/** Write the payload for seq (pattern source; src == NULL) or copy it from src
+ *  (elem_size - REMORA_FRAME_HDR bytes); returns the payload's partial checksum. */
+uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const void *src);
+/** Finish a frame: seq, timestamp and checksum (partial from remora_frame_payload). */
+void remora_frame_seal(void *elem, size_t elem_size, uint64_t seq, uint64_t ts_ns,
+                       uint64_t partial);
+
+typedef enum remora_frame_verdict {
+    REMORA_FRAME_OK      = 0,
+    REMORA_FRAME_TORN    = 1, /**< carries another sequence number than the one delivered */
+    REMORA_FRAME_CORRUPT = 2  /**< content does not match its checksum */
+} remora_frame_verdict_t;
+
+/** Check a delivered frame against the sequence number it was delivered as. */
+remora_frame_verdict_t remora_frame_check(const void *elem, size_t elem_size, uint64_t seq);
+/** The frame's timestamp (0 when the element has no room for one). */
+uint64_t remora_frame_timestamp(const void *elem, size_t elem_size);
+
 #ifdef __cplusplus
 }
 #endif

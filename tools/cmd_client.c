@@ -42,13 +42,14 @@ static void cli_ls_print_table(const remora_region_info_t *infos, size_t count)
             width = (int)len;
         }
     }
-    printf("%-*s %20s %10s  %-4s  %-6s  %s\n", width, "NAME", "SIZE", "", "TYPE", "ACCESS",
-           "GENERATION");
+    printf("%-*s %20s %10s  %-4s  %-5s  %-6s  %s\n", width, "NAME", "SIZE", "", "TYPE", "KIND",
+           "ACCESS", "GENERATION");
     for (size_t i = 0; i < count; i++) {
         const remora_region_info_t *r = &infos[i];
-        printf("%-*s %20llu %10s  %-4s  %-6s  %llu\n", width, r->name,
+        printf("%-*s %20llu %10s  %-4s  %-5s  %-6s  %llu\n", width, r->name,
                (unsigned long long)r->size, remora_format_size(r->size, human, sizeof(human)),
-               cli_mem_type_string(r->mem_type), cli_access_string(r->access),
+               cli_mem_type_string(r->mem_type),
+               r->kind == REMORA_REGION_RING ? "ring" : "plain", cli_access_string(r->access),
                (unsigned long long)r->generation);
     }
 }
@@ -62,10 +63,11 @@ static void cli_ls_print_json(const remora_region_info_t *infos, size_t count)
         const remora_region_info_t *r = &infos[i];
         remora_json_string(r->name, name, sizeof(name));
         printf("{\"name\":%s,\"size\":%llu,\"size_human\":\"%s\",\"mem_type\":\"%s\","
-               "\"access\":\"%s\",\"generation\":%llu}\n",
+               "\"kind\":\"%s\",\"access\":\"%s\",\"generation\":%llu}\n",
                name, (unsigned long long)r->size,
                remora_format_size(r->size, human, sizeof(human)),
-               cli_mem_type_string(r->mem_type), cli_access_string(r->access),
+               cli_mem_type_string(r->mem_type),
+               r->kind == REMORA_REGION_RING ? "ring" : "plain", cli_access_string(r->access),
                (unsigned long long)r->generation);
     }
 }

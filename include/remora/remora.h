@@ -86,6 +86,8 @@ typedef struct remora_mem     *remora_mem_h;
 typedef struct remora_server  *remora_server_h;
 typedef struct remora_client  *remora_client_h;
 typedef struct remora_request *remora_request_h;
+typedef struct remora_ring    *remora_ring_h;
+typedef struct remora_sub     *remora_sub_h;
 
 /* ---------------------------------------------------------------- context */
 
@@ -282,12 +284,19 @@ enum remora_access {
     REMORA_ACCESS_WRITE = 1u << 1
 };
 
+/** What a region holds. */
+typedef enum remora_region_kind {
+    REMORA_REGION_PLAIN = 0,
+    REMORA_REGION_RING  = 1  /**< a ring buffer (docs/ring.md); read-only to clients */
+} remora_region_kind_t;
+
 typedef struct remora_region_info {
     char              name[REMORA_NAME_MAX + 1];
     uint64_t          size;
     remora_mem_type_t mem_type;
     unsigned          access;     /**< remora_access bits */
     uint64_t          generation; /**< starts at 1, increases on every replace */
+    remora_region_kind_t kind;    /**< plain memory or a ring (see remora_client_subscribe) */
 } remora_region_info_t;
 
 /** List every region. *infos_p is freed with remora_region_info_free(). */
@@ -352,6 +361,152 @@ REMORA_API remora_status_t remora_client_unmap(remora_client_h client, const voi
 REMORA_API remora_status_t remora_client_region_path(remora_client_h client, const char *name,
                                                      remora_path_t *path_p);
 REMORA_API const char *remora_path_string(remora_path_t path);
+
+
+/* ---------------------------------------------------------------- rings */
+
+/*
+ * A ring: fixed-size elements pushed by one producer, followed by any number
+ * of local readers and remote subscribers. The memory format is documented in
+ * docs/ring.md: a 64-byte header, then `capacity` slots, each an 8-byte
+ * stamp followed by the element. Every element gets a sequence number
+ * (0, 1, 2, ...); the ring holds the newest `capacity` of them.
+ *
+ * Threading: one producer thread at a time may push or reserve/commit;
+ * readers (get, newest, oldest, subscribers) run concurrently with it and
+ * never slow it down: a reader that finds an element overwritten while it
+ * copied it reports that, it never returns a torn element.
+ */
+
+enum remora_ring_field {
+    REMORA_RING_FIELD_ELEM_SIZE = 1u << 0,
+    REMORA_RING_FIELD_CAPACITY  = 1u << 1
+};
+
+typedef struct remora_ring_params {
+    uint64_t field_mask;
+    size_t   elem_size; /**< bytes per element, 1..2^40; required */
+    size_t   capacity;  /**< slots, 1..2^32; required */
+} remora_ring_params_t;
+
+/** Create an empty ring in library-allocated memory (mappable by same-host peers). */
+REMORA_API remora_status_t remora_ring_create(remora_context_h context,
+                                              const remora_ring_params_t *params,
+                                              remora_ring_h *ring_p);
+/** Unexposes the ring if a server still exposes it, then frees it. */
+REMORA_API void remora_ring_destroy(remora_ring_h ring);
+
+/** Copy one element in (len <= elem_size; the rest of the slot is zeroed).
+ *  Returns its sequence number in *seq_p (may be NULL). Never blocks. */
+REMORA_API remora_status_t remora_ring_push(remora_ring_h ring, const void *elem, size_t len,
+                                            uint64_t *seq_p);
+/**
+ * Zero-copy push: *slot_p points at the next slot's element bytes (elem_size
+ * of them), to be filled in place and published with remora_ring_commit().
+ * Readers never see a reserved element before its commit. Only one
+ * reservation at a time; REMORA_ERR_BUSY otherwise.
+ */
+REMORA_API remora_status_t remora_ring_reserve(remora_ring_h ring, void **slot_p);
+REMORA_API remora_status_t remora_ring_commit(remora_ring_h ring, uint64_t *seq_p);
+
+/**
+ * Copy element seq into buf (len >= elem_size). REMORA_ERR_OUT_OF_RANGE when
+ * the ring does not hold it (not yet pushed, or already overwritten,
+ * including while it was being copied).
+ */
+REMORA_API remora_status_t remora_ring_get(remora_ring_h ring, uint64_t seq, void *buf,
+                                           size_t len);
+/** The newest / oldest element still held, with its sequence number. */
+REMORA_API remora_status_t remora_ring_newest(remora_ring_h ring, void *buf, size_t len,
+                                              uint64_t *seq_p);
+REMORA_API remora_status_t remora_ring_oldest(remora_ring_h ring, void *buf, size_t len,
+                                              uint64_t *seq_p);
+REMORA_API size_t   remora_ring_elem_size(remora_ring_h ring);
+REMORA_API size_t   remora_ring_capacity(remora_ring_h ring);
+/** Sequence number the next push gets (= elements pushed, clones: see clone). */
+REMORA_API uint64_t remora_ring_head(remora_ring_h ring);
+/**
+ * Create a local ring from an image of a ring's memory (docs/ring.md), e.g. a
+ * file saved from remora_ring_mem(). The header is checked (REMORA_ERR_PROTOCOL
+ * when malformed or larger than len); elements whose stamp does not match
+ * are left out.
+ */
+REMORA_API remora_status_t remora_ring_create_from_image(remora_context_h context,
+                                                         const void *image, size_t len,
+                                                         remora_ring_h *ring_p);
+/** The ring's whole memory (header and slots), e.g. to save it to a file. */
+REMORA_API remora_mem_h remora_ring_mem(remora_ring_h ring);
+
+/** Expose a ring by name beside plain regions (read-only to clients). A ring
+ *  is exposed by at most one server at a time (REMORA_ERR_BUSY). */
+REMORA_API remora_status_t remora_server_expose_ring(remora_server_h server, const char *name,
+                                                     remora_ring_h ring);
+
+/* ---------------------------------------------------------------- subscriptions */
+
+typedef enum remora_sub_mode {
+    /** Every element in order; elements the ring no longer held when the
+     *  subscriber got to them are counted as drops, exactly. */
+    REMORA_SUB_EVERY  = 0,
+    /** Always the newest element, skipping (and counting as drops) the rest. */
+    REMORA_SUB_LATEST = 1
+} remora_sub_mode_t;
+
+typedef struct remora_elem_info {
+    uint64_t seq;   /**< sequence number of the element */
+    uint64_t drops; /**< elements skipped so far on this subscription */
+    size_t   size;  /**< element size in bytes */
+} remora_elem_info_t;
+
+/** Callback form: runs on a thread the subscription owns; elem is valid until
+ *  it returns. A final call with elem == NULL carries the error that ended it. */
+typedef void (*remora_sub_cb_t)(const void *elem, const remora_elem_info_t *info,
+                                remora_status_t status, void *arg);
+
+enum remora_sub_field {
+    REMORA_SUB_FIELD_MODE        = 1u << 0,
+    REMORA_SUB_FIELD_CB          = 1u << 1,
+    REMORA_SUB_FIELD_BATCH_BYTES = 1u << 2
+};
+
+typedef struct remora_sub_params {
+    uint64_t          field_mask;
+    remora_sub_mode_t mode;        /**< default REMORA_SUB_EVERY */
+    remora_sub_cb_t   cb;          /**< callback form: elements are pushed to cb */
+    void             *cb_arg;
+    /** Most bytes fetched in one transfer (at least one element). Default 8 MiB. */
+    size_t            batch_bytes;
+} remora_sub_params_t;
+
+/**
+ * Follow a remote ring. The server tells the subscriber about new elements
+ * (no polling over the network); the subscriber fetches them in batches.
+ * Errors: REMORA_ERR_NOT_FOUND (no such region), REMORA_ERR_INVALID_PARAM
+ * (the region is not a ring), REMORA_ERR_PROTOCOL (its header is malformed).
+ * Threading: one thread at a time calls remora_sub_next() on a subscription.
+ */
+REMORA_API remora_status_t remora_client_subscribe(remora_client_h client, const char *name,
+                                                   const remora_sub_params_t *params,
+                                                   remora_sub_h *sub_p);
+/**
+ * Wait up to timeout_ms (< 0: the client's timeout) for the next element and
+ * copy it into buf (len >= element size). REMORA_ERR_TIMED_OUT when none came;
+ * REMORA_ERR_DISCONNECTED when the server went away (subscribe again after
+ * reconnecting). Not for subscriptions with a callback.
+ */
+REMORA_API remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
+                                           remora_elem_info_t *info, int timeout_ms);
+REMORA_API size_t remora_sub_elem_size(remora_sub_h sub);
+/** End a subscription (joins the callback thread; call it from another thread). */
+REMORA_API void remora_sub_destroy(remora_sub_h sub);
+
+/**
+ * Copy a remote ring's whole current state into a new local ring of the same
+ * shape (on the client's context): the same sequence numbers, the elements
+ * the remote ring held (less any overwritten while they were copied).
+ */
+REMORA_API remora_status_t remora_client_clone_ring(remora_client_h client, const char *name,
+                                                    remora_ring_h *ring_p);
 
 #ifdef __cplusplus
 }

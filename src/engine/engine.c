@@ -168,6 +168,41 @@ static void run_deferred(remora_context_h ctx)
     }
 }
 
+/* ------------------------------------------------------------ signals */
+
+void rm_engine_add_signal(remora_context_h ctx, rm_signal_t *sig)
+{
+    atomic_init(&sig->pending, 0);
+    rm_list_push_back(&ctx->signals, &sig->link);
+}
+
+void rm_engine_remove_signal(remora_context_h ctx, rm_signal_t *sig) { rm_list_del(&sig->link); }
+
+void rm_engine_signal(remora_context_h ctx, rm_signal_t *sig)
+{
+    if (atomic_exchange(&sig->pending, 1))
+        return; /* already on its way */
+    atomic_store(&ctx->signaled, 1);
+    rm_engine_kick(ctx);
+    if (atomic_load(&ctx->driver))
+        wake_progress_thread(ctx);
+}
+
+static void run_signals(remora_context_h ctx)
+{
+    rm_list_t *pos, *tmp;
+
+    if (!atomic_exchange(&ctx->signaled, 0))
+        return;
+    rm_engine_lock(ctx);
+    rm_list_for_each_safe(pos, tmp, &ctx->signals) {
+        rm_signal_t *sig = rm_container_of(pos, rm_signal_t, link);
+        if (atomic_exchange(&sig->pending, 0))
+            sig->fn(sig);
+    }
+    rm_engine_unlock(ctx);
+}
+
 /* ------------------------------------------------------------ sockets and ticks */
 
 remora_status_t rm_engine_watch(remora_context_h ctx, rm_watch_t *w, uint32_t events)
@@ -242,7 +277,8 @@ static void sleep_on_worker(remora_context_h ctx)
     if (status == UCS_ERR_BUSY)
         return; /* events are pending: progress again */
     atomic_store(&ctx->thread_asleep, 1);
-    if (!rm_list_empty(&ctx->deferred) || atomic_load(&ctx->stop)) {
+    if (!rm_list_empty(&ctx->deferred) || atomic_load(&ctx->stop) ||
+        atomic_load(&ctx->signaled)) {
         atomic_store(&ctx->thread_asleep, 0);
         return;
     }
@@ -263,7 +299,8 @@ static void stand_aside(remora_context_h ctx)
 
     timespec_from_ns(&ts, rm_now_ns() + RM_STAND_ASIDE_NS);
     pthread_mutex_lock(&ctx->wait_mx);
-    if (atomic_load(&ctx->driver) && !atomic_load(&ctx->stop) && rm_list_empty(&ctx->deferred))
+    if (atomic_load(&ctx->driver) && !atomic_load(&ctx->stop) && rm_list_empty(&ctx->deferred) &&
+        !atomic_load(&ctx->signaled))
         pthread_cond_timedwait(&ctx->prog_cv, &ctx->wait_mx, &ts);
     pthread_mutex_unlock(&ctx->wait_mx);
 }
@@ -275,6 +312,7 @@ static void *progress_thread(void *arg)
 
     while (!atomic_load(&ctx->stop)) {
         run_deferred(ctx);
+        run_signals(ctx);
         housekeeping(ctx, &next_poll, &next_tick);
         if (atomic_load(&ctx->driver)) {
             stand_aside(ctx);
@@ -474,6 +512,7 @@ static remora_status_t init_sync(remora_context_h ctx)
     pthread_cond_init(&ctx->prog_cv, &ca);
     pthread_condattr_destroy(&ca);
     rm_list_init(&ctx->deferred);
+    rm_list_init(&ctx->signals);
     rm_list_init(&ctx->tickers);
 
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = ctx->efd};

@@ -69,6 +69,15 @@ struct rm_peer {
     rm_peer_t           *hash_next;
 };
 
+/* Work another thread requests without the lock (a ring commit): fn runs on
+ * the progress thread, lock held, soon after rm_engine_signal(). Signals
+ * raised again before fn runs coalesce into one call. */
+typedef struct rm_signal {
+    rm_list_t  link;
+    atomic_int pending;
+    void (*fn)(struct rm_signal *sig);
+} rm_signal_t;
+
 typedef struct rm_deferred {
     rm_list_t link;
     void (*fn)(struct rm_deferred *d);
@@ -96,6 +105,8 @@ struct remora_context {
     atomic_int      sleepers;
 
     rm_list_t       deferred;     /* guarded by lock */
+    rm_list_t       signals;      /* rm_signal_t, guarded by lock */
+    atomic_int      signaled;     /* some signal is pending */
     rm_peer_t     **peers;        /* ep -> peer hash, guarded by lock */
     size_t          peers_cap, npeers;
 
@@ -120,6 +131,11 @@ void rm_engine_complete(remora_context_h ctx, atomic_int *done);
 void rm_engine_kick(remora_context_h ctx);
 /* Run d->fn on the progress thread without the lock. Call with the lock held. */
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
+
+/* Register / unregister a signal (lock held); raise it from any thread. */
+void rm_engine_add_signal(remora_context_h ctx, rm_signal_t *sig);
+void rm_engine_remove_signal(remora_context_h ctx, rm_signal_t *sig);
+void rm_engine_signal(remora_context_h ctx, rm_signal_t *sig);
 
 /* Watch fd for events (EPOLLIN...) / stop watching. Lock held. */
 remora_status_t rm_engine_watch(remora_context_h ctx, rm_watch_t *w, uint32_t events);

@@ -35,7 +35,7 @@ rm_op_t *rm_client_op_new(remora_client_h c, uint8_t reply_type)
     return op;
 }
 
-static void op_free(rm_op_t *op)
+void rm_client_op_free(rm_op_t *op)
 {
     remora_client_h c = op->client;
 
@@ -53,15 +53,23 @@ void rm_client_op_finish(rm_op_t *op)
     rm_list_del(&op->link);
     if (op->req) {
         rm_transfer_chunk_done(op);
-        op_free(op);
+        rm_client_op_free(op);
     } else {
         /* The waiter frees control ops; it may be gone (timed out): then
          * done was already set by it and we free here. */
         if (atomic_load(&op->done))
-            op_free(op);
+            rm_client_op_free(op);
         else
             rm_engine_complete(op->client->ctx, &op->done);
     }
+}
+
+void rm_client_op_abandon(rm_op_t *op)
+{
+    if (atomic_load(&op->done))
+        rm_client_op_free(op); /* finished: nobody else will */
+    else
+        atomic_store(&op->done, 1); /* its finish frees it */
 }
 
 static rm_op_t *op_by_req_id(remora_client_h c, uint64_t req_id)
@@ -126,7 +134,7 @@ static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t repl
         *len_p   = op->reply_len;
         op->reply = NULL;
     }
-    op_free(op);
+    rm_client_op_free(op);
     rm_engine_unlock(c->ctx);
     return st;
 }
@@ -134,6 +142,7 @@ static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t repl
 /* A control reply: keep the body, finish the op. */
 static void ctrl_reply(rm_op_t *op, const rm_hdr_t *hdr, const void *body, size_t len)
 {
+    op->reply_hdr = *hdr;
     op->status = (remora_status_t)hdr->status;
     if (op->status > 0 || op->status < REMORA_ERR_VERSION)
         op->status = REMORA_ERR_PROTOCOL; /* not a status we know */
@@ -838,6 +847,8 @@ remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **inf
         infos[i].mem_type   = (remora_mem_type_t)descs[i].mem_type;
         infos[i].access     = descs[i].access;
         infos[i].generation = descs[i].generation;
+        infos[i].kind       = (descs[i].flags & RM_REGION_WIRE_RING) ? REMORA_REGION_RING
+                                                                      : REMORA_REGION_PLAIN;
     }
     *infos_p = infos;
     *count_p = count;
@@ -874,6 +885,7 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     info->mem_type   = (remora_mem_type_t)d.mem_type;
     info->access     = d.access;
     info->generation = d.generation;
+    info->kind       = (d.flags & RM_REGION_WIRE_RING) ? REMORA_REGION_RING : REMORA_REGION_PLAIN;
     return REMORA_OK;
 }
 

@@ -90,6 +90,7 @@ struct rm_op {
     unsigned         ucx_busy;
     remora_status_t  status;
     atomic_int       done;       /* control ops: set when finished */
+    rm_hdr_t         reply_hdr;  /* control ops: the reply's header */
     void            *reply;      /* control ops: reply body copy */
     size_t           reply_len;
     remora_request_h req;        /* data ops: the request this chunk belongs to */
@@ -118,6 +119,10 @@ struct remora_request {
 /* client.c */
 rm_op_t *rm_client_op_new(remora_client_h c, uint8_t reply_type);
 void     rm_client_op_finish(rm_op_t *op);
+/* Free a control op its waiter saw finish (lock held). */
+void     rm_client_op_free(rm_op_t *op);
+/* The waiter gives up on a control op: free it now if finished, else when it finishes. */
+void     rm_client_op_abandon(rm_op_t *op);
 void     rm_client_region_put(remora_client_h c, rm_rregion_t *r);
 /* Look the region up (cached unless stale); returns with the lock held on success. */
 remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p);

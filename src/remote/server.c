@@ -28,8 +28,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
 #include "mem/mem.h"
+#include "remote/server.h"
 #include "remote/auth.h"
 #include "util/log.h"
 #include "util/time.h"
@@ -40,69 +40,6 @@
 #define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the bootstrap */
 #define RM_HELLO_TIMEOUT_NS (10ull * 1000000000u) /* to finish the handshake */
 #define RM_CM_LINGER_NS     (3ull * 1000000000u)  /* a detached listener's last breath */
-
-typedef struct rm_region {
-    rm_list_t    link;
-    uint32_t     id;
-    char         name[REMORA_NAME_MAX + 1];
-    remora_mem_h mem;
-    size_t       offset, length;
-    unsigned     flags;
-    uint64_t     generation;
-} rm_region_t;
-
-typedef struct rm_retired {
-    rm_list_t    link;
-    remora_mem_h mem;
-    uint64_t     epoch;
-    uint64_t     expire_ns;
-} rm_retired_t;
-
-typedef enum { CONN_BOOT, CONN_CM_WAIT, CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
-
-typedef struct rm_conn {
-    rm_peer_t       peer; /* first: the engine hands us the peer */
-    rm_list_t       link;
-    remora_server_h server;
-    rm_conn_state_t state;
-    uint8_t         server_nonce[RM_NONCE_LEN];
-    uint8_t         client_nonce[RM_NONCE_LEN];
-    uint64_t        acked_epoch;
-    unsigned        inflight;   /* writes being received into region memory */
-    int             dead;       /* failed or closed; freed when inflight == 0 */
-    remora_status_t refused;    /* handshake failed: every request gets this */
-    uint64_t        born_ns;
-    uint8_t        *boot_buf;   /* CONN_BOOT: the client's preamble so far */
-    size_t          boot_len;
-    struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
-} rm_conn_t;
-
-/*
- * A UCX listener opened for one client. UCX 1.13 may still deliver (or
- * reject) a connection request queued for a listener after it was destroyed,
- * and crash doing so; so a listener outlives its connection: the slot is
- * detached (conn = NULL) and destroyed RM_CM_LINGER_NS later by the ticker.
- */
-typedef struct rm_cm_slot {
-    rm_list_t       link;     /* server->cm_slots */
-    ucp_listener_h  listener;
-    struct rm_conn *conn;     /* NULL once detached */
-    uint64_t        detached_ns;
-} rm_cm_slot_t;
-
-struct remora_server {
-    remora_context_h ctx;
-    rm_watch_t       listener;
-    rm_ticker_t      ticker;
-    char             addr[80];
-    uint8_t         *token;
-    size_t           token_len;
-    rm_list_t        regions, conns, retired, cm_slots;
-    uint32_t         next_region_id;
-    uint64_t         epoch;
-    unsigned         nconns; /* allocated, dead or alive */
-    atomic_int       drained;
-};
 
 /* ------------------------------------------------------------ regions */
 
@@ -117,7 +54,7 @@ static rm_region_t *region_by_name(remora_server_h s, const char *name)
     return NULL;
 }
 
-static rm_region_t *region_by_id(remora_server_h s, uint32_t id)
+rm_region_t *rm_server_region_by_id(remora_server_h s, uint32_t id)
 {
     rm_list_t *pos, *tmp;
     rm_list_for_each_safe(pos, tmp, &s->regions) {
@@ -137,7 +74,8 @@ static void region_describe(const rm_region_t *r, int with_rkey, rm_region_desc_
     d->mem_type    = (uint8_t)r->mem->type;
     d->access      = REMORA_ACCESS_READ |
                      ((r->flags & REMORA_REGION_WRITABLE) ? REMORA_ACCESS_WRITE : 0);
-    d->flags       = r->mem->allocated ? RM_REGION_WIRE_MAPPABLE : 0;
+    d->flags       = (r->mem->allocated ? RM_REGION_WIRE_MAPPABLE : 0) |
+                     (r->ring ? RM_REGION_WIRE_RING : 0);
     d->generation  = r->generation;
     d->remote_addr = (uint64_t)(uintptr_t)r->mem->addr + r->offset;
     if (with_rkey) {
@@ -196,6 +134,7 @@ static void conn_kill(rm_conn_t *c)
     c->dead = 1;
     c->inflight++; /* the forced close may run our send callbacks right here */
     rm_list_del(&c->link);
+    rm_server_ring_conn_gone(c);
     conn_close_cm_listener(c);
     rm_peer_close(&c->peer);
     retired_sweep(c->server); /* it no longer holds up retired memory */
@@ -213,7 +152,7 @@ static void conn_on_error(rm_peer_t *peer, remora_status_t status)
 /* Sends do not hold the connection: UCX may call back for a send to a dead
  * peer long after the connection is gone (seconds, in UCX 1.13), and a
  * server must not wait for that to free it. */
-static remora_status_t conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp)
+remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp)
 {
     return rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
 }
@@ -233,7 +172,7 @@ static void conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_stat
             sp.body_len = body->len;
         }
     }
-    conn_send(c, &hdr, &sp);
+    rm_conn_send(c, &hdr, &sp);
 }
 
 /* ------------------------------------------------------------ events to clients */
@@ -259,7 +198,7 @@ static void broadcast_event(remora_server_h s, const rm_region_t *r, uint8_t kin
         }
         sp.body = sp.body_free = w.data;
         sp.body_len = w.len;
-        conn_send(c, &hdr, &sp);
+        rm_conn_send(c, &hdr, &sp);
     }
 }
 
@@ -407,7 +346,7 @@ static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
 static remora_status_t check_access(rm_conn_t *c, const rm_hdr_t *hdr, int write,
                                     rm_region_t **r_p)
 {
-    rm_region_t *r = region_by_id(c->server, hdr->region_id);
+    rm_region_t *r = rm_server_region_by_id(c->server, hdr->region_id);
 
     if (r == NULL)
         return REMORA_ERR_NOT_FOUND;
@@ -443,7 +382,7 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_send_params_t sp = {.body = region_ptr(r, hdr->offset), .body_len = hdr->length,
                            .memh = r->mem->memh, .done = read_reply_done, .arg = r->mem,
                            .bulk = 1};
-    if (conn_send(c, &rh, &sp) != REMORA_OK)
+    if (rm_conn_send(c, &rh, &sp) != REMORA_OK)
         rm_mem_unref(sp.arg);
 }
 
@@ -530,6 +469,7 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     case RM_MSG_WRITE:     handle_write(c, hdr, body, len, param); break;
     case RM_MSG_PING:      conn_reply(c, RM_MSG_PONG, hdr->req_id, REMORA_OK, NULL); break;
     case RM_MSG_EVENT_ACK: handle_event_ack(c, hdr); break;
+    case RM_MSG_RING_WAIT: rm_server_ring_wait(c, hdr); break;
     default:
         rm_warn("unexpected %s from a client", rm_msg_type_name(hdr->type));
         conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
@@ -817,6 +757,7 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_list_init(&s->conns);
     rm_list_init(&s->retired);
     rm_list_init(&s->cm_slots);
+    rm_list_init(&s->waits);
     atomic_init(&s->drained, 1);
     if ((st = copy_token(s, params)) != REMORA_OK)
         goto err_free;
@@ -865,6 +806,7 @@ void remora_server_destroy(remora_server_h s)
     cm_slots_sweep(s, 1);
     rm_list_for_each_safe(pos, tmp, &s->regions) {
         rm_region_t *r = rm_container_of(pos, rm_region_t, link);
+        rm_server_ring_region_gone(s, r);
         rm_mem_unref(r->mem);
         free(r);
     }
@@ -909,22 +851,20 @@ static remora_status_t region_window(remora_mem_h mem, const remora_region_param
     return REMORA_OK;
 }
 
-remora_status_t remora_server_expose(remora_server_h s, const char *name, remora_mem_h mem,
-                                     const remora_region_params_t *params)
+remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,
+                                     size_t offset, size_t length, unsigned flags,
+                                     remora_ring_h ring)
 {
-    rm_region_t *r;
-    remora_status_t st;
+    rm_region_t *r = calloc(1, sizeof(*r));
 
-    if (s == NULL || mem == NULL || !rm_name_valid(name) || mem->ctx != s->ctx)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((r = calloc(1, sizeof(*r))) == NULL)
+    if (r == NULL)
         return REMORA_ERR_NO_MEMORY;
-    if ((st = region_window(mem, params, 0, &r->offset, &r->length, &r->flags)) != REMORA_OK) {
-        free(r);
-        return st;
-    }
     snprintf(r->name, sizeof(r->name), "%s", name);
     r->mem        = mem;
+    r->offset     = offset;
+    r->length     = length;
+    r->flags      = flags;
+    r->ring       = ring;
     r->generation = 1;
     rm_engine_lock(s->ctx);
     if (region_by_name(s, name) != NULL) {
@@ -937,6 +877,20 @@ remora_status_t remora_server_expose(remora_server_h s, const char *name, remora
     rm_list_push_back(&s->regions, &r->link);
     rm_engine_unlock(s->ctx);
     return REMORA_OK;
+}
+
+remora_status_t remora_server_expose(remora_server_h s, const char *name, remora_mem_h mem,
+                                     const remora_region_params_t *params)
+{
+    size_t off, len;
+    unsigned flags;
+    remora_status_t st;
+
+    if (s == NULL || mem == NULL || !rm_name_valid(name) || mem->ctx != s->ctx)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = region_window(mem, params, 0, &off, &len, &flags)) != REMORA_OK)
+        return st;
+    return rm_server_region_add(s, name, mem, off, len, flags, NULL);
 }
 
 remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,
@@ -952,6 +906,10 @@ remora_status_t remora_server_replace(remora_server_h s, const char *name, remor
     rm_engine_lock(s->ctx);
     if ((r = region_by_name(s, name)) == NULL) {
         st = REMORA_ERR_NOT_FOUND;
+        goto out;
+    }
+    if (r->ring) { /* a ring's memory is the ring: replace the ring, not its memory */
+        st = REMORA_ERR_INVALID_PARAM;
         goto out;
     }
     if ((st = region_window(mem, params, r->flags, &off, &len, &flags)) != REMORA_OK)
@@ -984,6 +942,7 @@ remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
     }
     s->epoch++;
     rm_list_del(&r->link);
+    rm_server_ring_region_gone(s, r);
     broadcast_event(s, r, RM_EVENT_REMOVED);
     region_retire_mem(s, r);
     retired_sweep(s);

@@ -22,7 +22,9 @@ static size_t hdr_len_for(unsigned type)
 {
     switch (type) {
     case RM_MSG_READ:
-    case RM_MSG_WRITE:     return RM_HDR_COMMON + 24;
+    case RM_MSG_WRITE:
+    case RM_MSG_RING_WAIT: return RM_HDR_COMMON + 24;
+    case RM_MSG_RING_NOTIFY:
     case RM_MSG_EVENT:     return RM_HDR_COMMON + 32;
     case RM_MSG_EVENT_ACK: return RM_HDR_COMMON + 8;
     default:               return RM_HDR_COMMON;
@@ -41,9 +43,15 @@ size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf)
     switch (hdr->type) {
     case RM_MSG_READ:
     case RM_MSG_WRITE:
+    case RM_MSG_RING_WAIT:
+    case RM_MSG_RING_NOTIFY:
         put32(buf + 16, hdr->region_id);
+        if (hdr->type == RM_MSG_RING_WAIT)
+            buf[20] = hdr->kind;
         put64(buf + 24, hdr->offset);
         put64(buf + 32, hdr->length);
+        if (hdr->type == RM_MSG_RING_NOTIFY)
+            put64(buf + 40, hdr->size);
         break;
     case RM_MSG_EVENT:
         put32(buf + 16, hdr->region_id);
@@ -75,9 +83,18 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
     switch (hdr->type) {
     case RM_MSG_READ:
     case RM_MSG_WRITE:
+    case RM_MSG_RING_WAIT:
+    case RM_MSG_RING_NOTIFY:
         hdr->region_id = get32(buf + 16);
+        if (hdr->type == RM_MSG_RING_WAIT)
+            hdr->kind = buf[20];
         hdr->offset    = get64(buf + 24);
         hdr->length    = get64(buf + 32);
+        if (hdr->type == RM_MSG_RING_NOTIFY)
+            hdr->size = get64(buf + 40);
+        if (hdr->type == RM_MSG_RING_WAIT && hdr->kind != RM_RING_EVERY &&
+            hdr->kind != RM_RING_LATEST)
+            return -1;
         break;
     case RM_MSG_EVENT:
         hdr->region_id  = get32(buf + 16);
@@ -102,7 +119,7 @@ const char *rm_msg_type_name(unsigned type)
     static const char *names[] = {
         "?", "HELLO", "HELLO_REPLY", "AUTH", "AUTH_REPLY", "LIST", "LIST_REPLY",
         "LOOKUP", "LOOKUP_REPLY", "READ", "READ_REPLY", "WRITE", "WRITE_REPLY",
-        "PING", "PONG", "EVENT", "EVENT_ACK", "ERROR"};
+        "PING", "PONG", "EVENT", "EVENT_ACK", "ERROR", "RING_WAIT", "RING_NOTIFY"};
     return type <= RM_MSG_TYPE_MAX ? names[type] : "?";
 }
 

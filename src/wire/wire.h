@@ -47,26 +47,31 @@ typedef enum rm_msg_type {
     RM_MSG_EVENT        = 15,
     RM_MSG_EVENT_ACK    = 16,
     RM_MSG_ERROR        = 17,
-    RM_MSG_TYPE_MAX     = 17
+    RM_MSG_RING_WAIT    = 18,
+    RM_MSG_RING_NOTIFY  = 19,
+    RM_MSG_TYPE_MAX     = 19
 } rm_msg_type_t;
 
 /* Event kinds carried by RM_MSG_EVENT. */
 enum { RM_EVENT_CHANGED = 1, RM_EVENT_REMOVED = 2 };
 
 /* Region flags on the wire. */
-enum { RM_REGION_WIRE_MAPPABLE = 1u << 0 };
+enum { RM_REGION_WIRE_MAPPABLE = 1u << 0, RM_REGION_WIRE_RING = 1u << 1 };
+
+/* Subscription modes carried by RING_WAIT (kind). */
+enum { RM_RING_EVERY = 0, RM_RING_LATEST = 1 };
 
 /* The fixed part of a message; which fields travel depends on the type. */
 typedef struct rm_hdr {
     uint8_t  type;
     int32_t  status;     /* replies */
     uint64_t req_id;     /* requests and their replies */
-    uint32_t region_id;  /* READ, WRITE, EVENT */
-    uint8_t  kind;       /* EVENT */
-    uint64_t offset;     /* READ, WRITE */
-    uint64_t length;     /* READ, WRITE */
+    uint32_t region_id;  /* READ, WRITE, EVENT, RING_* */
+    uint8_t  kind;       /* EVENT; RING_WAIT: mode */
+    uint64_t offset;     /* READ, WRITE; RING_WAIT: wanted seq; RING_NOTIFY: first seq inline */
+    uint64_t length;     /* READ, WRITE; RING_WAIT: inline bytes; RING_NOTIFY: elements inline */
     uint64_t generation; /* EVENT */
-    uint64_t size;       /* EVENT */
+    uint64_t size;       /* EVENT; RING_NOTIFY: head */
     uint64_t epoch;      /* EVENT, EVENT_ACK */
 } rm_hdr_t;
 

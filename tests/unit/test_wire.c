@@ -64,7 +64,9 @@ static size_t expected_hdr_len(unsigned type)
 {
     switch (type) {
     case RM_MSG_READ:
-    case RM_MSG_WRITE:     return 40;
+    case RM_MSG_WRITE:
+    case RM_MSG_RING_WAIT: return 40;
+    case RM_MSG_RING_NOTIFY:
     case RM_MSG_EVENT:     return 48;
     case RM_MSG_EVENT_ACK: return 24;
     default:               return 16;
@@ -79,7 +81,8 @@ static rm_hdr_t full_hdr(unsigned type)
         .status     = -9,
         .req_id     = 0x0102030405060708ull,
         .region_id  = 0x11223344u,
-        .kind       = type == RM_MSG_EVENT ? RM_EVENT_REMOVED : 0x77,
+        .kind       = type == RM_MSG_EVENT       ? RM_EVENT_REMOVED
+                      : type == RM_MSG_RING_WAIT ? RM_RING_LATEST : 0x77,
         .offset     = 0x2122232425262728ull,
         .length     = 0x3132333435363738ull,
         .generation = 0x4142434445464748ull,
@@ -121,17 +124,18 @@ static void test_hdr_round_trip_every_type(void **state)
         memset(&out, 0xa5, sizeof(out));
         assert_int_equal(hdr_decode_exact(buf, len, &out), 0);
 
-        int rw = t == RM_MSG_READ || t == RM_MSG_WRITE;
+        int ring = t == RM_MSG_RING_WAIT || t == RM_MSG_RING_NOTIFY;
+        int rw = t == RM_MSG_READ || t == RM_MSG_WRITE || ring;
         int ev = t == RM_MSG_EVENT;
         assert_int_equal(out.type, t);
         assert_int_equal(out.status, in.status); /* common part: all types */
         assert_int_equal(out.req_id, in.req_id);
         assert_int_equal(out.region_id, rw || ev ? in.region_id : 0);
-        assert_int_equal(out.kind, ev ? in.kind : 0);
+        assert_int_equal(out.kind, ev || t == RM_MSG_RING_WAIT ? in.kind : 0);
         assert_int_equal(out.offset, rw ? in.offset : 0);
         assert_int_equal(out.length, rw ? in.length : 0);
         assert_int_equal(out.generation, ev ? in.generation : 0);
-        assert_int_equal(out.size, ev ? in.size : 0);
+        assert_int_equal(out.size, ev || t == RM_MSG_RING_NOTIFY ? in.size : 0);
         assert_int_equal(out.epoch, ev || t == RM_MSG_EVENT_ACK ? in.epoch : 0);
     }
 }

@@ -1,0 +1,93 @@
+/*
+ * Server internals shared by server.c (listener, connections, regions) and
+ * server_ring.c (rings: subscribers' waits and notifications). Everything
+ * here is guarded by the context lock.
+ */
+#ifndef RM_REMOTE_SERVER_H
+#define RM_REMOTE_SERVER_H
+
+#include "engine/engine.h"
+#include "ring/ring.h"
+
+typedef struct rm_region {
+    rm_list_t    link;
+    uint32_t     id;
+    char         name[REMORA_NAME_MAX + 1];
+    remora_mem_h mem;
+    size_t       offset, length;
+    unsigned     flags;
+    uint64_t     generation;
+    remora_ring_h ring;      /* a ring's memory; NULL for plain regions */
+} rm_region_t;
+
+typedef struct rm_retired {
+    rm_list_t    link;
+    remora_mem_h mem;
+    uint64_t     epoch;
+    uint64_t     expire_ns;
+} rm_retired_t;
+
+typedef enum { CONN_BOOT, CONN_CM_WAIT, CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
+
+typedef struct rm_conn {
+    rm_peer_t       peer; /* first: the engine hands us the peer */
+    rm_list_t       link;
+    remora_server_h server;
+    rm_conn_state_t state;
+    uint8_t         server_nonce[RM_NONCE_LEN];
+    uint8_t         client_nonce[RM_NONCE_LEN];
+    uint64_t        acked_epoch;
+    unsigned        inflight;   /* writes being received into region memory */
+    int             dead;       /* failed or closed; freed when inflight == 0 */
+    remora_status_t refused;    /* handshake failed: every request gets this */
+    uint64_t        born_ns;
+    uint8_t        *boot_buf;   /* CONN_BOOT: the client's preamble so far */
+    size_t          boot_len;
+    struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
+    unsigned        nwaits;     /* ring waits armed (server_ring.c) */
+} rm_conn_t;
+
+/*
+ * A UCX listener opened for one client. UCX 1.13 may still deliver (or
+ * reject) a connection request queued for a listener after it was destroyed,
+ * and crash doing so; so a listener outlives its connection: the slot is
+ * detached (conn = NULL) and destroyed RM_CM_LINGER_NS later by the ticker.
+ */
+typedef struct rm_cm_slot {
+    rm_list_t       link;     /* server->cm_slots */
+    ucp_listener_h  listener;
+    struct rm_conn *conn;     /* NULL once detached */
+    uint64_t        detached_ns;
+} rm_cm_slot_t;
+
+struct remora_server {
+    remora_context_h ctx;
+    rm_watch_t       listener;
+    rm_ticker_t      ticker;
+    char             addr[80];
+    uint8_t         *token;
+    size_t           token_len;
+    rm_list_t        regions, conns, retired, cm_slots;
+    rm_list_t        waits;  /* rm_ring_wait_t, server_ring.c */
+    uint32_t         next_region_id;
+    uint64_t         epoch;
+    unsigned         nconns; /* allocated, dead or alive */
+    atomic_int       drained;
+};
+
+/* server.c */
+remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp);
+rm_region_t    *rm_server_region_by_id(remora_server_h s, uint32_t id);
+/* Add a region over [offset, offset+length) of mem (lock not held). */
+remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,
+                                     size_t offset, size_t length, unsigned flags,
+                                     remora_ring_h ring);
+
+/* server_ring.c */
+void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr);
+/* A connection died: forget its waits. */
+void rm_server_ring_conn_gone(rm_conn_t *c);
+/* A ring region goes away: its waiters get REMORA_ERR_NOT_FOUND, the ring is detached. */
+void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r);
+
+#endif

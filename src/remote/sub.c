@@ -1,0 +1,525 @@
+/*
+ * Subscriptions to remote rings, and ring clones (docs/ring.md).
+ *
+ * Design notes
+ * - Two ways elements arrive. Small elements (up to RM_SUB_INLINE_MAX) come
+ *   inside the server's answer to a RING_WAIT, many per message; the next
+ *   wait is sent as soon as an answer arrives, so the round trip overlaps
+ *   with the consumer. Larger elements are fetched with one-sided reads of
+ *   contiguous slots (a batch, split only where the ring wraps), then the
+ *   header is read again: `claimed` tells which of the copied elements the
+ *   producer may have touched meanwhile; those are counted as drops, never
+ *   delivered. While the consumer works through one batch the next is
+ *   already in flight (two buffers).
+ * - A subscriber asks the server (RING_WAIT) only when it has nothing left to
+ *   fetch; it never polls the ring over the network.
+ * - Drops: every gap between consecutive delivered sequence numbers is added
+ *   to the drop count at delivery, so drops are exact by construction.
+ * - Threading: one consumer at a time (next or the callback thread).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote/client.h"
+#include "ring/ring.h"
+#include "util/log.h"
+#include "util/time.h"
+
+#define RM_SUB_BATCH_DEFAULT (8u << 20)
+#define RM_SUB_INLINE_MAX    (32u << 10)
+#define RM_SUB_CB_POLL_MS    100
+
+typedef enum { FETCH_IDLE, FETCH_DATA, FETCH_HDR } rm_fetch_stage_t;
+
+/* Elements ready for delivery: element i of [first, first+count) at data + i*pitch. */
+typedef struct rm_batch {
+    const uint8_t *data;
+    size_t         pitch;
+    uint64_t       first, count, pos;
+} rm_batch_t;
+
+struct remora_sub {
+    remora_client_h   client;
+    char              name[REMORA_NAME_MAX + 1];
+    remora_sub_mode_t mode;
+    rm_ring_shape_t   shape;       /* elem_size, capacity, stride */
+    uint64_t          region_size;
+    uint64_t          batch_max;   /* elements per fetch */
+    int               use_inline;  /* elements come with the server's answers */
+    uint64_t          next;        /* next sequence wanted */
+    uint64_t          known_head;
+    uint64_t          drops;
+
+    rm_batch_t        cur;
+    uint8_t          *inline_body; /* owns cur's data when it came inline */
+    uint8_t          *fbuf[2];     /* fetch buffers; cur uses fbuf[fcur] */
+    int               fcur;
+
+    rm_fetch_stage_t  stage;       /* the fetch into fbuf[!fcur] */
+    uint64_t          f_first, f_count;
+    remora_request_h  f_req[2];
+    uint8_t           f_hdr[RM_RING_HDR_LEN];
+    rm_op_t          *wait_op;     /* a RING_WAIT awaiting its answer */
+
+    remora_sub_cb_t   cb;
+    void             *cb_arg;
+    pthread_t         thread;
+    int               has_thread;
+    atomic_int        stop;
+};
+
+static int ms_left(uint64_t deadline)
+{
+    uint64_t now = rm_now_ns();
+    if (deadline <= now)
+        return 0;
+    uint64_t ms = (deadline - now + 999999u) / 1000000u;
+    return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+/* ------------------------------------------------------------ waits */
+
+static remora_status_t wait_send(remora_sub_h sub)
+{
+    remora_client_h c = sub->client;
+    rm_rregion_t *r;
+    remora_status_t st;
+    rm_op_t *op;
+
+    if ((st = rm_client_region_get(c, sub->name, &r)) != REMORA_OK)
+        return st; /* lock held only on success */
+    if (c->disconnected) {
+        st = c->disc_status;
+    } else if ((op = rm_client_op_new(c, RM_MSG_RING_NOTIFY)) == NULL) {
+        st = REMORA_ERR_NO_MEMORY;
+    } else {
+        rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .req_id = op->req_id, .region_id = r->id,
+                      .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
+                      .offset = sub->next,
+                      .length = sub->use_inline ? RM_SUB_INLINE_MAX : 0};
+        rm_send_params_t sp = {0};
+        if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &h, &sp)) != REMORA_OK) {
+            op->status  = st;
+            op->replied = 1;
+            rm_client_op_finish(op);
+        }
+        sub->wait_op = op;
+        st = REMORA_OK;
+    }
+    rm_engine_unlock(c->ctx);
+    rm_engine_kick(c->ctx);
+    return st;
+}
+
+/* Take the server's answer: the new head and any elements inline. */
+static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
+{
+    remora_client_h c = sub->client;
+    rm_op_t *op = sub->wait_op;
+
+    if (rm_engine_wait(c->ctx, &op->done, deadline) != REMORA_OK)
+        return REMORA_ERR_TIMED_OUT; /* still armed; the next call goes on waiting */
+    rm_engine_lock(c->ctx);
+    remora_status_t st = op->status;
+    rm_hdr_t h = op->reply_hdr;
+    uint8_t *body = op->reply;
+    size_t len = op->reply_len;
+    op->reply = NULL;
+    rm_client_op_free(op);
+    rm_engine_unlock(c->ctx);
+    sub->wait_op = NULL;
+
+    if (st == REMORA_OK && (h.length > sub->shape.capacity ||
+                            len != h.length * sub->shape.elem_size ||
+                            h.offset + h.length > h.size || h.size >= (1ull << 62)))
+        st = REMORA_ERR_PROTOCOL;
+    if (st != REMORA_OK) {
+        free(body);
+        return st;
+    }
+    if (h.size > sub->known_head)
+        sub->known_head = h.size;
+    if (h.length) {
+        free(sub->inline_body);
+        sub->inline_body = body;
+        sub->cur = (rm_batch_t){.data = body, .pitch = sub->shape.elem_size,
+                                .first = h.offset, .count = h.length};
+        if (sub->mode == REMORA_SUB_EVERY && h.offset + h.length > sub->next) {
+            /* Ask for what follows now: the round trip overlaps with delivery. */
+            uint64_t saved = sub->next;
+            sub->next = h.offset + h.length;
+            st = wait_send(sub);
+            sub->next = saved;
+        }
+    } else {
+        free(body);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ fetches */
+
+static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t count)
+{
+    const rm_ring_shape_t *s = &sub->shape;
+    uint64_t slot = first % s->capacity, n1 = s->capacity - slot;
+    remora_status_t st;
+
+    if (sub->fbuf[!sub->fcur] == NULL &&
+        (sub->fbuf[!sub->fcur] = malloc(sub->batch_max * s->stride)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    uint8_t *buf = sub->fbuf[!sub->fcur];
+
+    if (n1 > count)
+        n1 = count;
+    sub->f_req[0] = sub->f_req[1] = NULL;
+    st = remora_client_read_nb(sub->client, sub->name, RM_RING_HDR_LEN + slot * s->stride, buf,
+                               n1 * s->stride, &sub->f_req[0]);
+    if (st == REMORA_OK && count > n1) /* the batch wraps: the rest from slot 0 */
+        st = remora_client_read_nb(sub->client, sub->name, RM_RING_HDR_LEN,
+                                   buf + n1 * s->stride, (count - n1) * s->stride,
+                                   &sub->f_req[1]);
+    if (st != REMORA_OK) {
+        remora_request_release(sub->f_req[0]);
+        sub->f_req[0] = NULL;
+        return st;
+    }
+    sub->f_first = first;
+    sub->f_count = count;
+    sub->stage   = FETCH_DATA;
+    return REMORA_OK;
+}
+
+static void fetch_cancel(remora_sub_h sub)
+{
+    for (int i = 0; i < 2; i++) {
+        remora_request_release(sub->f_req[i]);
+        sub->f_req[i] = NULL;
+    }
+    sub->stage = FETCH_IDLE;
+}
+
+/* Wait for the fetch's requests; TIMED_OUT leaves them in flight. */
+static remora_status_t fetch_wait(remora_sub_h sub, uint64_t deadline)
+{
+    for (int i = 0; i < 2; i++) {
+        if (sub->f_req[i] == NULL)
+            continue;
+        remora_status_t st = remora_request_wait(sub->f_req[i], ms_left(deadline));
+        if (st == REMORA_ERR_TIMED_OUT)
+            return st;
+        remora_request_release(sub->f_req[i]);
+        sub->f_req[i] = NULL;
+        if (st != REMORA_OK) {
+            fetch_cancel(sub);
+            return st;
+        }
+    }
+    return REMORA_OK;
+}
+
+/* The header read after the data: which copied elements are intact. */
+static remora_status_t fetch_validate(remora_sub_h sub)
+{
+    const rm_ring_shape_t *s = &sub->shape;
+    uint8_t *buf = sub->fbuf[!sub->fcur];
+    rm_ring_shape_t now;
+    uint64_t end = sub->f_first + sub->f_count, lo = sub->f_first;
+
+    if (rm_ring_hdr_parse(sub->f_hdr, RM_RING_HDR_LEN, sub->region_size, &now) != 0 ||
+        now.elem_size != s->elem_size || now.capacity != s->capacity)
+        return REMORA_ERR_PROTOCOL;
+    if (now.head > sub->known_head)
+        sub->known_head = now.head;
+    if (now.claimed > s->capacity && now.claimed - s->capacity > lo)
+        lo = now.claimed - s->capacity < end ? now.claimed - s->capacity : end;
+    for (uint64_t seq = lo; seq < end; seq++) /* belt and braces: the stamps agree */
+        if (rm_ring_get64(buf + (seq - sub->f_first) * s->stride) != rm_ring_stamp_done(seq))
+            lo = seq + 1;
+    sub->fcur = !sub->fcur;
+    sub->cur  = (rm_batch_t){.data  = buf + (lo - sub->f_first) * s->stride + RM_RING_STAMP_LEN,
+                             .pitch = s->stride, .first = lo, .count = end - lo};
+    return REMORA_OK;
+}
+
+static remora_status_t fetch_finish(remora_sub_h sub, uint64_t deadline)
+{
+    remora_status_t st;
+
+    if (sub->stage == FETCH_DATA) {
+        if ((st = fetch_wait(sub, deadline)) != REMORA_OK)
+            return st;
+        st = remora_client_read_nb(sub->client, sub->name, 0, sub->f_hdr, RM_RING_HDR_LEN,
+                                   &sub->f_req[0]);
+        if (st != REMORA_OK) {
+            sub->stage = FETCH_IDLE;
+            return st;
+        }
+        sub->stage = FETCH_HDR;
+    }
+    if ((st = fetch_wait(sub, deadline)) != REMORA_OK)
+        return st;
+    sub->stage = FETCH_IDLE;
+    return fetch_validate(sub);
+}
+
+/*
+ * Start fetching what the ring holds from `from` on, if anything. A
+ * subscriber that fell behind does not start at the oldest element: the
+ * producer is about to overwrite it, and chasing the tail would lose every
+ * batch. It skips to where a batch has time to land (the skipped elements
+ * are drops).
+ */
+static remora_status_t fetch_more(remora_sub_h sub, uint64_t from)
+{
+    uint64_t head = sub->known_head, cap = sub->shape.capacity;
+    uint64_t margin = cap / 2 < 2 * sub->batch_max ? cap / 2 : 2 * sub->batch_max;
+
+    if (sub->mode == REMORA_SUB_LATEST)
+        from = head - 1;
+    if (head > cap - margin && from < head - (cap - margin))
+        from = head - (cap - margin);
+    if (from >= head)
+        return REMORA_OK;
+    uint64_t count = head - from;
+    return fetch_start(sub, from, count < sub->batch_max ? count : sub->batch_max);
+}
+
+/* ------------------------------------------------------------ delivery */
+
+/* Hand out the next element of the current batch, if any. */
+static int batch_take(remora_sub_h sub, const void **elem_p, remora_elem_info_t *info)
+{
+    rm_batch_t *b = &sub->cur;
+
+    if (sub->mode == REMORA_SUB_LATEST && b->pos < b->count)
+        b->pos = b->count - 1; /* only the newest matters */
+    while (b->pos < b->count && b->first + b->pos < sub->next)
+        b->pos++; /* already delivered (an answer overlapping a fetch) */
+    if (b->pos >= b->count)
+        return 0;
+    uint64_t seq = b->first + b->pos;
+    sub->drops += seq - sub->next;
+    sub->next = seq + 1;
+    *elem_p = b->data + b->pos * b->pitch;
+    b->pos++;
+    info->seq   = seq;
+    info->drops = sub->drops;
+    info->size  = sub->shape.elem_size;
+    return 1;
+}
+
+/* The next element, pointing into the subscription's buffers (valid until the next call). */
+static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_elem_info_t *info,
+                                uint64_t deadline)
+{
+    remora_status_t st;
+
+    for (;;) {
+        if (batch_take(sub, elem_p, info)) {
+            /* Keep the pipe full: the next batch travels while this one is consumed. */
+            if (!sub->use_inline && sub->stage == FETCH_IDLE && sub->mode == REMORA_SUB_EVERY &&
+                sub->known_head > sub->cur.first + sub->cur.count)
+                fetch_more(sub, sub->cur.first + sub->cur.count);
+            return REMORA_OK;
+        }
+        if (sub->stage != FETCH_IDLE) {
+            if ((st = fetch_finish(sub, deadline)) != REMORA_OK)
+                return st;
+            continue;
+        }
+        if (sub->wait_op == NULL) {
+            if (!sub->use_inline && sub->mode == REMORA_SUB_EVERY && sub->known_head > sub->next) {
+                if ((st = fetch_more(sub, sub->next)) != REMORA_OK)
+                    return st;
+                continue;
+            }
+            if ((st = wait_send(sub)) != REMORA_OK)
+                return st;
+        }
+        if ((st = wait_finish(sub, deadline)) != REMORA_OK)
+            return st;
+        /* Nothing came inline (too large, or lost while the server copied it). */
+        if (sub->cur.pos >= sub->cur.count && sub->known_head > sub->next &&
+            sub->stage == FETCH_IDLE && (st = fetch_more(sub, sub->next)) != REMORA_OK)
+            return st;
+    }
+}
+
+remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
+                                remora_elem_info_t *info, int timeout_ms)
+{
+    remora_elem_info_t mine;
+    const void *elem;
+    remora_status_t st;
+
+    if (sub == NULL || buf == NULL || len < sub->shape.elem_size || sub->cb)
+        return REMORA_ERR_INVALID_PARAM;
+    uint64_t deadline = rm_deadline_ns(timeout_ms < 0 ? sub->client->timeout_ms : timeout_ms);
+    if ((st = sub_take(sub, &elem, &mine, deadline)) != REMORA_OK)
+        return st;
+    memcpy(buf, elem, sub->shape.elem_size);
+    if (info)
+        *info = mine;
+    return REMORA_OK;
+}
+
+static void *sub_thread(void *arg)
+{
+    remora_sub_h sub = arg;
+    remora_elem_info_t info;
+    const void *elem;
+
+    while (!atomic_load(&sub->stop)) {
+        remora_status_t st = sub_take(sub, &elem, &info, rm_deadline_ns(RM_SUB_CB_POLL_MS));
+        if (st == REMORA_OK) {
+            sub->cb(elem, &info, REMORA_OK, sub->cb_arg);
+        } else if (st != REMORA_ERR_TIMED_OUT) {
+            sub->cb(NULL, NULL, st, sub->cb_arg);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+/* The ring behind name: its region size and checked header. */
+static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t *size_p,
+                                   rm_ring_shape_t *shape)
+{
+    remora_region_info_t info;
+    uint8_t hdr[RM_RING_HDR_LEN];
+    remora_status_t st;
+
+    if ((st = remora_client_lookup(c, name, &info)) != REMORA_OK)
+        return st;
+    if (info.kind != REMORA_REGION_RING) {
+        rm_info("region '%s' is not a ring", name);
+        return REMORA_ERR_INVALID_PARAM;
+    }
+    if (info.size < RM_RING_HDR_LEN)
+        return REMORA_ERR_PROTOCOL;
+    if ((st = remora_client_read(c, name, 0, hdr, sizeof(hdr))) != REMORA_OK)
+        return st;
+    if (rm_ring_hdr_parse(hdr, sizeof(hdr), info.size, shape) != 0) {
+        rm_warn("ring '%s' has a malformed header", name);
+        return REMORA_ERR_PROTOCOL;
+    }
+    *size_p = info.size;
+    return REMORA_OK;
+}
+
+static remora_status_t sub_apply_params(remora_sub_h sub, const remora_sub_params_t *p)
+{
+    size_t batch = RM_SUB_BATCH_DEFAULT;
+
+    if (p && (p->field_mask & REMORA_SUB_FIELD_MODE)) {
+        if (p->mode != REMORA_SUB_EVERY && p->mode != REMORA_SUB_LATEST)
+            return REMORA_ERR_INVALID_PARAM;
+        sub->mode = p->mode;
+    }
+    if (p && (p->field_mask & REMORA_SUB_FIELD_CB)) {
+        if (p->cb == NULL)
+            return REMORA_ERR_INVALID_PARAM;
+        sub->cb     = p->cb;
+        sub->cb_arg = p->cb_arg;
+    }
+    if (p && (p->field_mask & REMORA_SUB_FIELD_BATCH_BYTES))
+        batch = p->batch_bytes;
+    sub->batch_max = batch / sub->shape.stride;
+    if (sub->batch_max == 0)
+        sub->batch_max = 1;
+    if (sub->batch_max > sub->shape.capacity)
+        sub->batch_max = sub->shape.capacity;
+    sub->use_inline = sub->shape.elem_size <= RM_SUB_INLINE_MAX;
+    return REMORA_OK;
+}
+
+remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
+                                        const remora_sub_params_t *params, remora_sub_h *sub_p)
+{
+    remora_sub_h sub;
+    remora_status_t st;
+
+    if (c == NULL || sub_p == NULL || !rm_name_valid(name))
+        return REMORA_ERR_INVALID_PARAM;
+    if ((sub = calloc(1, sizeof(*sub))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    sub->client = c;
+    snprintf(sub->name, sizeof(sub->name), "%s", name);
+    if ((st = ring_header(c, name, &sub->region_size, &sub->shape)) != REMORA_OK ||
+        (st = sub_apply_params(sub, params)) != REMORA_OK)
+        goto err;
+    /* Follow from now on. */
+    sub->next = sub->known_head = sub->shape.head;
+    if (sub->cb) {
+        if (pthread_create(&sub->thread, NULL, sub_thread, sub) != 0) {
+            st = REMORA_ERR_NO_MEMORY;
+            goto err;
+        }
+        sub->has_thread = 1;
+    }
+    *sub_p = sub;
+    return REMORA_OK;
+err:
+    free(sub->fbuf[0]);
+    free(sub->fbuf[1]);
+    free(sub);
+    return st;
+}
+
+size_t remora_sub_elem_size(remora_sub_h sub) { return sub ? sub->shape.elem_size : 0; }
+
+void remora_sub_destroy(remora_sub_h sub)
+{
+    if (sub == NULL)
+        return;
+    if (sub->has_thread) {
+        atomic_store(&sub->stop, 1);
+        pthread_join(sub->thread, NULL);
+    }
+    fetch_cancel(sub);
+    if (sub->wait_op) {
+        rm_engine_lock(sub->client->ctx);
+        rm_client_op_abandon(sub->wait_op);
+        rm_engine_unlock(sub->client->ctx);
+    }
+    free(sub->inline_body);
+    free(sub->fbuf[0]);
+    free(sub->fbuf[1]);
+    free(sub);
+}
+
+/* ------------------------------------------------------------ clone */
+
+remora_status_t remora_client_clone_ring(remora_client_h c, const char *name,
+                                         remora_ring_h *ring_p)
+{
+    rm_ring_shape_t shape, after;
+    uint8_t hdr[RM_RING_HDR_LEN];
+    uint64_t size;
+    uint8_t *image;
+    remora_status_t st;
+
+    if (c == NULL || ring_p == NULL || !rm_name_valid(name))
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = ring_header(c, name, &size, &shape)) != REMORA_OK)
+        return st;
+    if (size > SIZE_MAX || (image = malloc(size)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    /* The whole ring in one read, then the header again: what the producer
+     * claimed meanwhile marks the elements that may be torn. */
+    if ((st = remora_client_read(c, name, 0, image, size)) == REMORA_OK &&
+        (st = remora_client_read(c, name, 0, hdr, sizeof(hdr))) == REMORA_OK) {
+        if (rm_ring_hdr_parse(hdr, sizeof(hdr), size, &after) != 0) {
+            st = REMORA_ERR_PROTOCOL;
+        } else {
+            uint64_t min_valid = after.claimed > shape.capacity ? after.claimed - shape.capacity : 0;
+            st = rm_ring_from_image(c->ctx, image, size, min_valid, ring_p);
+        }
+    }
+    free(image);
+    return st;
+}

@@ -1,0 +1,337 @@
+/* Local rings: format helpers, the producer, and local readers. */
+#include "ring/ring.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem/mem.h"
+#include "util/log.h"
+
+/* ------------------------------------------------------------ format */
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint64_t rm_ring_get64(const void *p)
+{
+    const uint8_t *b = p;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+uint64_t rm_ring_bytes(uint64_t elem_size, uint64_t capacity)
+{
+    if (elem_size == 0 || elem_size > RM_RING_ELEM_MAX || capacity == 0 ||
+        capacity > RM_RING_CAP_MAX)
+        return 0;
+    uint64_t stride = rm_ring_stride(elem_size);
+    if (capacity > (UINT64_MAX - RM_RING_HDR_LEN) / stride)
+        return 0;
+    return RM_RING_HDR_LEN + capacity * stride;
+}
+
+void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t first)
+{
+    uint8_t *h = hdr;
+
+    memset(h, 0, RM_RING_HDR_LEN);
+    h[0] = 'R'; h[1] = 'R'; h[2] = 'N'; h[3] = 'G';
+    h[RM_RING_OFF_VERSION]     = RM_RING_VERSION;
+    h[RM_RING_OFF_HDRLEN]      = RM_RING_HDR_LEN;
+    put64(h + RM_RING_OFF_ELEM, elem_size);
+    put64(h + RM_RING_OFF_CAP, capacity);
+    put64(h + RM_RING_OFF_STRIDE, rm_ring_stride(elem_size));
+    put64(h + RM_RING_OFF_HEAD, first);
+    put64(h + RM_RING_OFF_CLAIMED, first);
+    put64(h + RM_RING_OFF_FIRST, first);
+}
+
+int rm_ring_hdr_parse(const void *hdr, size_t len, uint64_t avail, rm_ring_shape_t *s)
+{
+    const uint8_t *h = hdr;
+
+    if (len < RM_RING_HDR_LEN || (uint32_t)rm_ring_get64(h) != RM_RING_MAGIC ||
+        h[RM_RING_OFF_VERSION] != RM_RING_VERSION || h[RM_RING_OFF_VERSION + 1] != 0 ||
+        h[RM_RING_OFF_HDRLEN] != RM_RING_HDR_LEN || h[RM_RING_OFF_HDRLEN + 1] != 0)
+        return -1;
+    s->elem_size = rm_ring_get64(h + RM_RING_OFF_ELEM);
+    s->capacity  = rm_ring_get64(h + RM_RING_OFF_CAP);
+    s->stride    = rm_ring_get64(h + RM_RING_OFF_STRIDE);
+    s->head      = rm_ring_get64(h + RM_RING_OFF_HEAD);
+    s->claimed   = rm_ring_get64(h + RM_RING_OFF_CLAIMED);
+    s->first     = rm_ring_get64(h + RM_RING_OFF_FIRST);
+    uint64_t bytes = rm_ring_bytes(s->elem_size, s->capacity);
+    if (bytes == 0 || bytes > avail || s->stride != rm_ring_stride(s->elem_size))
+        return -1;
+    /* One producer: at most one element in the works; sequences stay far from
+     * wrapping (2^62 elements), so 2s+2 stamps never overflow. */
+    if (s->first > s->head || s->claimed < s->head || s->claimed - s->head > 1 ||
+        s->claimed >= (1ull << 62))
+        return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static remora_status_t ring_alloc(remora_context_h ctx, uint64_t elem_size, uint64_t capacity,
+                                  uint64_t first, remora_ring_h *ring_p)
+{
+    uint64_t bytes = rm_ring_bytes(elem_size, capacity);
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = bytes};
+    remora_ring_h r;
+    remora_status_t st;
+
+    if (ctx == NULL || ring_p == NULL || bytes == 0 || bytes > SIZE_MAX)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((r = calloc(1, sizeof(*r))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    if ((st = remora_mem_create(ctx, &mp, &r->mem)) != REMORA_OK) {
+        free(r);
+        return st;
+    }
+    r->ctx         = ctx;
+    r->base        = remora_mem_address(r->mem);
+    r->hdr_head    = (_Atomic uint64_t *)(void *)(r->base + RM_RING_OFF_HEAD);
+    r->hdr_claimed = (_Atomic uint64_t *)(void *)(r->base + RM_RING_OFF_CLAIMED);
+    rm_ring_hdr_init(r->base, elem_size, capacity, first);
+    rm_ring_hdr_parse(r->base, RM_RING_HDR_LEN, bytes, &r->shape);
+    r->head = first;
+    for (uint64_t i = 0; i < capacity; i++) /* the memory's content is undefined */
+        atomic_init(rm_ring_stamp(r, i), 0);
+    atomic_init(&r->armed, 0);
+    *ring_p = r;
+    return REMORA_OK;
+}
+
+remora_status_t remora_ring_create(remora_context_h ctx, const remora_ring_params_t *p,
+                                   remora_ring_h *ring_p)
+{
+    uint64_t need = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY;
+
+    if (p == NULL || (p->field_mask & need) != need)
+        return REMORA_ERR_INVALID_PARAM;
+    return ring_alloc(ctx, p->elem_size, p->capacity, 0, ring_p);
+}
+
+void remora_ring_destroy(remora_ring_h r)
+{
+    if (r == NULL)
+        return;
+    if (r->server)
+        remora_server_unexpose(r->server, r->name);
+    remora_mem_destroy(r->mem);
+    free(r);
+}
+
+/* ------------------------------------------------------------ producer */
+
+static uint8_t *slot_data(remora_ring_h r, uint64_t seq)
+{
+    return r->base + rm_ring_slot_offset(&r->shape, seq) + RM_RING_STAMP_LEN;
+}
+
+/* Announce that slot seq is about to change: claimed first, so that a remote
+ * reader's later look at it covers every byte written from here on. */
+static uint8_t *claim(remora_ring_h r)
+{
+    uint64_t seq = r->head;
+
+    atomic_store_explicit(r->hdr_claimed, seq + 1, memory_order_relaxed);
+    atomic_store_explicit(rm_ring_stamp(r, seq), 2 * seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    return slot_data(r, seq);
+}
+
+static uint64_t publish(remora_ring_h r)
+{
+    uint64_t seq = r->head++;
+
+    atomic_store_explicit(rm_ring_stamp(r, seq), rm_ring_stamp_done(seq), memory_order_release);
+    atomic_store_explicit(r->hdr_head, seq + 1, memory_order_seq_cst);
+    /* Pairs with the server's arm-then-recheck: one of us sees the other. */
+    if (atomic_load_explicit(&r->armed, memory_order_seq_cst) > 0)
+        rm_engine_signal(r->ctx, &r->sig);
+    return seq;
+}
+
+remora_status_t remora_ring_push(remora_ring_h r, const void *elem, size_t len, uint64_t *seq_p)
+{
+    if (r == NULL || (elem == NULL && len) || len > r->shape.elem_size)
+        return REMORA_ERR_INVALID_PARAM;
+    if (r->reserved)
+        return REMORA_ERR_BUSY;
+    uint8_t *dst = claim(r);
+    if (len)
+        memcpy(dst, elem, len);
+    memset(dst + len, 0, r->shape.elem_size - len);
+    uint64_t seq = publish(r);
+    if (seq_p)
+        *seq_p = seq;
+    return REMORA_OK;
+}
+
+remora_status_t remora_ring_reserve(remora_ring_h r, void **slot_p)
+{
+    if (r == NULL || slot_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (r->reserved)
+        return REMORA_ERR_BUSY;
+    r->reserved = 1;
+    *slot_p     = claim(r);
+    return REMORA_OK;
+}
+
+remora_status_t remora_ring_commit(remora_ring_h r, uint64_t *seq_p)
+{
+    if (r == NULL || !r->reserved)
+        return REMORA_ERR_INVALID_PARAM;
+    r->reserved = 0;
+    uint64_t seq = publish(r);
+    if (seq_p)
+        *seq_p = seq;
+    return REMORA_OK;
+}
+
+/* ------------------------------------------------------------ readers */
+
+void rm_ring_snapshot(remora_ring_h r, rm_ring_shape_t *s)
+{
+    *s         = r->shape;
+    s->head    = atomic_load_explicit(r->hdr_head, memory_order_acquire);
+    s->claimed = atomic_load_explicit(r->hdr_claimed, memory_order_acquire);
+    s->first   = rm_ring_get64(r->base + RM_RING_OFF_FIRST);
+}
+
+/* Seqlock read of one element: 0, or -1 when it is not (or no longer) there. */
+static int read_elem(remora_ring_h r, uint64_t seq, void *buf)
+{
+    _Atomic uint64_t *stamp = rm_ring_stamp(r, seq);
+    uint64_t want = rm_ring_stamp_done(seq);
+
+    if (atomic_load_explicit(stamp, memory_order_acquire) != want)
+        return -1;
+    memcpy(buf, slot_data(r, seq), r->shape.elem_size);
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(stamp, memory_order_relaxed) == want ? 0 : -1;
+}
+
+uint64_t rm_ring_copy_range(remora_ring_h r, uint64_t from, uint64_t to, uint8_t *out)
+{
+    uint64_t first = from;
+    size_t   n     = 0;
+
+    /* The producer overwrites oldest first, so a failure restarts the batch
+     * just past the lost element. */
+    for (uint64_t s = from; s < to; s++) {
+        if (read_elem(r, s, out + n * r->shape.elem_size) != 0) {
+            first = s + 1;
+            n     = 0;
+            continue;
+        }
+        n++;
+    }
+    return first;
+}
+
+remora_status_t remora_ring_get(remora_ring_h r, uint64_t seq, void *buf, size_t len)
+{
+    rm_ring_shape_t s;
+
+    if (r == NULL || buf == NULL || len < r->shape.elem_size)
+        return REMORA_ERR_INVALID_PARAM;
+    rm_ring_snapshot(r, &s);
+    if (seq >= s.head || seq < rm_ring_oldest_seq(&s))
+        return REMORA_ERR_OUT_OF_RANGE;
+    return read_elem(r, seq, buf) == 0 ? REMORA_OK : REMORA_ERR_OUT_OF_RANGE;
+}
+
+remora_status_t remora_ring_newest(remora_ring_h r, void *buf, size_t len, uint64_t *seq_p)
+{
+    if (r == NULL || buf == NULL || len < r->shape.elem_size)
+        return REMORA_ERR_INVALID_PARAM;
+    /* Retry: the newest can only be overwritten after capacity more pushes. */
+    for (int tries = 0; tries < 1000; tries++) {
+        uint64_t head = atomic_load_explicit(r->hdr_head, memory_order_acquire);
+        if (head == rm_ring_get64(r->base + RM_RING_OFF_FIRST))
+            return REMORA_ERR_OUT_OF_RANGE;
+        if (read_elem(r, head - 1, buf) == 0) {
+            if (seq_p)
+                *seq_p = head - 1;
+            return REMORA_OK;
+        }
+    }
+    return REMORA_ERR_BUSY;
+}
+
+remora_status_t remora_ring_oldest(remora_ring_h r, void *buf, size_t len, uint64_t *seq_p)
+{
+    rm_ring_shape_t s;
+
+    if (r == NULL || buf == NULL || len < r->shape.elem_size)
+        return REMORA_ERR_INVALID_PARAM;
+    /* Walk forward past elements overwritten under us (or missing in a clone). */
+    rm_ring_snapshot(r, &s);
+    for (uint64_t seq = rm_ring_oldest_seq(&s); seq < s.head; seq++) {
+        if (read_elem(r, seq, buf) == 0) {
+            if (seq_p)
+                *seq_p = seq;
+            return REMORA_OK;
+        }
+    }
+    return REMORA_ERR_OUT_OF_RANGE;
+}
+
+size_t remora_ring_elem_size(remora_ring_h r) { return r ? r->shape.elem_size : 0; }
+size_t remora_ring_capacity(remora_ring_h r) { return r ? r->shape.capacity : 0; }
+remora_mem_h remora_ring_mem(remora_ring_h r) { return r ? r->mem : NULL; }
+
+uint64_t remora_ring_head(remora_ring_h r)
+{
+    return r ? atomic_load_explicit(r->hdr_head, memory_order_acquire) : 0;
+}
+
+/* ------------------------------------------------------------ images */
+
+remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size_t len,
+                                   uint64_t min_valid, remora_ring_h *ring_p)
+{
+    const uint8_t *img = image;
+    rm_ring_shape_t s;
+    remora_ring_h r;
+    remora_status_t st;
+
+    if (ctx == NULL || image == NULL || ring_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (rm_ring_hdr_parse(img, len, len, &s) != 0) {
+        rm_info("not a ring image, or a malformed ring header");
+        return REMORA_ERR_PROTOCOL;
+    }
+    uint64_t lo = rm_ring_oldest_seq(&s);
+    if (lo < min_valid)
+        lo = min_valid < s.head ? min_valid : s.head;
+    if ((st = ring_alloc(ctx, s.elem_size, s.capacity, lo, &r)) != REMORA_OK)
+        return st;
+    for (uint64_t seq = lo; seq < s.head; seq++) {
+        uint64_t off = rm_ring_slot_offset(&s, seq);
+        if (rm_ring_get64(img + off) != rm_ring_stamp_done(seq))
+            continue; /* torn or missing in the image: not held */
+        memcpy(slot_data(r, seq), img + off + RM_RING_STAMP_LEN, s.elem_size);
+        atomic_store(rm_ring_stamp(r, seq), rm_ring_stamp_done(seq));
+    }
+    r->head = s.head;
+    atomic_store(r->hdr_head, s.head);
+    atomic_store(r->hdr_claimed, s.head);
+    *ring_p = r;
+    return REMORA_OK;
+}
+
+remora_status_t remora_ring_create_from_image(remora_context_h ctx, const void *image,
+                                              size_t len, remora_ring_h *ring_p)
+{
+    return rm_ring_from_image(ctx, image, len, 0, ring_p);
+}

@@ -1,0 +1,65 @@
+/*
+ * Rings, library side: the local ring object and what the server and the
+ * subscriber need from it. The format itself is in ring_format.h.
+ *
+ * Design notes
+ * - The producer keeps its own copy of head; the header is written for
+ *   readers only, so a reader (local or remote) can never disturb the producer.
+ * - A server exposing the ring registers the ring's engine signal. A commit
+ *   raises it only while some subscriber waits (armed > 0), so a ring nobody
+ *   waits on costs the producer one atomic load per element; raising it
+ *   never blocks.
+ */
+#ifndef RM_RING_RING_H
+#define RM_RING_RING_H
+
+#include <stdatomic.h>
+
+#include <remora/remora.h>
+
+#include "engine/engine.h"
+#include "ring/ring_format.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "rings store their little-endian header with native atomics: little-endian hosts only"
+#endif
+
+struct remora_ring {
+    remora_context_h  ctx;
+    remora_mem_h      mem;
+    uint8_t          *base;
+    rm_ring_shape_t   shape;     /* elem_size, capacity, stride are fixed */
+    uint64_t          head;      /* producer's copy */
+    int               reserved;  /* a reserve() awaits its commit */
+    _Atomic uint64_t *hdr_head, *hdr_claimed;
+
+    /* Exposure (guarded by the server's context lock, except armed). */
+    remora_server_h   server;
+    char              name[REMORA_NAME_MAX + 1];
+    atomic_int        armed;     /* subscribers waiting for the next commit */
+    rm_signal_t       sig;       /* raised by a commit while armed > 0 */
+};
+
+static inline _Atomic uint64_t *rm_ring_stamp(remora_ring_h r, uint64_t seq)
+{
+    return (_Atomic uint64_t *)(void *)(r->base + rm_ring_slot_offset(&r->shape, seq));
+}
+
+/* The header's view now: head, claimed and first as readers see them. */
+void rm_ring_snapshot(remora_ring_h r, rm_ring_shape_t *shape);
+
+/*
+ * Copy the elements [from, to) (element bytes only, back to back) into out,
+ * skipping any the producer overwrote before or while they were copied.
+ * Returns the first sequence copied; elements [*first, to) are in out.
+ */
+uint64_t rm_ring_copy_range(remora_ring_h r, uint64_t from, uint64_t to, uint8_t *out);
+
+/*
+ * Build a local ring from an image of a ring's memory (a clone, a file).
+ * Elements below min_valid, or whose stamp does not match, are left out.
+ */
+remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size_t len,
+                                   uint64_t min_valid, remora_ring_h *ring_p);
+
+#endif

@@ -1,0 +1,698 @@
+/*
+ * remora stream: a ring producer (serve), a consumer that measures and
+ * verifies (read), and a ring snapshot to a file (clone).
+ *
+ * Design notes
+ * - serve: one producer thread per ring fills slots in place (reserve/commit,
+ *   zero-copy) with stamped frames (cli_util.h), paced by --rate with an
+ *   absolute clock so the average rate holds whatever the sleep granularity.
+ *   Signals are taken synchronously by the main thread, as in `remora serve`.
+ * - read: end-to-end latency is now (CLOCK_REALTIME) minus the frame's
+ *   timestamp, so it includes the producer-to-consumer path and nothing else;
+ *   it is only meaningful when both ends share a clock (same host, or PTP).
+ *   Latencies go into a log-linear histogram (1% buckets): constant memory at
+ *   any rate.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define CLI_STREAM_DEFAULT_LISTEN "127.0.0.1:60010"
+#define CLI_STREAM_MAX_RINGS      8
+#define CLI_STREAM_DEFAULT_RING   "stream=1Mx64"
+#define CLI_HIST_BUCKETS          2800 /* 1.01^2800 ns > 1e12 ns */
+#define CLI_PROGRESS_S            0.5
+
+enum {
+    CLI_OPT_LISTEN = CLI_OPT_CMD,
+    CLI_OPT_RING,
+    CLI_OPT_RATE,
+    CLI_OPT_SOURCE,
+    CLI_OPT_MODE,
+    CLI_OPT_COUNT,
+    CLI_OPT_SECONDS,
+    CLI_OPT_VERIFY,
+    CLI_OPT_JSON,
+};
+
+static uint64_t cli_realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((format(printf, 2, 3)))
+static void cli_stream_log(const char *sub, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "remora stream %s: %s\n", sub, line);
+}
+
+/* ================================================================ serve */
+
+typedef struct cli_ring_spec {
+    char          name[REMORA_NAME_MAX + 1];
+    uint64_t      elem_size, count;
+    remora_ring_h ring;
+    pthread_t     thread;
+    bool          running;
+} cli_ring_spec_t;
+
+typedef struct cli_stream_serve_opts {
+    const char      *listen;
+    cli_token_t      token;
+    double           rate;      /* elements per second per ring; 0: max */
+    const char      *source;    /* NULL: pattern; else a ring image file */
+    size_t           nrings;
+    cli_ring_spec_t  rings[CLI_STREAM_MAX_RINGS];
+    /* From the source file: its elements' payloads, back to back. */
+    uint8_t         *src;
+    size_t           src_count, src_elem;
+    atomic_int       stop;
+} cli_stream_serve_opts_t;
+
+/* NAME=ELEMSIZExCOUNT, e.g. "frames=1Mx64". */
+static int cli_parse_ring(const char *s, cli_ring_spec_t *r)
+{
+    const char *eq = strchr(s, '='), *x;
+    char num[32];
+
+    if (eq == NULL || eq == s || (size_t)(eq - s) > REMORA_NAME_MAX)
+        return -1;
+    memcpy(r->name, s, (size_t)(eq - s));
+    r->name[eq - s] = '\0';
+    x = strchr(eq + 1, 'x');
+    if (x == NULL || (size_t)(x - eq - 1) >= sizeof(num))
+        return -1;
+    memcpy(num, eq + 1, (size_t)(x - eq - 1));
+    num[x - eq - 1] = '\0';
+    if (remora_parse_size(num, &r->elem_size) != 0 || remora_parse_size(x + 1, &r->count) != 0)
+        return -1;
+    return r->elem_size >= REMORA_FRAME_MIN && r->count >= 1 ? 0 : -1;
+}
+
+static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char *arg, void *opts)
+{
+    cli_stream_serve_opts_t *o = opts;
+
+    switch (opt) {
+    case CLI_OPT_LISTEN:
+        o->listen = arg;
+        return CLI_CONTINUE;
+    case CLI_OPT_RING:
+        if (o->nrings == CLI_STREAM_MAX_RINGS)
+            return cli_usage_error(cmd, "at most %d rings", CLI_STREAM_MAX_RINGS);
+        if (cli_parse_ring(arg, &o->rings[o->nrings]) != 0)
+            return cli_usage_error(cmd, "bad --ring '%s' (want NAME=ELEMSIZExCOUNT, "
+                                        "ELEMSIZE >= %u)", arg, REMORA_FRAME_MIN);
+        o->nrings++;
+        return CLI_CONTINUE;
+    case CLI_OPT_RATE: {
+        char *end;
+        if (strcmp(arg, "max") == 0) {
+            o->rate = 0;
+            return CLI_CONTINUE;
+        }
+        errno = 0;
+        o->rate = strtod(arg, &end);
+        if (errno || *end || !(o->rate > 0) || o->rate > 1e9)
+            return cli_usage_error(cmd, "bad --rate '%s' (want HZ > 0, or max)", arg);
+        return CLI_CONTINUE;
+    }
+    case CLI_OPT_SOURCE:
+        o->source = strcmp(arg, "pattern") == 0 ? NULL : arg;
+        return CLI_CONTINUE;
+    case CLI_OPT_TOKEN_FILE:
+        return cli_load_token(cmd, arg, &o->token) == 0 ? CLI_CONTINUE : CLI_EXIT_USAGE;
+    default:
+        return CLI_EXIT_USAGE;
+    }
+}
+
+/* Load a ring image file: every element it holds becomes a payload to replay. */
+static int cli_load_source(cli_session_t *s, cli_stream_serve_opts_t *o)
+{
+    FILE *f = fopen(o->source, "rb");
+    uint8_t *img = NULL, *elem = NULL;
+    long len;
+    remora_ring_h ring = NULL;
+    remora_status_t st;
+    int rc = CLI_EXIT_RUNTIME;
+
+    if (f == NULL)
+        return cli_error("stream serve", o->source, REMORA_ERR_IO, "cannot open: %s",
+                         strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+        (img = malloc(len ? (size_t)len : 1)) == NULL ||
+        fread(img, 1, (size_t)len, f) != (size_t)len) {
+        rc = cli_error("stream serve", o->source, REMORA_ERR_IO, "cannot read");
+        goto out;
+    }
+    st = remora_ring_create_from_image(s->context, img, (size_t)len, &ring);
+    if (st != REMORA_OK) {
+        rc = cli_error("stream serve", o->source, st, "not a ring image (docs/ring.md)");
+        goto out;
+    }
+    size_t es = remora_ring_elem_size(ring), cap = remora_ring_capacity(ring);
+    if ((o->src = malloc(es * cap)) == NULL || (elem = malloc(es)) == NULL) {
+        rc = cli_error("stream serve", o->source, REMORA_ERR_NO_MEMORY, NULL);
+        goto out;
+    }
+    uint64_t seq = 0;
+    for (st = remora_ring_oldest(ring, elem, es, &seq); st == REMORA_OK && seq < remora_ring_head(ring);
+         seq++) {
+        if (remora_ring_get(ring, seq, elem, es) == REMORA_OK)
+            memcpy(o->src + (o->src_count++) * es, elem, es);
+    }
+    if (o->src_count == 0) {
+        rc = cli_error("stream serve", o->source, REMORA_ERR_INVALID_PARAM,
+                       "the ring image holds no elements");
+        goto out;
+    }
+    o->src_elem = es;
+    if (o->nrings == 0) { /* the file's shape */
+        snprintf(o->rings[0].name, sizeof(o->rings[0].name), "stream");
+        o->rings[0].elem_size = es;
+        o->rings[0].count     = cap;
+        o->nrings             = 1;
+    }
+    for (size_t i = 0; i < o->nrings; i++) {
+        if (o->rings[i].elem_size != es) {
+            rc = cli_error("stream serve", o->source, REMORA_ERR_INVALID_PARAM,
+                           "its elements are %zu bytes, ring '%s' wants %llu", es,
+                           o->rings[i].name, (unsigned long long)o->rings[i].elem_size);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (f)
+        fclose(f);
+    free(img);
+    free(elem);
+    remora_ring_destroy(ring);
+    return rc;
+}
+
+typedef struct cli_producer {
+    cli_stream_serve_opts_t *o;
+    cli_ring_spec_t         *r;
+} cli_producer_t;
+
+static void cli_sleep_until(double t)
+{
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - floor(t)) * 1e9)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+static void *cli_producer_main(void *arg)
+{
+    cli_producer_t *p = arg;
+    cli_stream_serve_opts_t *o = p->o;
+    remora_ring_h ring = p->r->ring;
+    size_t es = remora_ring_elem_size(ring), payload = es > REMORA_FRAME_HDR ? es - REMORA_FRAME_HDR : 0;
+    double next = cli_now(), period = o->rate > 0 ? 1.0 / o->rate : 0;
+
+    for (uint64_t n = 0; !atomic_load_explicit(&o->stop, memory_order_relaxed); n++) {
+        void *slot;
+        uint64_t seq = remora_ring_head(ring);
+        const uint8_t *src = NULL;
+
+        if (period > 0) {
+            next += period;
+            if (next > cli_now() + 1e-4)
+                cli_sleep_until(next);
+        }
+        if (o->src && payload)
+            src = o->src + (n % o->src_count) * o->src_elem + REMORA_FRAME_HDR;
+        if (remora_ring_reserve(ring, &slot) != REMORA_OK)
+            break;
+        uint64_t partial = remora_frame_payload(slot, es, seq, src);
+        remora_frame_seal(slot, es, seq, cli_realtime_ns(), partial);
+        remora_ring_commit(ring, NULL);
+    }
+    free(p);
+    return NULL;
+}
+
+static int cli_start_rings(cli_session_t *s, remora_server_h server, cli_stream_serve_opts_t *o)
+{
+    char human[32];
+
+    for (size_t i = 0; i < o->nrings; i++) {
+        cli_ring_spec_t *r = &o->rings[i];
+        remora_ring_params_t rp = {
+            .field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
+            .elem_size = r->elem_size, .capacity = r->count};
+        remora_status_t st = remora_ring_create(s->context, &rp, &r->ring);
+        cli_producer_t *p;
+
+        if (st != REMORA_OK)
+            return cli_session_error(s, st, "cannot create ring '%s'", r->name);
+        if ((st = remora_server_expose_ring(server, r->name, r->ring)) != REMORA_OK)
+            return cli_session_error(s, st, "cannot expose ring '%s'", r->name);
+        if ((p = malloc(sizeof(*p))) == NULL)
+            return cli_session_error(s, REMORA_ERR_NO_MEMORY, NULL);
+        *p = (cli_producer_t){o, r};
+        if (pthread_create(&r->thread, NULL, cli_producer_main, p) != 0) {
+            free(p);
+            return cli_session_error(s, REMORA_ERR_NO_MEMORY, "cannot start a producer");
+        }
+        r->running = true;
+        cli_stream_log("serve", "ring %s: %s x %llu, rate %s, source %s", r->name,
+                       remora_format_size(r->elem_size, human, sizeof(human)),
+                       (unsigned long long)r->count, o->rate > 0 ? "paced" : "max",
+                       o->source ? o->source : "pattern");
+    }
+    return 0;
+}
+
+static void cli_stop_rings(cli_stream_serve_opts_t *o)
+{
+    atomic_store(&o->stop, 1);
+    for (size_t i = 0; i < o->nrings; i++) {
+        if (o->rings[i].running)
+            pthread_join(o->rings[i].thread, NULL);
+    }
+}
+
+static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, CLI_OPT_LISTEN},
+        {"ring", required_argument, NULL, CLI_OPT_RING},
+        {"rate", required_argument, NULL, CLI_OPT_RATE},
+        {"source", required_argument, NULL, CLI_OPT_SOURCE},
+        {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
+        CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
+    };
+    static cli_stream_serve_opts_t o; /* large; one per process */
+    cli_parser_t parser = {"", longopts, cli_stream_serve_option, &o, NULL};
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR};
+    remora_server_h server = NULL;
+    cli_session_t s;
+    char addr[REMORA_HOST_MAX + 8];
+    sigset_t signals;
+    siginfo_t info;
+    remora_status_t st;
+    int rc;
+
+    o.listen = CLI_STREAM_DEFAULT_LISTEN;
+    if ((rc = cli_parse_args(cmd, argc, argv, &parser, NULL)) != CLI_CONTINUE)
+        return rc;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL); /* before any thread exists */
+    if ((rc = cli_session_context(&s, cmd)) != 0)
+        return rc;
+    s.target_text = o.listen;
+    if (o.source && (rc = cli_load_source(&s, &o)) != 0)
+        goto out;
+    if (o.nrings == 0)
+        cli_parse_ring(CLI_STREAM_DEFAULT_RING, &o.rings[o.nrings++]);
+    sp.listen_addr = o.listen;
+    if (o.token.len) {
+        sp.field_mask |= REMORA_SERVER_FIELD_TOKEN;
+        sp.token     = o.token.bytes;
+        sp.token_len = o.token.len;
+    }
+    if ((st = remora_server_create(s.context, &sp, &server)) != REMORA_OK) {
+        rc = cli_session_error(&s, st, "cannot listen");
+        goto out;
+    }
+    remora_server_address(server, addr, sizeof(addr));
+    s.target_text = addr;
+    if ((rc = cli_start_rings(&s, server, &o)) != 0)
+        goto out;
+    printf("listening %s\n", addr);
+    fflush(stdout);
+    while (sigwaitinfo(&signals, &info) < 0) {
+    }
+    cli_stream_log("serve", "got %s, shutting down", info.si_signo == SIGINT ? "SIGINT" : "SIGTERM");
+out:
+    cli_stop_rings(&o);
+    remora_server_destroy(server);
+    for (size_t i = 0; i < o.nrings; i++)
+        remora_ring_destroy(o.rings[i].ring);
+    free(o.src);
+    cli_session_close(&s);
+    return rc;
+}
+
+/* ================================================================ read */
+
+typedef struct cli_stream_read_opts {
+    cli_client_opts_t client;
+    remora_sub_mode_t mode;
+    uint64_t          count;   /* 0: no limit */
+    double            seconds; /* 0: no limit */
+    bool              verify, json;
+} cli_stream_read_opts_t;
+
+typedef struct cli_hist {
+    uint64_t n;
+    uint64_t buckets[CLI_HIST_BUCKETS];
+} cli_hist_t;
+
+static void cli_hist_add(cli_hist_t *h, double ns)
+{
+    int b = ns <= 1 ? 0 : (int)(log(ns) / log(1.01));
+    h->buckets[b < CLI_HIST_BUCKETS ? b : CLI_HIST_BUCKETS - 1]++;
+    h->n++;
+}
+
+/* The q-quantile in microseconds (the bucket's upper edge; 1% precision). */
+static double cli_hist_quantile(const cli_hist_t *h, double q)
+{
+    uint64_t want = (uint64_t)ceil(q * (double)h->n), seen = 0;
+
+    if (h->n == 0)
+        return 0;
+    for (int b = 0; b < CLI_HIST_BUCKETS; b++) {
+        seen += h->buckets[b];
+        if (seen >= want && seen > 0)
+            return pow(1.01, b + 1) / 1e3;
+    }
+    return pow(1.01, CLI_HIST_BUCKETS) / 1e3;
+}
+
+typedef struct cli_stream_stats {
+    uint64_t   elements, bytes, drops, torn, corrupt;
+    double     start, seconds;
+    cli_hist_t lat; /* whole run */
+    cli_hist_t win; /* since the last progress line */
+} cli_stream_stats_t;
+
+static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char *arg, void *opts)
+{
+    cli_stream_read_opts_t *o = opts;
+    char *end;
+
+    switch (opt) {
+    case CLI_OPT_MODE:
+        if (strcmp(arg, "every") == 0)
+            o->mode = REMORA_SUB_EVERY;
+        else if (strcmp(arg, "latest") == 0)
+            o->mode = REMORA_SUB_LATEST;
+        else
+            return cli_usage_error(cmd, "bad --mode '%s' (want every or latest)", arg);
+        return CLI_CONTINUE;
+    case CLI_OPT_COUNT:
+        return cli_opt_number(cmd, "--count", arg, 1, UINT64_MAX, &o->count) == 0
+                   ? CLI_CONTINUE : CLI_EXIT_USAGE;
+    case CLI_OPT_SECONDS:
+        errno = 0;
+        o->seconds = strtod(arg, &end);
+        if (errno || *end || !(o->seconds > 0) || o->seconds > 1e7)
+            return cli_usage_error(cmd, "bad --seconds '%s'", arg);
+        return CLI_CONTINUE;
+    case CLI_OPT_VERIFY:
+        o->verify = true;
+        return CLI_CONTINUE;
+    case CLI_OPT_JSON:
+        o->json = true;
+        return CLI_CONTINUE;
+    default:
+        return CLI_EXIT_USAGE;
+    }
+}
+
+static void cli_stream_progress(cli_stream_stats_t *st, uint64_t *last_n, uint64_t *last_b,
+                                double *last_t)
+{
+    double now = cli_now(), dt = now - *last_t;
+
+    fprintf(stderr, "\r%10.0f elem/s  %7.3f GB/s  drops %llu  torn %llu  corrupt %llu  "
+            "lat p50 %.1f us p99 %.1f us   ",
+            (double)(st->elements - *last_n) / dt, (double)(st->bytes - *last_b) / dt / 1e9,
+            (unsigned long long)st->drops, (unsigned long long)st->torn,
+            (unsigned long long)st->corrupt, cli_hist_quantile(&st->win, 0.5),
+            cli_hist_quantile(&st->win, 0.99));
+    memset(&st->win, 0, sizeof(st->win));
+    *last_n = st->elements;
+    *last_b = st->bytes;
+    *last_t = now;
+}
+
+static void cli_stream_account(cli_stream_stats_t *st, const cli_stream_read_opts_t *o,
+                               const void *elem, const remora_elem_info_t *info)
+{
+    uint64_t ts = remora_frame_timestamp(elem, info->size);
+
+    st->elements++;
+    st->bytes += info->size;
+    st->drops = info->drops;
+    if (ts) {
+        double lat = (double)cli_realtime_ns() - (double)ts;
+        cli_hist_add(&st->lat, lat);
+        cli_hist_add(&st->win, lat);
+    }
+    if (o->verify) {
+        remora_frame_verdict_t v = remora_frame_check(elem, info->size, info->seq);
+        st->torn    += v == REMORA_FRAME_TORN;
+        st->corrupt += v == REMORA_FRAME_CORRUPT;
+    }
+}
+
+static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_read_opts_t *o)
+{
+    double gbps = st->seconds > 0 ? (double)st->bytes / st->seconds / 1e9 : 0;
+
+    if (o->json) {
+        printf("{\"elements\":%llu,\"bytes\":%llu,\"seconds\":%.3f,\"gbps\":%.3f,"
+               "\"drops\":%llu,\"torn\":%llu,\"corrupt\":%llu,\"lat_us_p50\":%.2f,"
+               "\"lat_us_p99\":%.2f}\n",
+               (unsigned long long)st->elements, (unsigned long long)st->bytes, st->seconds,
+               gbps, (unsigned long long)st->drops, (unsigned long long)st->torn,
+               (unsigned long long)st->corrupt, cli_hist_quantile(&st->lat, 0.5),
+               cli_hist_quantile(&st->lat, 0.99));
+    } else {
+        printf("%llu elements, %llu bytes in %.2f s: %.0f elem/s, %.3f GB/s; drops %llu, "
+               "torn %llu, corrupt %llu%s; latency p50 %.1f us, p99 %.1f us\n",
+               (unsigned long long)st->elements, (unsigned long long)st->bytes, st->seconds,
+               st->seconds > 0 ? (double)st->elements / st->seconds : 0, gbps,
+               (unsigned long long)st->drops, (unsigned long long)st->torn,
+               (unsigned long long)st->corrupt, o->verify ? "" : " (not verified)",
+               cli_hist_quantile(&st->lat, 0.5), cli_hist_quantile(&st->lat, 0.99));
+    }
+}
+
+/* Follow the ring until --count, --seconds, or an error. */
+static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
+                             cli_stream_stats_t *st)
+{
+    remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_MODE, .mode = o->mode};
+    remora_sub_h sub;
+    remora_elem_info_t info;
+    remora_status_t rs;
+    uint64_t last_n = 0, last_b = 0;
+    bool tty = isatty(STDERR_FILENO);
+    int rc = 0;
+
+    if ((rs = remora_client_subscribe(s->client, s->target.name, &sp, &sub)) != REMORA_OK)
+        return cli_session_error(s, rs, "cannot subscribe");
+    size_t es = remora_sub_elem_size(sub);
+    uint8_t *buf = malloc(es);
+    if (buf == NULL) {
+        remora_sub_destroy(sub);
+        return cli_session_error(s, REMORA_ERR_NO_MEMORY, NULL);
+    }
+    st->start = cli_now();
+    double last_t = st->start, last_ok = st->start;
+    double deadline = o->seconds > 0 ? st->start + o->seconds : INFINITY;
+    double idle_max = (o->client.timeout_ms > 0 ? o->client.timeout_ms : REMORA_DEFAULT_TIMEOUT_MS) / 1e3;
+    while ((o->count == 0 || st->elements < o->count) && cli_now() < deadline) {
+        double left = deadline - cli_now();
+        rs = remora_sub_next(sub, buf, es, &info, left < 0.2 ? (int)(left * 1e3) + 1 : 200);
+        if (rs == REMORA_OK) {
+            cli_stream_account(st, o, buf, &info);
+            last_ok = cli_now();
+        } else if (rs != REMORA_ERR_TIMED_OUT) {
+            rc = cli_session_error(s, rs, "stream ended");
+            break;
+        } else if (o->seconds == 0 && cli_now() - last_ok > idle_max) {
+            rc = cli_session_error(s, rs, "no element for %.0f s", idle_max);
+            break;
+        }
+        if (tty && cli_now() - last_t >= CLI_PROGRESS_S)
+            cli_stream_progress(st, &last_n, &last_b, &last_t);
+    }
+    st->seconds = cli_now() - st->start;
+    if (tty)
+        fputc('\n', stderr);
+    free(buf);
+    remora_sub_destroy(sub);
+    return rc;
+}
+
+static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"mode", required_argument, NULL, CLI_OPT_MODE},
+        {"count", required_argument, NULL, CLI_OPT_COUNT},
+        {"seconds", required_argument, NULL, CLI_OPT_SECONDS},
+        {"verify", no_argument, NULL, CLI_OPT_VERIFY},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
+        CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
+    };
+    cli_stream_read_opts_t o = {.mode = REMORA_SUB_EVERY};
+    cli_parser_t parser = {"", longopts, cli_stream_read_option, &o, &o.client};
+    static cli_stream_stats_t st; /* histograms: keep them off the stack */
+    const char *target;
+    cli_session_t s;
+    int rc;
+
+    if ((rc = cli_parse_args(cmd, argc, argv, &parser, &target)) != CLI_CONTINUE)
+        return rc;
+    if ((rc = cli_session_open(&s, cmd, target, true, &o.client)) != 0)
+        return rc;
+    memset(&st, 0, sizeof(st));
+    rc = cli_stream_follow(&s, &o, &st);
+    if (st.elements || rc == 0)
+        cli_stream_summary(&st, &o);
+    cli_session_close(&s);
+    if (rc == 0 && (st.torn || st.corrupt)) {
+        cli_error("stream read", target, REMORA_OK, "%llu torn, %llu corrupt elements",
+                  (unsigned long long)st.torn, (unsigned long long)st.corrupt);
+        rc = CLI_EXIT_MISMATCH;
+    }
+    return rc;
+}
+
+/* ================================================================ clone */
+
+static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
+    };
+    cli_client_opts_t client = {0};
+    cli_parser_t parser = {"", longopts, NULL, NULL, &client};
+    const char *target, *file;
+    remora_ring_h ring;
+    remora_status_t st;
+    cli_session_t s;
+    int rc;
+
+    if (argc < 3 || argv[argc - 1][0] == '-')
+        return cli_usage_error(cmd, "want HOST:PORT/NAME FILE");
+    file = argv[argc - 1];
+    if ((rc = cli_parse_args(cmd, argc - 1, argv, &parser, &target)) != CLI_CONTINUE)
+        return rc;
+    if ((rc = cli_session_open(&s, cmd, target, true, &client)) != 0)
+        return rc;
+    if ((st = remora_client_clone_ring(s.client, s.target.name, &ring)) != REMORA_OK) {
+        rc = cli_session_error(&s, st, "cannot clone");
+        cli_session_close(&s);
+        return rc;
+    }
+    remora_mem_h mem = remora_ring_mem(ring);
+    FILE *f = fopen(file, "wb");
+    if (f == NULL || fwrite(remora_mem_address(mem), 1, remora_mem_length(mem), f) !=
+                         remora_mem_length(mem) || fclose(f) != 0) {
+        rc = cli_error("stream clone", file, REMORA_ERR_IO, "cannot write: %s", strerror(errno));
+    } else {
+        printf("cloned %s: %zu x %zu bytes, head %llu, into %s\n", target,
+               remora_ring_capacity(ring), remora_ring_elem_size(ring),
+               (unsigned long long)remora_ring_head(ring), file);
+    }
+    remora_ring_destroy(ring);
+    cli_session_close(&s);
+    return rc;
+}
+
+/* ================================================================ dispatch */
+
+static const cli_command_t cli_stream_serve_cmd = {
+    .name  = "stream serve",
+    .usage =
+        "usage: remora stream serve [--listen HOST:PORT] [--ring NAME=ELEMSIZExCOUNT]...\n"
+        "                           [--rate HZ|max] [--source pattern|FILE] [--token-file F]\n"
+        "\n"
+        "Produce stamped frames (sequence number, timestamp, checksum) into rings and\n"
+        "serve them. Prints 'listening HOST:PORT' when ready; runs until SIGINT/SIGTERM.\n"
+        "\n"
+        "  --ring NAME=ELEMSIZExCOUNT  a ring of COUNT elements of ELEMSIZE bytes\n"
+        "                      (>= 8); repeatable; default " CLI_STREAM_DEFAULT_RING "\n"
+        "  --rate HZ|max       elements per second per ring (default max)\n"
+        "  --source pattern|FILE  payload: a per-frame pattern (default) or the\n"
+        "                      elements of a ring image file (remora stream clone)\n",
+    .run = cli_stream_serve,
+};
+
+static const cli_command_t cli_stream_read_cmd = {
+    .name  = "stream read",
+    .usage =
+        "usage: remora stream read HOST:PORT/NAME [--mode every|latest] [--count N |\n"
+        "                          --seconds T] [--verify] [--json] [CLIENT OPTIONS]\n"
+        "\n"
+        "Subscribe to a ring and consume it: a live progress line on a terminal,\n"
+        "then a summary (one JSON object with --json: elements, bytes, seconds,\n"
+        "gbps, drops, torn, corrupt, lat_us_p50, lat_us_p99). Exit 3 if --verify\n"
+        "found a torn or corrupt element.\n"
+        "\n"
+        "  --mode every|latest every element in order (gaps are drops), or the newest\n"
+        "  --count N           stop after N elements\n"
+        "  --seconds T         stop after T seconds\n"
+        "  --verify            check every frame's sequence number and checksum\n"
+        "  --json              print the summary as JSON\n" CLI_CLIENT_HELP,
+    .run = cli_stream_read,
+};
+
+static const cli_command_t cli_stream_clone_cmd = {
+    .name  = "stream clone",
+    .usage =
+        "usage: remora stream clone HOST:PORT/NAME FILE [CLIENT OPTIONS]\n"
+        "\n"
+        "Copy a remote ring's current state into a ring image file (docs/ring.md),\n"
+        "usable as 'remora stream serve --source FILE'.\n" CLI_CLIENT_HELP,
+    .run = cli_stream_clone,
+};
+
+static int cli_stream_run(const cli_command_t *cmd, int argc, char **argv)
+{
+    const cli_command_t *subs[] = {&cli_stream_serve_cmd, &cli_stream_read_cmd,
+                                   &cli_stream_clone_cmd};
+
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(cmd->usage, stdout);
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; argc >= 2 && i < sizeof(subs) / sizeof(subs[0]); i++) {
+        if (strcmp(argv[1], subs[i]->name + 7) == 0)
+            return subs[i]->run(subs[i], argc - 1, argv + 1);
+    }
+    return cli_usage_error(cmd, "want 'stream serve', 'stream read' or 'stream clone'");
+}
+
+const cli_command_t cli_cmd_stream = {
+    .name    = "stream",
+    .summary = "ring buffers: produce (serve), consume (read), snapshot (clone)",
+    .usage   =
+        "usage: remora stream serve|read|clone ...\n"
+        "\n"
+        "  serve   produce stamped frames into rings and serve them\n"
+        "  read    subscribe to a ring, measure and verify\n"
+        "  clone   save a remote ring's state to a file\n"
+        "\n"
+        "Run 'remora stream SUBCOMMAND --help' for options.\n",
+    .run     = cli_stream_run,
+};
