@@ -139,7 +139,7 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
         o->source = strcmp(arg, "pattern") == 0 ? NULL : arg;
         return CLI_CONTINUE;
     case CLI_OPT_TOKEN_FILE:
-        return cli_load_token(cmd, arg, &o->token) == 0 ? CLI_CONTINUE : CLI_EXIT_USAGE;
+        return cli_load_token(cmd, arg, &o->token);
     default:
         return CLI_EXIT_USAGE;
     }
@@ -416,8 +416,7 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
             return cli_usage_error(cmd, "bad --mode '%s' (want every or latest)", arg);
         return CLI_CONTINUE;
     case CLI_OPT_COUNT:
-        return cli_opt_number(cmd, "--count", arg, 1, UINT64_MAX, &o->count) == 0
-                   ? CLI_CONTINUE : CLI_EXIT_USAGE;
+        return cli_opt_number(cmd, "--count", arg, 1, UINT64_MAX, &o->count);
     case CLI_OPT_SECONDS:
         errno = 0;
         o->seconds = strtod(arg, &end);

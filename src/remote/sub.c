@@ -46,6 +46,7 @@ struct remora_sub {
     rm_ring_shape_t   shape;       /* elem_size, capacity, stride */
     uint64_t          region_size;
     uint64_t          batch_max;   /* elements per fetch */
+    uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
     uint64_t          next;        /* next sequence wanted */
     uint64_t          known_head;
@@ -97,7 +98,7 @@ static remora_status_t wait_send(remora_sub_h sub)
         rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .req_id = op->req_id, .region_id = r->id,
                       .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
                       .offset = sub->next,
-                      .length = sub->use_inline ? RM_SUB_INLINE_MAX : 0};
+                      .length = sub->use_inline ? sub->inline_max : 0};
         rm_send_params_t sp = {0};
         if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &h, &sp)) != REMORA_OK) {
             op->status  = st;
@@ -227,7 +228,7 @@ static remora_status_t fetch_validate(remora_sub_h sub)
     rm_ring_shape_t now;
     uint64_t end = sub->f_first + sub->f_count, lo = sub->f_first;
 
-    if (rm_ring_hdr_parse(sub->f_hdr, RM_RING_HDR_LEN, sub->region_size, &now) != 0 ||
+    if (rm_ring_hdr_parse_live(sub->f_hdr, RM_RING_HDR_LEN, sub->region_size, &now) != 0 ||
         now.elem_size != s->elem_size || now.capacity != s->capacity)
         return REMORA_ERR_PROTOCOL;
     if (now.head > sub->known_head)
@@ -403,7 +404,7 @@ static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t
         return REMORA_ERR_PROTOCOL;
     if ((st = remora_client_read(c, name, 0, hdr, sizeof(hdr))) != REMORA_OK)
         return st;
-    if (rm_ring_hdr_parse(hdr, sizeof(hdr), info.size, shape) != 0) {
+    if (rm_ring_hdr_parse_live(hdr, sizeof(hdr), info.size, shape) != 0) {
         rm_warn("ring '%s' has a malformed header", name);
         return REMORA_ERR_PROTOCOL;
     }
@@ -433,7 +434,12 @@ static remora_status_t sub_apply_params(remora_sub_h sub, const remora_sub_param
         sub->batch_max = 1;
     if (sub->batch_max > sub->shape.capacity)
         sub->batch_max = sub->shape.capacity;
-    sub->use_inline = sub->shape.elem_size <= RM_SUB_INLINE_MAX;
+    /* REMORA_RING_INLINE (bytes, 0: never) lets tests force the fetch path. */
+    const char *env = getenv("REMORA_RING_INLINE");
+    sub->inline_max = env ? strtoull(env, NULL, 0) : RM_SUB_INLINE_MAX;
+    if (sub->inline_max > RM_SUB_INLINE_MAX)
+        sub->inline_max = RM_SUB_INLINE_MAX;
+    sub->use_inline = sub->shape.elem_size <= sub->inline_max;
     return REMORA_OK;
 }
 
@@ -513,11 +519,11 @@ remora_status_t remora_client_clone_ring(remora_client_h c, const char *name,
      * claimed meanwhile marks the elements that may be torn. */
     if ((st = remora_client_read(c, name, 0, image, size)) == REMORA_OK &&
         (st = remora_client_read(c, name, 0, hdr, sizeof(hdr))) == REMORA_OK) {
-        if (rm_ring_hdr_parse(hdr, sizeof(hdr), size, &after) != 0) {
+        if (rm_ring_hdr_parse_live(hdr, sizeof(hdr), size, &after) != 0) {
             st = REMORA_ERR_PROTOCOL;
         } else {
             uint64_t min_valid = after.claimed > shape.capacity ? after.claimed - shape.capacity : 0;
-            st = rm_ring_from_image(c->ctx, image, size, min_valid, ring_p);
+            st = rm_ring_from_image(c->ctx, image, size, min_valid, 1, ring_p);
         }
     }
     free(image);

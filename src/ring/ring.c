@@ -51,7 +51,7 @@ void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t
     put64(h + RM_RING_OFF_FIRST, first);
 }
 
-int rm_ring_hdr_parse(const void *hdr, size_t len, uint64_t avail, rm_ring_shape_t *s)
+static int hdr_parse(const void *hdr, size_t len, uint64_t avail, int live, rm_ring_shape_t *s)
 {
     const uint8_t *h = hdr;
 
@@ -68,12 +68,27 @@ int rm_ring_hdr_parse(const void *hdr, size_t len, uint64_t avail, rm_ring_shape
     uint64_t bytes = rm_ring_bytes(s->elem_size, s->capacity);
     if (bytes == 0 || bytes > avail || s->stride != rm_ring_stride(s->elem_size))
         return -1;
-    /* One producer: at most one element in the works; sequences stay far from
-     * wrapping (2^62 elements), so 2s+2 stamps never overflow. */
-    if (s->first > s->head || s->claimed < s->head || s->claimed - s->head > 1 ||
-        s->claimed >= (1ull << 62))
+    /* Sequences stay far from wrapping (2^62 elements), so 2s+2 stamps never
+     * overflow. */
+    if (s->first > s->head || s->claimed >= (1ull << 62))
         return -1;
-    return 0;
+    if (live) {
+        if (s->claimed < s->head)
+            s->claimed = s->head;
+        return 0;
+    }
+    /* One producer: at most one element in the works. */
+    return s->claimed < s->head || s->claimed - s->head > 1 ? -1 : 0;
+}
+
+int rm_ring_hdr_parse(const void *hdr, size_t len, uint64_t avail, rm_ring_shape_t *s)
+{
+    return hdr_parse(hdr, len, avail, 0, s);
+}
+
+int rm_ring_hdr_parse_live(const void *hdr, size_t len, uint64_t avail, rm_ring_shape_t *s)
+{
+    return hdr_parse(hdr, len, avail, 1, s);
 }
 
 /* ------------------------------------------------------------ lifetime */
@@ -298,7 +313,7 @@ uint64_t remora_ring_head(remora_ring_h r)
 /* ------------------------------------------------------------ images */
 
 remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size_t len,
-                                   uint64_t min_valid, remora_ring_h *ring_p)
+                                   uint64_t min_valid, int live, remora_ring_h *ring_p)
 {
     const uint8_t *img = image;
     rm_ring_shape_t s;
@@ -307,7 +322,7 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
 
     if (ctx == NULL || image == NULL || ring_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if (rm_ring_hdr_parse(img, len, len, &s) != 0) {
+    if (hdr_parse(img, len, len, live, &s) != 0) {
         rm_info("not a ring image, or a malformed ring header");
         return REMORA_ERR_PROTOCOL;
     }
@@ -333,5 +348,5 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
 remora_status_t remora_ring_create_from_image(remora_context_h ctx, const void *image,
                                               size_t len, remora_ring_h *ring_p)
 {
-    return rm_ring_from_image(ctx, image, len, 0, ring_p);
+    return rm_ring_from_image(ctx, image, len, 0, 0, ring_p);
 }

@@ -58,8 +58,9 @@ uint64_t rm_ring_copy_range(remora_ring_h r, uint64_t from, uint64_t to, uint8_t
 /*
  * Build a local ring from an image of a ring's memory (a clone, a file).
  * Elements below min_valid, or whose stamp does not match, are left out.
+ * live: the image was copied while its producer ran (rm_ring_hdr_parse_live).
  */
 remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size_t len,
-                                   uint64_t min_valid, remora_ring_h *ring_p);
+                                   uint64_t min_valid, int live, remora_ring_h *ring_p);
 
 #endif

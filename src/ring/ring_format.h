@@ -81,6 +81,13 @@ void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t
  * `avail` bytes. 0 and *shape filled, or -1.
  */
 int rm_ring_hdr_parse(const void *hdr, size_t len, uint64_t avail, rm_ring_shape_t *shape);
+/*
+ * The same for a header copied while the producer runs (a remote read): its
+ * counters may come from different moments, so only their ranges are
+ * checked, and claimed is raised to at least head (erring towards "maybe
+ * overwritten", never the other way).
+ */
+int rm_ring_hdr_parse_live(const void *hdr, size_t len, uint64_t avail, rm_ring_shape_t *shape);
 
 /* Little-endian u64 at p (any alignment). */
 uint64_t rm_ring_get64(const void *p);

@@ -452,10 +452,13 @@ static int server_startv(it_server_t *s, const char *const *env, va_list ap)
     for (int i = 1; i < n; i++)
         if (strcmp(argv[i], "--listen") == 0 || strncmp(argv[i], "--listen=", 9) == 0)
             has_listen = true;
-    /* argv[1] must be "serve": shift and insert. */
-    memmove(&argv[2], &argv[1], (size_t)n * sizeof(argv[0]));
-    argv[1] = "serve";
-    n++;
+    /* argv[1] must be "serve" (shift and insert), unless the caller starts
+     * another serving command itself ("stream", "serve", ...). */
+    if (n < 2 || strcmp(argv[1], "stream") != 0) {
+        memmove(&argv[2], &argv[1], (size_t)n * sizeof(argv[0]));
+        argv[1] = "serve";
+        n++;
+    }
     if (!has_listen) {
         argv[n++] = "--listen";
         argv[n++] = "127.0.0.1:0";

@@ -78,7 +78,8 @@ typedef struct it_server {
 } it_server_t;
 
 /**
- * Start `remora serve ARGS...` (NULL-terminated). "--listen 127.0.0.1:0" is
+ * Start `remora serve ARGS...` (NULL-terminated), or `remora stream serve ...`
+ * when ARGS start with "stream", "serve". "--listen 127.0.0.1:0" is
  * added unless ARGS has a --listen. Waits for the "listening HOST:PORT" line.
  * Returns 0, or -1 (message printed, nothing left running).
  */

@@ -1,0 +1,497 @@
+/*
+ * Rings end to end: `remora stream serve` processes, `remora stream read`
+ * processes and library subscribers in this process, over real UCX.
+ * CTest runs it under several environments (default paths, TCP only, TCP
+ * with inline notifications off so every element comes by batched fetch).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* A number from a one-line JSON object: "key":N. -1 when absent. */
+static double json_num(const char *json, const char *key)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    if (json == NULL || (p = strstr(json, pat)) == NULL)
+        return -1;
+    return strtod(p + strlen(pat), NULL);
+}
+
+static void assert_clean_summary(const it_run_t *r, double min_elements)
+{
+    if (r->status != 0)
+        fail_msg("stream read exited %d:\n%s\n%s", r->status, r->out, r->err);
+    if (json_num(r->out, "elements") < min_elements || json_num(r->out, "torn") != 0 ||
+        json_num(r->out, "corrupt") != 0)
+        fail_msg("unexpected summary: %s", r->out);
+}
+
+/* ---------------------------------------------------------------- CLI */
+
+/* Four subscribers on a producer at full speed: >= 100,000 elements each, none torn. */
+static void test_four_subscribers_never_torn(void **state)
+{
+    it_server_t s;
+    it_proc_t p[4];
+    char target[IT_ADDR_MAX + 8];
+    (void)state;
+
+    it_must_start(&s, "stream", "serve", "--ring", "t=1Kx4096", "--rate", "max", NULL);
+    snprintf(target, sizeof(target), "%s/t", s.addr);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(it_cli_spawn(&p[i], NULL, "stream", "read", target, "--count", "100000",
+                                      "--verify", "--json", "--timeout", "20000", NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        it_run_t r;
+        assert_int_equal(it_proc_wait(&p[i], 240000, &r), 0);
+        print_message("subscriber %d: %s", i, r.out);
+        assert_clean_summary(&r, 100000);
+        it_run_free(&r);
+    }
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
+/* `ls` shows the ring beside plain regions' columns; --json says kind. */
+static void test_ls_shows_ring(void **state)
+{
+    it_server_t s;
+    it_run_t r;
+    (void)state;
+
+    it_must_start(&s, "stream", "serve", "--ring", "frames=4Kx16", "--rate", "100", NULL);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "ls", s.addr, "--json", NULL);
+    assert_int_equal(r.status, 0);
+    it_assert_contains(r.out, "\"name\":\"frames\"");
+    it_assert_contains(r.out, "\"kind\":\"ring\"");
+    it_assert_contains(r.out, "\"access\":\"ro\"");
+    it_run_free(&r);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
+static void read_shape(const char *ring, const char *rate, const char *count)
+{
+    it_server_t s;
+    it_run_t r;
+    char target[IT_ADDR_MAX + 8];
+
+    it_must_start(&s, "stream", "serve", "--ring", ring, "--rate", rate, NULL);
+    snprintf(target, sizeof(target), "%s/%.*s", s.addr, (int)strcspn(ring, "="), ring);
+    it_cli_run(&r, 180000, "stream", "read", target, "--count", count,
+                                "--verify", "--json", "--timeout", "30000", NULL);
+    print_message("%s: %s", ring, r.out);
+    assert_clean_summary(&r, atof(count));
+    it_run_free(&r);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
+/* 1-slot ring, 8-byte elements, 64 MiB elements. */
+static void test_edge_shapes(void **state)
+{
+    (void)state;
+    read_shape("one=4Kx1", "2000", "500");
+    read_shape("tiny=8x64", "max", "20000");
+    read_shape("big=64Mx2", "4", "3");
+}
+
+/* ---------------------------------------------------------------- bad input */
+
+static void test_bad_input(void **state)
+{
+    it_server_t s, plain;
+    it_client_t c;
+    remora_sub_h sub;
+    remora_sub_params_t bad_mode = {.field_mask = REMORA_SUB_FIELD_MODE, .mode = 7};
+    it_run_t r;
+    char target[IT_ADDR_MAX + 16];
+    (void)state;
+
+    it_must_start(&s, "stream", "serve", "--ring", "r=64x16", "--rate", "100", NULL);
+    it_must_start(&plain, "--region", "p=4096", NULL);
+    it_assert_ok(it_client_open(&c, s.addr, NULL));
+    it_assert_status(remora_client_subscribe(c.client, "missing", NULL, &sub), REMORA_ERR_NOT_FOUND);
+    it_assert_status(remora_client_subscribe(c.client, "r", &bad_mode, &sub),
+                     REMORA_ERR_INVALID_PARAM);
+    it_assert_status(remora_client_subscribe(c.client, "", NULL, &sub), REMORA_ERR_INVALID_PARAM);
+    it_client_close(&c);
+    it_assert_ok(it_client_open(&c, plain.addr, NULL));
+    it_assert_status(remora_client_subscribe(c.client, "p", NULL, &sub), REMORA_ERR_INVALID_PARAM);
+    it_client_close(&c);
+
+    snprintf(target, sizeof(target), "%s/missing", s.addr);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", target, "--count", "1", NULL);
+    assert_int_equal(r.status, 1);
+    it_assert_contains(r.err, "not found");
+    it_run_free(&r);
+    snprintf(target, sizeof(target), "%s/p", plain.addr);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", target, "--count", "1", NULL);
+    assert_int_equal(r.status, 1);
+    it_run_free(&r);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "serve", "--ring", "x=4x10", NULL);
+    assert_int_equal(r.status, 2); /* elements under 8 bytes cannot carry a frame */
+    it_run_free(&r);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", target, "--mode", "some", NULL);
+    assert_int_equal(r.status, 2);
+    it_run_free(&r);
+    assert_int_equal(it_server_stop(&plain), 0);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
+static void test_bad_token(void **state)
+{
+    it_server_t s;
+    char tok[512], bad[512];
+    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_TOKEN, .token = "nope",
+                                .token_len = 4};
+    it_client_t c;
+    it_run_t r;
+    char target[IT_ADDR_MAX + 8];
+    (void)state;
+
+    it_tmp_path(tok, sizeof(tok), "ring-token");
+    it_tmp_path(bad, sizeof(bad), "ring-bad-token");
+    assert_int_equal(it_write_file(tok, "ring-secret\n", 12), 0);
+    assert_int_equal(it_write_file(bad, "ring-secreT\n", 12), 0);
+    it_must_start(&s, "stream", "serve", "--ring", "r=64x16", "--rate", "100", "--token-file",
+                  tok, NULL);
+    it_assert_status(it_client_open(&c, s.addr, &p), REMORA_ERR_AUTH);
+    snprintf(target, sizeof(target), "%s/r", s.addr);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", target, "--count", "10",
+                                "--token-file", bad, NULL);
+    assert_int_equal(r.status, 1);
+    it_assert_contains(r.err, "auth");
+    it_run_free(&r);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", target, "--count", "10",
+                                "--verify", "--token-file", tok, NULL);
+    assert_int_equal(r.status, 0);
+    it_run_free(&r);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
+/* A clone saved to a file replays as a source; damaged files are refused. */
+static void test_clone_file_source(void **state)
+{
+    it_server_t s, replay;
+    it_run_t r;
+    char target[IT_ADDR_MAX + 8], file[512], bad[512];
+    size_t len;
+    uint8_t *img;
+    (void)state;
+
+    it_must_start(&s, "stream", "serve", "--ring", "r=4Kx32", "--rate", "2000", NULL);
+    it_sleep_ms(100); /* let it fill the ring */
+    snprintf(target, sizeof(target), "%s/r", s.addr);
+    it_tmp_path(file, sizeof(file), "ring.img");
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "clone", target, file, NULL);
+    assert_int_equal(r.status, 0);
+    it_run_free(&r);
+    assert_int_equal(it_server_stop(&s), 0);
+
+    it_must_start(&replay, "stream", "serve", "--source", file, "--rate", "5000", NULL);
+    snprintf(target, sizeof(target), "%s/stream", replay.addr);
+    it_cli_run(&r, 60000, "stream", "read", target, "--count", "2000",
+                                "--verify", "--json", NULL);
+    assert_clean_summary(&r, 2000);
+    it_run_free(&r);
+    assert_int_equal(it_server_stop(&replay), 0);
+
+    /* Damaged images: each is refused with a clear message, exit 1. */
+    assert_non_null(img = it_read_file(file, &len));
+    struct { const char *what; size_t off; uint8_t val; size_t len; } cases[] = {
+        {"bad magic", 0, 'X', len},       {"version 9", 4, 9, len},
+        {"header length", 6, 65, len},    {"stride", 24, 0xff, len},
+        {"claimed < head", 40, 0, len},   {"truncated body", 0, 'R', len - 100},
+        {"truncated header", 0, 'R', 40},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint8_t *copy = malloc(len);
+        memcpy(copy, img, len);
+        copy[cases[i].off] = cases[i].val;
+        it_tmp_path(bad, sizeof(bad), "bad.img");
+        assert_int_equal(it_write_file(bad, copy, cases[i].len), 0);
+        free(copy);
+        it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "serve", "--listen",
+                                    "127.0.0.1:0", "--source", bad, NULL);
+        if (r.status != 1 || strstr(r.err, "not a ring image") == NULL)
+            fail_msg("%s: exit %d, stderr:\n%s", cases[i].what, r.status, r.err);
+        it_run_free(&r);
+    }
+    free(img);
+}
+
+/* ---------------------------------------------------------------- library subscribers */
+
+typedef struct producer {
+    remora_ring_h ring;
+    atomic_int    stop, paused;
+    unsigned      pause_us;
+} producer_t;
+
+static void *produce(void *arg)
+{
+    producer_t *p = arg;
+    size_t es = remora_ring_elem_size(p->ring);
+
+    while (!atomic_load(&p->stop)) {
+        void *slot;
+        if (atomic_load(&p->paused)) {
+            it_sleep_ms(1);
+            continue;
+        }
+        uint64_t seq = remora_ring_head(p->ring);
+        if (remora_ring_reserve(p->ring, &slot) != REMORA_OK)
+            break;
+        remora_frame_seal(slot, es, seq, 1, remora_frame_payload(slot, es, seq, NULL));
+        remora_ring_commit(p->ring, NULL);
+        if (p->pause_us)
+            usleep(p->pause_us);
+    }
+    return NULL;
+}
+
+/* A server in this process (its own context) exposing one ring. */
+typedef struct local_ring {
+    remora_context_h ctx;
+    remora_server_h  server;
+    producer_t       prod;
+    pthread_t        thread;
+    char             addr[IT_ADDR_MAX];
+} local_ring_t;
+
+static void local_ring_start(local_ring_t *l, size_t elem, size_t cap, unsigned pause_us)
+{
+    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
+                               .elem_size = elem, .capacity = cap};
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0"};
+
+    memset(l, 0, sizeof(*l));
+    it_assert_ok(remora_context_create(NULL, &l->ctx));
+    it_assert_ok(remora_ring_create(l->ctx, &rp, &l->prod.ring));
+    it_assert_ok(remora_server_create(l->ctx, &sp, &l->server));
+    it_assert_ok(remora_server_address(l->server, l->addr, sizeof(l->addr)));
+    it_assert_ok(remora_server_expose_ring(l->server, "r", l->prod.ring));
+    it_assert_status(remora_server_expose_ring(l->server, "r2", l->prod.ring), REMORA_ERR_BUSY);
+    l->prod.pause_us = pause_us;
+    assert_int_equal(pthread_create(&l->thread, NULL, produce, &l->prod), 0);
+}
+
+static void local_ring_stop(local_ring_t *l)
+{
+    atomic_store(&l->prod.stop, 1);
+    pthread_join(l->thread, NULL);
+    remora_ring_destroy(l->prod.ring); /* unexposes it */
+    remora_server_destroy(l->server);
+    remora_context_destroy(l->ctx);
+}
+
+/* Drops are exact: every gap in delivered sequence numbers is counted, and
+ * nothing else; every element is intact. */
+static void follow(remora_sub_mode_t mode, size_t elem, size_t cap, unsigned pause_us,
+                   uint64_t want)
+{
+    local_ring_t l;
+    it_client_t c;
+    remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_MODE, .mode = mode};
+    remora_sub_h sub;
+    remora_elem_info_t info;
+    uint8_t *buf = malloc(elem);
+    uint64_t start, last = 0, n = 0, gaps = 0;
+
+    local_ring_start(&l, elem, cap, pause_us);
+    it_assert_ok(it_client_open(&c, l.addr, NULL));
+    atomic_store(&l.prod.paused, 1);
+    it_sleep_ms(20);
+    start = remora_ring_head(l.prod.ring);
+    it_assert_ok(remora_client_subscribe(c.client, "r", &sp, &sub));
+    atomic_store(&l.prod.paused, 0);
+    while (n < want) {
+        it_assert_ok(remora_sub_next(sub, buf, elem, &info, 10000));
+        if (remora_frame_check(buf, elem, info.seq) != REMORA_FRAME_OK)
+            fail_msg("element %llu is torn or corrupt", (unsigned long long)info.seq);
+        if (n > 0 && info.seq <= last)
+            fail_msg("sequence went from %llu to %llu", (unsigned long long)last,
+                     (unsigned long long)info.seq);
+        gaps += info.seq - (n ? last + 1 : start);
+        if (info.drops != gaps)
+            fail_msg("drops %llu but gaps %llu", (unsigned long long)info.drops,
+                     (unsigned long long)gaps);
+        last = info.seq;
+        n++;
+    }
+    print_message("mode %d, %zu B x %zu: %llu delivered up to seq %llu, %llu drops\n", mode, elem,
+                  cap, (unsigned long long)n, (unsigned long long)last,
+                  (unsigned long long)info.drops);
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+    local_ring_stop(&l);
+    free(buf);
+}
+
+static void test_drops_exact_every(void **state)
+{
+    (void)state;
+    follow(REMORA_SUB_EVERY, 256, 64, 0, 20000);      /* overrun: drops */
+    follow(REMORA_SUB_EVERY, 100000, 16, 0, 300);     /* fetched in batches */
+    follow(REMORA_SUB_EVERY, 64, 4096, 200, 2000);    /* paced: no drops expected */
+}
+
+static void test_latest_increasing(void **state)
+{
+    (void)state;
+    follow(REMORA_SUB_LATEST, 256, 64, 0, 3000);
+    follow(REMORA_SUB_LATEST, 100000, 8, 0, 200);
+}
+
+typedef struct cb_state {
+    atomic_uint_fast64_t n, bad, last;
+    atomic_int           ended;
+    remora_status_t      end_status;
+} cb_state_t;
+
+static void on_elem(const void *elem, const remora_elem_info_t *info, remora_status_t st,
+                    void *arg)
+{
+    cb_state_t *s = arg;
+    if (elem == NULL) {
+        s->end_status = st;
+        atomic_store(&s->ended, 1);
+        return;
+    }
+    if (remora_frame_check(elem, info->size, info->seq) != REMORA_FRAME_OK ||
+        (atomic_load(&s->n) && info->seq <= atomic_load(&s->last)))
+        atomic_fetch_add(&s->bad, 1);
+    atomic_store(&s->last, info->seq);
+    atomic_fetch_add(&s->n, 1);
+}
+
+/* The callback form, and its end when the server goes away. */
+static void test_callback_form(void **state)
+{
+    local_ring_t l;
+    it_client_t c;
+    cb_state_t cs = {0};
+    remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_CB, .cb = on_elem, .cb_arg = &cs};
+    remora_sub_h sub;
+    uint8_t buf[64];
+    (void)state;
+
+    local_ring_start(&l, 512, 256, 50);
+    it_assert_ok(it_client_open(&c, l.addr, NULL));
+    it_assert_ok(remora_client_subscribe(c.client, "r", &sp, &sub));
+    it_assert_status(remora_sub_next(sub, buf, sizeof(buf), NULL, 0), REMORA_ERR_INVALID_PARAM);
+    for (int i = 0; i < 500 && atomic_load(&cs.n) < 2000; i++)
+        it_sleep_ms(10);
+    assert_true(atomic_load(&cs.n) >= 2000);
+    assert_int_equal(atomic_load(&cs.bad), 0);
+    local_ring_stop(&l); /* the server goes: the callback hears why */
+    for (int i = 0; i < 300 && !atomic_load(&cs.ended); i++)
+        it_sleep_ms(10);
+    assert_true(atomic_load(&cs.ended));
+    assert_true(cs.end_status != REMORA_OK);
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+}
+
+/* A clone holds the remote ring's elements under the same sequence numbers. */
+static void test_clone_api(void **state)
+{
+    local_ring_t l;
+    it_client_t c;
+    remora_ring_h copy;
+    uint8_t buf[1024];
+    uint64_t seq;
+    (void)state;
+
+    local_ring_start(&l, 1000, 128, 100);
+    it_sleep_ms(100);
+    it_assert_ok(it_client_open(&c, l.addr, NULL));
+    it_assert_ok(remora_client_clone_ring(c.client, "r", &copy));
+    assert_int_equal(remora_ring_elem_size(copy), 1000);
+    assert_int_equal(remora_ring_capacity(copy), 128);
+    assert_true(remora_ring_head(copy) > 0);
+    it_assert_ok(remora_ring_newest(copy, buf, sizeof(buf), &seq));
+    assert_int_equal(seq, remora_ring_head(copy) - 1);
+    it_assert_ok(remora_ring_oldest(copy, buf, sizeof(buf), &seq));
+    uint64_t held = 0;
+    for (; seq < remora_ring_head(copy); seq++) {
+        if (remora_ring_get(copy, seq, buf, sizeof(buf)) != REMORA_OK)
+            continue;
+        assert_int_equal(remora_frame_check(buf, 1000, seq), REMORA_FRAME_OK);
+        held++;
+    }
+    assert_true(held >= 64); /* all but the few the producer overwrote meanwhile */
+    it_assert_status(remora_client_clone_ring(c.client, "nope", &copy), REMORA_ERR_NOT_FOUND);
+    remora_ring_destroy(copy);
+    it_client_close(&c);
+    local_ring_stop(&l);
+}
+
+/* The producer dies: the subscriber knows within 2 s; after a restart it subscribes again. */
+static void test_producer_killed_then_back(void **state)
+{
+    it_server_t s;
+    it_client_t c;
+    remora_sub_h sub;
+    remora_elem_info_t info;
+    uint8_t buf[4096];
+    char addr[IT_ADDR_MAX];
+    remora_status_t st;
+    (void)state;
+
+    it_must_start(&s, "stream", "serve", "--ring", "r=4Kx64", "--rate", "1000", NULL);
+    snprintf(addr, sizeof(addr), "%s", s.addr);
+    it_assert_ok(it_client_open(&c, addr, NULL));
+    it_assert_ok(remora_client_subscribe(c.client, "r", NULL, &sub));
+    it_assert_ok(remora_sub_next(sub, buf, sizeof(buf), &info, 5000));
+    it_server_kill(&s);
+    double t0 = it_now_ms();
+    do {
+        st = remora_sub_next(sub, buf, sizeof(buf), &info, 500);
+    } while (st == REMORA_OK && it_now_ms() - t0 < 5000);
+    double took = it_now_ms() - t0;
+    print_message("subscriber saw %s %.0f ms after the kill\n", remora_status_string(st), took);
+    it_assert_status(st, REMORA_ERR_DISCONNECTED);
+    assert_true(took < 2000);
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+
+    it_must_start(&s, "stream", "serve", "--listen", addr, "--ring", "r=4Kx64", "--rate", "1000", NULL);
+    it_assert_ok(it_client_open(&c, addr, NULL));
+    it_assert_ok(remora_client_subscribe(c.client, "r", NULL, &sub));
+    for (int i = 0; i < 100; i++) {
+        it_assert_ok(remora_sub_next(sub, buf, sizeof(buf), &info, 5000));
+        assert_int_equal(remora_frame_check(buf, sizeof(buf), info.seq), REMORA_FRAME_OK);
+    }
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_ls_shows_ring, it_teardown_reap),
+        cmocka_unit_test_teardown(test_four_subscribers_never_torn, it_teardown_reap),
+        cmocka_unit_test_teardown(test_edge_shapes, it_teardown_reap),
+        cmocka_unit_test_teardown(test_bad_input, it_teardown_reap),
+        cmocka_unit_test_teardown(test_bad_token, it_teardown_reap),
+        cmocka_unit_test_teardown(test_clone_file_source, it_teardown_reap),
+        cmocka_unit_test_teardown(test_drops_exact_every, it_teardown_reap),
+        cmocka_unit_test_teardown(test_latest_increasing, it_teardown_reap),
+        cmocka_unit_test_teardown(test_callback_form, it_teardown_reap),
+        cmocka_unit_test_teardown(test_clone_api, it_teardown_reap),
+        cmocka_unit_test_teardown(test_producer_killed_then_back, it_teardown_reap),
+    };
+
+    it_init("ring");
+    return it_finish(cmocka_run_group_tests(tests, NULL, NULL));
+}
