@@ -43,6 +43,7 @@ enum {
     CLI_OPT_SECONDS,
     CLI_OPT_VERIFY,
     CLI_OPT_JSON,
+    CLI_OPT_PROGRESS,
 };
 
 static uint64_t cli_realtime_ns(void)
@@ -364,7 +365,7 @@ typedef struct cli_stream_read_opts {
     remora_sub_mode_t mode;
     uint64_t          count;   /* 0: no limit */
     double            seconds; /* 0: no limit */
-    bool              verify, json;
+    bool              verify, json, progress;
 } cli_stream_read_opts_t;
 
 typedef struct cli_hist {
@@ -429,22 +430,25 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
     case CLI_OPT_JSON:
         o->json = true;
         return CLI_CONTINUE;
+    case CLI_OPT_PROGRESS:
+        o->progress = true;
+        return CLI_CONTINUE;
     default:
         return CLI_EXIT_USAGE;
     }
 }
 
 static void cli_stream_progress(cli_stream_stats_t *st, uint64_t *last_n, uint64_t *last_b,
-                                double *last_t)
+                                double *last_t, bool tty)
 {
     double now = cli_now(), dt = now - *last_t;
 
-    fprintf(stderr, "\r%10.0f elem/s  %7.3f GB/s  drops %llu  torn %llu  corrupt %llu  "
-            "lat p50 %.1f us p99 %.1f us   ",
+    fprintf(stderr, "%s%10.0f elem/s  %7.3f GB/s  drops %llu  torn %llu  corrupt %llu  "
+            "lat p50 %.1f us p99 %.1f us   %s", tty ? "\r" : "",
             (double)(st->elements - *last_n) / dt, (double)(st->bytes - *last_b) / dt / 1e9,
             (unsigned long long)st->drops, (unsigned long long)st->torn,
             (unsigned long long)st->corrupt, cli_hist_quantile(&st->win, 0.5),
-            cli_hist_quantile(&st->win, 0.99));
+            cli_hist_quantile(&st->win, 0.99), tty ? "" : "\n");
     memset(&st->win, 0, sizeof(st->win));
     *last_n = st->elements;
     *last_b = st->bytes;
@@ -503,7 +507,7 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     remora_elem_info_t info;
     remora_status_t rs;
     uint64_t last_n = 0, last_b = 0;
-    bool tty = isatty(STDERR_FILENO);
+    bool tty = isatty(STDERR_FILENO), show = tty || o->progress;
     int rc = 0;
 
     if ((rs = remora_client_subscribe(s->client, s->target.name, &sp, &sub)) != REMORA_OK)
@@ -531,8 +535,8 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
             rc = cli_session_error(s, rs, "no element for %.0f s", idle_max);
             break;
         }
-        if (tty && cli_now() - last_t >= CLI_PROGRESS_S)
-            cli_stream_progress(st, &last_n, &last_b, &last_t);
+        if (show && cli_now() - last_t >= (tty ? CLI_PROGRESS_S : 1.0))
+            cli_stream_progress(st, &last_n, &last_b, &last_t, tty);
     }
     st->seconds = cli_now() - st->start;
     if (tty)
@@ -550,6 +554,7 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
         {"seconds", required_argument, NULL, CLI_OPT_SECONDS},
         {"verify", no_argument, NULL, CLI_OPT_VERIFY},
         {"json", no_argument, NULL, CLI_OPT_JSON},
+        {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     cli_stream_read_opts_t o = {.mode = REMORA_SUB_EVERY};
@@ -652,7 +657,9 @@ static const cli_command_t cli_stream_read_cmd = {
         "  --count N           stop after N elements\n"
         "  --seconds T         stop after T seconds\n"
         "  --verify            check every frame's sequence number and checksum\n"
-        "  --json              print the summary as JSON\n" CLI_CLIENT_HELP,
+        "  --json              print the summary as JSON\n"
+        "  --progress          a progress line every second even when stderr is not a\n"
+        "                      terminal (on a terminal it is always shown, in place)\n" CLI_CLIENT_HELP,
     .run = cli_stream_read,
 };
 
