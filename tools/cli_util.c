@@ -357,6 +357,11 @@ static uint64_t cli_get64(const uint8_t *p)
 
 static inline uint64_t cli_rotl(uint64_t v, unsigned r) { return (v << r) | (v >> (64 - r)); }
 
+static uint64_t cli_frame_fold(const uint64_t h[4], size_t len)
+{
+    return h[0] ^ cli_rotl(h[1], 16) ^ cli_rotl(h[2], 32) ^ cli_rotl(h[3], 48) ^ len;
+}
+
 /* Four independent lanes, so the multiply chains overlap (several GB/s). */
 static uint64_t cli_frame_sum(const uint8_t *p, size_t len)
 {
@@ -374,7 +379,29 @@ static uint64_t cli_frame_sum(const uint8_t *p, size_t len)
         memcpy(&w, p + i, len - i < 8 ? len - i : 8);
         h[l] = cli_rotl(h[l] ^ w, 29) * CLI_FRAME_P;
     }
-    return h[0] ^ cli_rotl(h[1], 16) ^ cli_rotl(h[2], 32) ^ cli_rotl(h[3], 48) ^ len;
+    return cli_frame_fold(h, len);
+}
+
+/* Generate and sum in one pass: the producer's cost per byte is one store. */
+static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
+{
+    uint64_t x = (seq + 1) * CLI_FRAME_K1, h[4] = {1, 2, 3, 4};
+    size_t i = 0, j = 0;
+
+    for (; i + 8 <= len; i += 8, j++) {
+        uint64_t w = x ^ (j * CLI_FRAME_K2);
+        memcpy(p + i, &w, 8);
+        h[j & 3] = cli_rotl(h[j & 3] ^ w, 29) * CLI_FRAME_P;
+    }
+    if (i < len) {
+        uint64_t w = 0;
+        for (size_t k = 0; i + k < len; k++) {
+            p[i + k] = (uint8_t)(x >> (8 * k));
+        }
+        memcpy(&w, p + i, len - i);
+        h[j & 3] = cli_rotl(h[j & 3] ^ w, 29) * CLI_FRAME_P;
+    }
+    return cli_frame_fold(h, len);
 }
 
 uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const void *src)
@@ -385,19 +412,10 @@ uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const 
         return 0;
     }
     size_t len = elem_size - REMORA_FRAME_HDR;
-    if (src != NULL) {
-        memcpy(p, src, len);
-    } else {
-        uint64_t x = (seq + 1) * CLI_FRAME_K1;
-        size_t i = 0;
-        for (; i + 8 <= len; i += 8) {
-            uint64_t w = x ^ ((i / 8) * CLI_FRAME_K2);
-            memcpy(p + i, &w, 8);
-        }
-        for (; i < len; i++) {
-            p[i] = (uint8_t)(x >> (8 * (i % 8)));
-        }
+    if (src == NULL) {
+        return cli_frame_generate(p, len, seq);
     }
+    memcpy(p, src, len);
     return cli_frame_sum(p, len);
 }
 
