@@ -416,7 +416,9 @@ REMORA_API remora_status_t remora_ring_commit(remora_ring_h ring, uint64_t *seq_
  */
 REMORA_API remora_status_t remora_ring_get(remora_ring_h ring, uint64_t seq, void *buf,
                                            size_t len);
-/** The newest / oldest element still held, with its sequence number. */
+/** The newest / oldest element still held, with its sequence number.
+ *  REMORA_ERR_OUT_OF_RANGE when none is; newest: REMORA_ERR_BUSY when the
+ *  producer overwrote the newest 64 times in a row while it was copied. */
 REMORA_API remora_status_t remora_ring_newest(remora_ring_h ring, void *buf, size_t len,
                                               uint64_t *seq_p);
 REMORA_API remora_status_t remora_ring_oldest(remora_ring_h ring, void *buf, size_t len,

@@ -70,7 +70,7 @@ static int hdr_parse(const void *hdr, size_t len, uint64_t avail, int live, rm_r
         return -1;
     /* Sequences stay far from wrapping (2^62 elements), so 2s+2 stamps never
      * overflow. */
-    if (s->first > s->head || s->claimed >= (1ull << 62))
+    if (s->first > s->head || s->head >= (1ull << 62) || s->claimed >= (1ull << 62))
         return -1;
     if (live) {
         if (s->claimed < s->head)
@@ -285,18 +285,30 @@ remora_status_t remora_ring_get(remora_ring_h r, uint64_t seq, void *buf, size_t
 
 remora_status_t remora_ring_newest(remora_ring_h r, void *buf, size_t len, uint64_t *seq_p)
 {
+    rm_ring_shape_t s;
+
     if (r == NULL || buf == NULL || len < r->shape.elem_size)
         return REMORA_ERR_INVALID_PARAM;
-    /* Retry: the newest can only be overwritten after capacity more pushes. */
-    for (int tries = 0; tries < 1000; tries++) {
-        uint64_t head = atomic_load_explicit(r->hdr_head, memory_order_acquire);
-        if (head == rm_ring_get64(r->base + RM_RING_OFF_FIRST))
+    for (int tries = 0; tries < 64; tries++) {
+        rm_ring_snapshot(r, &s);
+        uint64_t seq = s.head, oldest = rm_ring_oldest_seq(&s);
+        if (seq == oldest)
             return REMORA_ERR_OUT_OF_RANGE;
-        if (read_elem(r, head - 1, buf) == 0) {
-            if (seq_p)
-                *seq_p = head - 1;
-            return REMORA_OK;
+        if (read_elem(r, seq - 1, buf) == 0)
+            goto found;
+        if (atomic_load_explicit(r->hdr_head, memory_order_acquire) != s.head)
+            continue; /* overwritten under us: try the new newest */
+        /* Not there and the producer did not move (a 1-slot ring mid-write,
+         * a hole in a clone): the newest one held instead. */
+        while (--seq > oldest) {
+            if (read_elem(r, seq - 1, buf) == 0)
+                goto found;
         }
+        return REMORA_ERR_OUT_OF_RANGE;
+found:
+        if (seq_p)
+            *seq_p = seq - 1;
+        return REMORA_OK;
     }
     return REMORA_ERR_BUSY;
 }
@@ -344,6 +356,10 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
         rm_info("not a ring image, or a malformed ring header");
         return REMORA_ERR_PROTOCOL;
     }
+    /* Elements the producer may have been overwriting when the image was
+     * taken (claimed > s + capacity) are not trusted either. */
+    if (s.claimed > s.capacity && s.claimed - s.capacity > min_valid)
+        min_valid = s.claimed - s.capacity;
     uint64_t lo = rm_ring_oldest_seq(&s);
     if (lo < min_valid)
         lo = min_valid < s.head ? min_valid : s.head;

@@ -13,7 +13,8 @@
 
 #include "wire/wire.h"
 
-enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER };
+enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER, MODE_BOOT,
+       MODE_RING };
 
 static const char *g_dir;
 static int g_errors;
@@ -64,6 +65,41 @@ static rm_region_desc_t desc(const char *name, uint32_t id, const uint8_t *rkey,
     };
     snprintf(d.name, sizeof(d.name), "%s", name);
     return d;
+}
+
+static void le64_put(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A ring image written out by hand (docs/ring.md): header, then capacity
+ * slots of stride bytes, each a u64 stamp and the element. Elements
+ * [lo, head) are stamped complete (2s+2) and hold bytes derived from s. */
+static size_t ring_image(uint8_t *img, uint64_t elem, uint64_t cap, uint64_t head,
+                         uint64_t claimed, uint64_t first)
+{
+    uint64_t stride = 8 + (elem + 7) / 8 * 8;
+    uint64_t lo     = head > cap ? head - cap : 0;
+    size_t len      = (size_t)(64 + cap * stride);
+
+    memset(img, 0, len);
+    memcpy(img, "RRNG", 4);
+    img[4] = 1;  /* version */
+    img[6] = 64; /* header length */
+    le64_put(img + 8, elem);
+    le64_put(img + 16, cap);
+    le64_put(img + 24, stride);
+    le64_put(img + 32, head);
+    le64_put(img + 40, claimed);
+    le64_put(img + 48, first);
+    for (uint64_t s = lo < first ? first : lo; s < head; s++) {
+        uint8_t *slot = img + 64 + (s % cap) * stride;
+        le64_put(slot, 2 * s + 2);
+        for (uint64_t i = 0; i < elem; i++)
+            slot[8 + i] = (uint8_t)(s * 31 + i);
+    }
+    return len;
 }
 
 int main(int argc, char **argv)
@@ -168,6 +204,18 @@ int main(int argc, char **argv)
     put("reader-ints", MODE_READER, reader_ints, sizeof(reader_ints));
     static const uint8_t reader_name[] = {3, 5, 16 /* bytes(2) */, 0, 3, 0, 'a', 'b', 'c', 0xde, 0xad, 7};
     put("reader-name", MODE_READER, reader_name, sizeof(reader_name));
+
+    /* Rings: a header alone (its slots are not there), a whole wrapped image
+     * of 3 slots of 13-byte elements, and a clone's image (first > 0) taken
+     * while the producer was writing (claimed = head + 1, that slot's stamp
+     * odd). */
+    static uint8_t img[64 + 4 * 24];
+    ring_image(img, 13, 3, 10, 11, 4);
+    put("ring-hdr", MODE_RING, img, 64);
+    put("ring-image", MODE_RING, img, ring_image(img, 13, 3, 5, 5, 0));
+    size_t len = ring_image(img, 8, 4, 9, 10, 6);
+    le64_put(img + 64 + (9 % 4) * 16, 2 * 9 + 1);
+    put("ring-image-clone-claimed", MODE_RING, img, len);
 
     return g_errors ? 1 : 0;
 }
