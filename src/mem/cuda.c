@@ -234,7 +234,7 @@ static void cuda_load(void)
     int n = 0;
 
     if (lib == NULL) {
-        cuda_unavailable("no CUDA driver (libcuda.so.1): %s", dlerror());
+        cuda_unavailable("no CUDA driver: %s", dlerror());
         return;
     }
     if (cu_resolve(lib) != 0)
