@@ -4,12 +4,14 @@
 #   scripts/gpu-test.sh [BUILD_DIR]          (default build-gpu)
 # Where .gpu-deps/ exists (scripts/gpu-deps.sh) the build uses its UCX headers,
 # libsodium, cmocka and, if needed, pkgconf, with the machine's libucp.so.0.
+# Extra CMake arguments come from $REMORA_CMAKE_ARGS (e.g. -DREMORA_SANITIZE=ON).
 # Exit status: that of ctest (0 when every GPU test passed or was skipped).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
 deps=$root/.gpu-deps
-args=(-G Ninja -DREMORA_WERROR=ON)
+# shellcheck disable=SC2206
+args=(-G Ninja -DREMORA_WERROR=ON ${REMORA_CMAKE_ARGS:-})
 
 if [ -d "$deps" ]; then
   lib=$deps/usr/lib/x86_64-linux-gnu
