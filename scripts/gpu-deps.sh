@@ -16,8 +16,10 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && apt-get download $pkgs >/dev/null 2>&1) ||
   { apt-get update >/dev/null && (cd "$tmp" && apt-get download $pkgs >/dev/null); }
 for f in "$tmp"/*.deb; do dpkg -x "$f" "$dest"; done
-# .pc files name /usr; make them relative to where they are.
+# .pc files name /usr (some only in their Cflags/Libs); make them relative
+# to where they are.
 for pc in "$dest"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
-  sed -i 's|^prefix=.*|prefix=${pcfiledir}/../../..|' "$pc"
+  sed -i -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' \
+         -e 's|-I/usr/|-I${pcfiledir}/../../../|g' -e 's|-L/usr/|-L${pcfiledir}/../../../|g' "$pc"
 done
 du -sh "$dest"
