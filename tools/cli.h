@@ -51,6 +51,10 @@ extern const cli_command_t cli_cmd_ping;
 extern const cli_command_t cli_cmd_bench;
 extern const cli_command_t cli_cmd_info;
 extern const cli_command_t cli_cmd_stream;
+extern const cli_command_t cli_cmd_doctor;
+
+/** What `remora info` says about GPUs: CUDA devices and GPU data paths (cmd_doctor.c). */
+void cli_info_print_cuda(const remora_context_attr_t *attr);
 
 /* ---------------------------------------------------------------- options */
 

@@ -226,6 +226,7 @@ static void cli_info_print(const remora_context_attr_t *attr)
     printf("transports: %s\n", attr->transports[0] != '\0' ? attr->transports : "(none)");
     printf("ucx memory types: host%s\n",
            (attr->ucx_mem_types & (1u << REMORA_MEM_CUDA)) != 0 ? ", cuda" : "");
+    cli_info_print_cuda(attr);
 }
 
 static int cli_info_run(const cli_command_t *cmd, int argc, char **argv)
@@ -257,13 +258,16 @@ static int cli_info_run(const cli_command_t *cmd, int argc, char **argv)
 
 const cli_command_t cli_cmd_info = {
     .name    = "info",
-    .summary = "show remora and UCX versions, transports and memory types",
+    .summary = "show remora and UCX versions, transports, memory types and GPUs",
     .usage   =
         "usage: remora info\n"
         "\n"
         "Print the remora version, the loaded UCX version, the UCX transports a\n"
         "context can use and the memory types UCX handles itself (GPU memory that\n"
-        "UCX does not handle is moved by remora through CUDA IPC or staging).\n"
+        "UCX does not handle is moved by remora through CUDA IPC or staging), then\n"
+        "the CUDA devices and which GPU paths are available: ucx-direct (UCX moves\n"
+        "GPU memory), cuda-ipc (GPU to GPU on one host), staging (through host\n"
+        "memory). See 'remora doctor' for what a missing path needs.\n"
         "\n"
         "  -h, --help        show this help\n",
     .run     = cli_info_run,

@@ -13,6 +13,7 @@
 static const cli_command_t *const cli_commands[] = {
     &cli_cmd_serve, &cli_cmd_ls, &cli_cmd_read, &cli_cmd_write,
     &cli_cmd_ping,  &cli_cmd_bench, &cli_cmd_info, &cli_cmd_stream,
+    &cli_cmd_doctor,
 };
 
 #define CLI_NCOMMANDS (sizeof(cli_commands) / sizeof(cli_commands[0]))

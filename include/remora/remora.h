@@ -134,16 +134,30 @@ REMORA_API remora_status_t remora_context_query(remora_context_h context,
 
 enum remora_mem_field {
     REMORA_MEM_FIELD_ADDRESS = 1u << 0,
-    REMORA_MEM_FIELD_LENGTH  = 1u << 1
+    REMORA_MEM_FIELD_LENGTH  = 1u << 1,
+    REMORA_MEM_FIELD_TYPE    = 1u << 2,
+    REMORA_MEM_FIELD_DEVICE  = 1u << 3
 };
 
 typedef struct remora_mem_params {
-    uint64_t field_mask;
+    uint64_t          field_mask;
     /** Caller-owned memory to register. Without it the library allocates
-     *  shareable memory (same-host peers can map it); its content is undefined. */
-    void    *address;
+     *  shareable memory (same-host peers can map it); its content is undefined.
+     *  GPU memory (cudaMalloc / cuMemAlloc) is recognised by itself and
+     *  becomes REMORA_MEM_CUDA on its own device; pinned host memory is
+     *  REMORA_MEM_HOST; managed (unified) memory is refused with
+     *  REMORA_ERR_UNSUPPORTED. */
+    void             *address;
     /** Length in bytes; required, > 0. */
-    size_t   length;
+    size_t            length;
+    /** What to allocate when no address is given. Default REMORA_MEM_HOST.
+     *  REMORA_MEM_CUDA allocates device memory (REMORA_ERR_UNSUPPORTED
+     *  without a CUDA driver). With an address, it must match the memory's
+     *  real type (REMORA_ERR_INVALID_PARAM otherwise). */
+    remora_mem_type_t type;
+    /** CUDA device ordinal to allocate on. Default 0. With an address it
+     *  must match the device the memory lives on. */
+    int               device;
 } remora_mem_params_t;
 
 /**
@@ -158,8 +172,70 @@ REMORA_API remora_status_t remora_mem_create(remora_context_h context,
                                              const remora_mem_params_t *params,
                                              remora_mem_h *mem_p);
 REMORA_API void   remora_mem_destroy(remora_mem_h mem);
+/** For REMORA_MEM_CUDA memory this is a device pointer: not for the CPU. */
 REMORA_API void  *remora_mem_address(remora_mem_h mem);
 REMORA_API size_t remora_mem_length(remora_mem_h mem);
+/** Where the memory lives; REMORA_MEM_HOST for a NULL handle. */
+REMORA_API remora_mem_type_t remora_mem_type(remora_mem_h mem);
+/** The CUDA device ordinal of REMORA_MEM_CUDA memory; -1 for host memory. */
+REMORA_API int remora_mem_device(remora_mem_h mem);
+
+/* ---------------------------------------------------------------- CUDA */
+
+/*
+ * What the CUDA driver offers here, for diagnostics (`remora doctor`). The
+ * driver is loaded at run time; without one these calls still work and say
+ * so. They need no context and are thread-safe. As in every attr struct, the
+ * caller sets field_mask to the fields it wants; only those are written.
+ */
+enum remora_cuda_attr_field {
+    REMORA_CUDA_ATTR_FIELD_AVAILABLE      = 1u << 0,
+    REMORA_CUDA_ATTR_FIELD_DRIVER_VERSION = 1u << 1,
+    REMORA_CUDA_ATTR_FIELD_DEVICE_COUNT   = 1u << 2,
+    REMORA_CUDA_ATTR_FIELD_REASON         = 1u << 3
+};
+
+typedef struct remora_cuda_attr {
+    uint64_t field_mask;
+    int      available;      /**< 1 when GPU memory can be used */
+    int      driver_version; /**< e.g. 13000 for CUDA 13.0; 0 without a driver */
+    int      device_count;
+    char     reason[256];    /**< why not available; "" when it is */
+} remora_cuda_attr_t;
+
+/** Always REMORA_OK unless attr is NULL: an absent driver is an answer, not an error. */
+REMORA_API remora_status_t remora_cuda_query(remora_cuda_attr_t *attr);
+
+enum remora_cuda_device_field {
+    REMORA_CUDA_DEVICE_FIELD_NAME           = 1u << 0,
+    REMORA_CUDA_DEVICE_FIELD_PCI_BUS_ID     = 1u << 1,
+    REMORA_CUDA_DEVICE_FIELD_TOTAL_MEM      = 1u << 2,
+    REMORA_CUDA_DEVICE_FIELD_CAPABILITY     = 1u << 3,
+    REMORA_CUDA_DEVICE_FIELD_FEATURES       = 1u << 4
+};
+
+/** Feature bits of remora_cuda_device_attr_t.features. */
+enum remora_cuda_feature {
+    REMORA_CUDA_FEATURE_GPUDIRECT_RDMA     = 1u << 0, /**< the NIC may DMA to this GPU */
+    REMORA_CUDA_FEATURE_DMA_BUF            = 1u << 1, /**< memory exportable as dma-buf */
+    REMORA_CUDA_FEATURE_STREAM_MEM_OPS_64  = 1u << 2, /**< 64-bit cuStreamWrite/WaitValue */
+    REMORA_CUDA_FEATURE_UNIFIED_ADDRESSING = 1u << 3
+};
+
+typedef struct remora_cuda_device_attr {
+    uint64_t field_mask;
+    char     name[256];
+    char     pci_bus_id[32];     /**< "0000:3b:00.0" */
+    uint64_t total_mem;          /**< bytes */
+    int      cc_major, cc_minor; /**< compute capability */
+    unsigned features;           /**< remora_cuda_feature bits */
+} remora_cuda_device_attr_t;
+
+/** One device, by ordinal. REMORA_ERR_UNSUPPORTED without CUDA,
+ *  REMORA_ERR_INVALID_PARAM for an ordinal out of range. */
+REMORA_API remora_status_t remora_cuda_device_query(int device, remora_cuda_device_attr_t *attr);
+/** *can = 1 when device can map memory of peer (always so for device == peer). */
+REMORA_API remora_status_t remora_cuda_can_access_peer(int device, int peer, int *can);
 
 /* ---------------------------------------------------------------- server */
 

@@ -180,7 +180,7 @@ remora_status_t rm_boot_connect(remora_context_h ctx, const char *addr, int time
     uint64_t deadline = rm_deadline_ns(timeout_ms);
     rm_wbuf_t w;
     remora_status_t st;
-    int fd;
+    int fd = -1; /* set by connect_socket; gcc 13 cannot see that */
 
     if ((st = connect_socket(addr, deadline, &fd)) != REMORA_OK)
         return st;

@@ -1,9 +1,40 @@
+/*
+ * Memory handles.
+ *
+ * Design notes
+ * - Host memory is registered with UCX (or allocated by it, so that same-host
+ *   peers can map it) and gets a packed remote key.
+ * - CUDA memory goes to UCX only when the loaded UCX handles CUDA memory;
+ *   otherwise it has no UCX registration (memh, rkey NULL) and the remote
+ *   layer moves it through CUDA IPC or host staging. Device memory always
+ *   gets an IPC handle when the driver can make one.
+ * - A pointer can be CUDA memory only if libcuda is in the process already,
+ *   so plain host registrations never load or initialise the driver.
+ */
 #include "mem/mem.h"
 
 #include <stdlib.h>
 
 #include "engine/engine.h"
 #include "util/log.h"
+
+/* What the caller asked for, after defaults. */
+typedef struct mem_request {
+    void             *addr;
+    size_t            length;
+    remora_mem_type_t type;
+    int               device;
+    int               type_set, device_set;
+    int               owns_cuda; /* addr was cuMemAlloc'd here */
+} mem_request_t;
+
+static int ucx_handles_cuda(remora_context_h ctx)
+{
+    ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+
+    return ucp_context_query(ctx->ucp, &attr) == UCS_OK &&
+           (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
 
 static remora_status_t mem_map(remora_mem_h mem, void *addr, size_t length)
 {
@@ -15,62 +46,188 @@ static remora_status_t mem_map(remora_mem_h mem, void *addr, size_t length)
         .flags      = addr ? 0 : UCP_MEM_MAP_ALLOCATE,
     };
     ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
-    ucs_status_t status = ucp_mem_map(mem->ctx->ucp, &p, &mem->memh);
+    ucs_status_t status;
 
-    if (status != UCS_OK) {
+    if (mem->type == REMORA_MEM_CUDA) {
+        p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        p.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
+    if ((status = ucp_mem_map(mem->ctx->ucp, &p, &mem->memh)) != UCS_OK) {
         rm_error("ucp_mem_map of %zu bytes failed: %s", length, ucs_status_string(status));
         return rm_status_from_ucs(status);
     }
     if ((status = ucp_mem_query(mem->memh, &attr)) != UCS_OK) {
         ucp_mem_unmap(mem->ctx->ucp, mem->memh);
+        mem->memh = NULL;
         return rm_status_from_ucs(status);
     }
     mem->addr      = addr ? addr : attr.address;
-    mem->length    = length;
     mem->allocated = addr == NULL;
     return REMORA_OK;
+}
+
+static remora_status_t mem_pack(remora_mem_h mem)
+{
+    ucs_status_t status = ucp_rkey_pack(mem->ctx->ucp, mem->memh, &mem->rkey, &mem->rkey_len);
+
+    if (status != UCS_OK) {
+        rm_error("ucp_rkey_pack failed: %s", ucs_status_string(status));
+        return rm_status_from_ucs(status);
+    }
+    return REMORA_OK;
+}
+
+static remora_status_t mem_parse(const remora_mem_params_t *params, mem_request_t *req)
+{
+    uint64_t fm = params->field_mask;
+
+    if (!(fm & REMORA_MEM_FIELD_LENGTH) || params->length == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    *req = (mem_request_t){.length = params->length, .type = REMORA_MEM_HOST};
+    if (fm & REMORA_MEM_FIELD_ADDRESS) {
+        if (params->address == NULL)
+            return REMORA_ERR_INVALID_PARAM;
+        req->addr = params->address;
+    }
+    if (fm & REMORA_MEM_FIELD_TYPE) {
+        if (params->type != REMORA_MEM_HOST && params->type != REMORA_MEM_CUDA)
+            return REMORA_ERR_INVALID_PARAM;
+        req->type     = params->type;
+        req->type_set = 1;
+    }
+    if (fm & REMORA_MEM_FIELD_DEVICE) {
+        if (params->device < 0)
+            return REMORA_ERR_INVALID_PARAM;
+        req->device     = params->device;
+        req->device_set = 1;
+    }
+    return REMORA_OK;
+}
+
+/* Caller memory: find out what it is, and check it against what was said. */
+static remora_status_t mem_classify(mem_request_t *req)
+{
+    rm_ptr_kind_t kind = RM_PTR_HOST;
+    remora_status_t status;
+    int device = -1;
+
+    if (rm_cuda_in_process() &&
+        (status = rm_cuda_ptr_kind(req->addr, &kind, &device)) != REMORA_OK)
+        return status;
+    if (kind == RM_PTR_MANAGED) {
+        rm_error("memory at %p is CUDA managed memory, which cannot be a region "
+                 "(its pages migrate): use cudaMalloc'd or host memory", req->addr);
+        return REMORA_ERR_UNSUPPORTED;
+    }
+    if (kind != RM_PTR_DEVICE) {
+        if (req->type == REMORA_MEM_CUDA) {
+            rm_error("memory at %p is host memory, not CUDA device memory", req->addr);
+            return REMORA_ERR_INVALID_PARAM;
+        }
+        req->device = -1;
+        return REMORA_OK;
+    }
+    if ((req->type_set && req->type != REMORA_MEM_CUDA) ||
+        (req->device_set && req->device != device)) {
+        rm_error("memory at %p is CUDA memory of device %d, not what the params say",
+                 req->addr, device);
+        return REMORA_ERR_INVALID_PARAM;
+    }
+    req->type   = REMORA_MEM_CUDA;
+    req->device = device;
+    return REMORA_OK;
+}
+
+static remora_status_t mem_alloc_cuda(mem_request_t *req)
+{
+    if (rm_cuda_init() != REMORA_OK) {
+        rm_error("CUDA memory asked for, but no usable CUDA driver was found "
+                 "(see 'remora doctor')");
+        return REMORA_ERR_UNSUPPORTED;
+    }
+    if (req->device >= rm_cuda_device_count()) {
+        rm_error("no CUDA device %d (%d found)", req->device, rm_cuda_device_count());
+        return REMORA_ERR_INVALID_PARAM;
+    }
+    if (rm_cuda_mem_alloc(req->device, req->length, &req->addr) != REMORA_OK)
+        return REMORA_ERR_NO_MEMORY;
+    req->owns_cuda = 1;
+    return REMORA_OK;
+}
+
+/* Map (or allocate, addr NULL) and pack; undoes the map if packing fails. */
+static remora_status_t mem_register(remora_mem_h mem, void *addr)
+{
+    remora_status_t status;
+
+    if ((status = mem_map(mem, addr, mem->length)) != REMORA_OK)
+        return status;
+    if ((status = mem_pack(mem)) != REMORA_OK) {
+        ucp_mem_unmap(mem->ctx->ucp, mem->memh);
+        mem->memh = NULL;
+    }
+    return status;
+}
+
+/* CUDA memory: an IPC handle if the driver gives one, a UCX registration if
+ * the loaded UCX takes CUDA memory. */
+static remora_status_t mem_setup_cuda(remora_mem_h mem)
+{
+    mem->has_ipc = rm_cuda_ipc_get(mem->addr, &mem->ipc, &mem->ipc_offset) == REMORA_OK;
+    if (!mem->has_ipc)
+        rm_info("no CUDA IPC handle for %p: same-host peers will use staging", mem->addr);
+    if (!ucx_handles_cuda(mem->ctx)) {
+        rm_debug("UCX has no CUDA support: %p is not registered with UCX", mem->addr);
+        return REMORA_OK;
+    }
+    return mem_register(mem, mem->addr);
 }
 
 remora_status_t remora_mem_create(remora_context_h ctx, const remora_mem_params_t *params,
                                   remora_mem_h *mem_p)
 {
+    mem_request_t req;
     remora_mem_h mem;
-    ucs_status_t ustatus;
     remora_status_t status;
-    void *addr = NULL;
 
-    if (ctx == NULL || params == NULL || mem_p == NULL ||
-        !(params->field_mask & REMORA_MEM_FIELD_LENGTH) || params->length == 0)
+    if (ctx == NULL || params == NULL || mem_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if (params->field_mask & REMORA_MEM_FIELD_ADDRESS) {
-        if (params->address == NULL)
-            return REMORA_ERR_INVALID_PARAM;
-        addr = params->address;
+    if ((status = mem_parse(params, &req)) != REMORA_OK)
+        return status;
+    if (req.addr != NULL)
+        status = mem_classify(&req);
+    else if (req.type == REMORA_MEM_CUDA)
+        status = mem_alloc_cuda(&req);
+    if (status != REMORA_OK)
+        return status;
+    if ((mem = calloc(1, sizeof(*mem))) == NULL) {
+        status = REMORA_ERR_NO_MEMORY;
+        goto err_free_cuda;
     }
-    if ((mem = calloc(1, sizeof(*mem))) == NULL)
-        return REMORA_ERR_NO_MEMORY;
-    mem->ctx  = ctx;
-    mem->type = REMORA_MEM_HOST;
+    mem->ctx       = ctx;
+    mem->type      = req.type;
+    mem->device    = req.type == REMORA_MEM_CUDA ? req.device : -1;
+    mem->addr      = req.addr;
+    mem->length    = req.length;
+    mem->owns_cuda = req.owns_cuda;
     atomic_init(&mem->refs, 1);
 
     rm_engine_lock(ctx);
-    if ((status = mem_map(mem, addr, params->length)) != REMORA_OK)
-        goto err_free;
-    ustatus = ucp_rkey_pack(ctx->ucp, mem->memh, &mem->rkey, &mem->rkey_len);
-    if (ustatus != UCS_OK) {
-        rm_error("ucp_rkey_pack failed: %s", ucs_status_string(ustatus));
-        status = rm_status_from_ucs(ustatus);
-        goto err_unmap;
-    }
+    if (mem->type == REMORA_MEM_CUDA)
+        status = mem_setup_cuda(mem);
+    else
+        status = mem_register(mem, req.addr);
     rm_engine_unlock(ctx);
+    if (status != REMORA_OK)
+        goto err_free_mem;
     *mem_p = mem;
     return REMORA_OK;
 
-err_unmap:
-    ucp_mem_unmap(ctx->ucp, mem->memh);
-err_free:
-    rm_engine_unlock(ctx);
+err_free_mem:
     free(mem);
+err_free_cuda:
+    if (req.owns_cuda)
+        rm_cuda_mem_free(req.device, req.addr);
     return status;
 }
 
@@ -80,8 +237,12 @@ void rm_mem_unref(remora_mem_h mem)
 {
     if (atomic_fetch_sub(&mem->refs, 1) != 1)
         return;
-    ucp_rkey_buffer_release(mem->rkey);
-    ucp_mem_unmap(mem->ctx->ucp, mem->memh);
+    if (mem->rkey != NULL)
+        ucp_rkey_buffer_release(mem->rkey);
+    if (mem->memh != NULL)
+        ucp_mem_unmap(mem->ctx->ucp, mem->memh);
+    if (mem->owns_cuda)
+        rm_cuda_mem_free(mem->device, mem->addr);
     free(mem);
 }
 
@@ -97,3 +258,5 @@ void remora_mem_destroy(remora_mem_h mem)
 
 void *remora_mem_address(remora_mem_h mem) { return mem ? mem->addr : NULL; }
 size_t remora_mem_length(remora_mem_h mem) { return mem ? mem->length : 0; }
+remora_mem_type_t remora_mem_type(remora_mem_h mem) { return mem ? mem->type : REMORA_MEM_HOST; }
+int remora_mem_device(remora_mem_h mem) { return mem ? mem->device : -1; }

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Bundle what building remora needs on a GPU machine that has no package
+# access into .gpu-deps/ (ignored by git). Run it here, on a Debian machine
+# with apt, in the project root (.gitignore already names /.gpu-deps/); the
+# GPU machine then runs scripts/gpu-test.sh.
+#   UCX headers (the machine has a UCX runtime, libucp.so.0, but no headers),
+#   libsodium and cmocka (headers, libraries, .pc files), and pkgconf in case
+#   the machine has no pkg-config.
+set -euo pipefail
+dest=${1:-.gpu-deps}
+pkgs="libucx-dev libsodium-dev libsodium23 libcmocka-dev libcmocka0 pkgconf-bin libpkgconf3"
+mkdir -p "$dest"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck disable=SC2086
+(cd "$tmp" && apt-get download $pkgs >/dev/null 2>&1) ||
+  { apt-get update >/dev/null && (cd "$tmp" && apt-get download $pkgs >/dev/null); }
+for f in "$tmp"/*.deb; do dpkg -x "$f" "$dest"; done
+# .pc files name /usr (some only in their Cflags/Libs); make them relative
+# to where they are.
+for pc in "$dest"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+  sed -i -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' \
+         -e 's|-I/usr/|-I${pcfiledir}/../../../|g' -e 's|-L/usr/|-L${pcfiledir}/../../../|g' "$pc"
+done
+du -sh "$dest"

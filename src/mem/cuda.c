@@ -1,0 +1,787 @@
+/*
+ * The CUDA driver loader (see cuda.h for the contract).
+ *
+ * Design notes
+ * - cuda.h is not included: the types, enum values and constants used here
+ *   are declared below with the values of CUDA 13.0's cuda.h
+ *   (CUDA_VERSION 13000); the driver ABI keeps them stable.
+ * - Versioned entry points are resolved by their exported names (e.g.
+ *   cuMemAlloc_v2), as cuda.h's #defines would pick them; the per-thread
+ *   default-stream variants (_ptds/_ptsz) are not used.
+ * - A missing symbol makes the whole driver unusable: an old driver is
+ *   reported once rather than failing later in the middle of a transfer.
+ */
+#include "mem/cuda.h"
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+/* ---------------------------------------------------------------- driver ABI (cuda.h 13.0) */
+
+typedef int                   CUresult;
+typedef int                   CUdevice;
+typedef unsigned long long    CUdeviceptr;
+typedef struct CUctx_st      *CUcontext;
+typedef struct CUstream_st   *CUstream;
+typedef struct CUevent_st    *CUevent;
+typedef struct { char reserved[RM_CUDA_IPC_HANDLE_SIZE]; } CUipcMemHandle;
+
+enum {
+    CUDA_SUCCESS                           = 0,
+    CUDA_ERROR_OUT_OF_MEMORY               = 2,
+    CUDA_ERROR_INVALID_CONTEXT             = 201,
+    CUDA_ERROR_NOT_READY                   = 600,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+};
+
+enum { /* CUdevice_attribute */
+    CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING            = 41,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR      = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR      = 76,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED     = 116,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
+    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED             = 124,
+};
+
+enum { /* CUpointer_attribute */
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE    = 2,
+    CU_POINTER_ATTRIBUTE_IS_MANAGED     = 8,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+};
+
+enum { /* CUmemorytype */
+    CU_MEMORYTYPE_HOST    = 1,
+    CU_MEMORYTYPE_DEVICE  = 2,
+    CU_MEMORYTYPE_UNIFIED = 4,
+};
+
+#define CU_MEMHOSTALLOC_PORTABLE           0x01u
+#define CU_MEMHOSTREGISTER_PORTABLE        0x01u
+#define CU_MEM_ATTACH_GLOBAL               0x01u
+#define CU_STREAM_NON_BLOCKING             0x01u
+#define CU_EVENT_DISABLE_TIMING            0x02u
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x01u
+
+/* ---------------------------------------------------------------- symbol table */
+
+static struct cu_api {
+    CUresult (*Init)(unsigned);
+    CUresult (*DriverGetVersion)(int *);
+    CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DeviceGetName)(char *, int, CUdevice);
+    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*DeviceGetPCIBusId)(char *, int, CUdevice);
+    CUresult (*DeviceTotalMem)(size_t *, CUdevice);
+    CUresult (*DeviceCanAccessPeer)(int *, CUdevice, CUdevice);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*CtxPushCurrent)(CUcontext);
+    CUresult (*CtxPopCurrent)(CUcontext *);
+    CUresult (*CtxEnablePeerAccess)(CUcontext, unsigned);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemAllocManaged)(CUdeviceptr *, size_t, unsigned);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemHostAlloc)(void **, size_t, unsigned);
+    CUresult (*MemFreeHost)(void *);
+    CUresult (*MemHostRegister)(void *, size_t, unsigned);
+    CUresult (*MemHostUnregister)(void *);
+    CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*PointerGetAttributes)(unsigned, int *, void **, CUdeviceptr);
+    CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*EventQuery)(CUevent);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+    CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+} cu;
+
+#define CU_SYM(field, name) {name, offsetof(struct cu_api, field)}
+
+static const struct cu_sym {
+    const char *name;
+    size_t      offset;
+} cu_syms[] = {
+    CU_SYM(Init, "cuInit"),
+    CU_SYM(DriverGetVersion, "cuDriverGetVersion"),
+    CU_SYM(GetErrorString, "cuGetErrorString"),
+    CU_SYM(DeviceGetCount, "cuDeviceGetCount"),
+    CU_SYM(DeviceGet, "cuDeviceGet"),
+    CU_SYM(DeviceGetName, "cuDeviceGetName"),
+    CU_SYM(DeviceGetAttribute, "cuDeviceGetAttribute"),
+    CU_SYM(DeviceGetPCIBusId, "cuDeviceGetPCIBusId"),
+    CU_SYM(DeviceTotalMem, "cuDeviceTotalMem_v2"),
+    CU_SYM(DeviceCanAccessPeer, "cuDeviceCanAccessPeer"),
+    CU_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    CU_SYM(CtxPushCurrent, "cuCtxPushCurrent_v2"),
+    CU_SYM(CtxPopCurrent, "cuCtxPopCurrent_v2"),
+    CU_SYM(CtxEnablePeerAccess, "cuCtxEnablePeerAccess"),
+    CU_SYM(MemAlloc, "cuMemAlloc_v2"),
+    CU_SYM(MemAllocManaged, "cuMemAllocManaged"),
+    CU_SYM(MemFree, "cuMemFree_v2"),
+    CU_SYM(MemHostAlloc, "cuMemHostAlloc"),
+    CU_SYM(MemFreeHost, "cuMemFreeHost"),
+    CU_SYM(MemHostRegister, "cuMemHostRegister_v2"),
+    CU_SYM(MemHostUnregister, "cuMemHostUnregister"),
+    CU_SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
+    CU_SYM(PointerGetAttributes, "cuPointerGetAttributes"),
+    CU_SYM(Memcpy, "cuMemcpy"),
+    CU_SYM(MemcpyAsync, "cuMemcpyAsync"),
+    CU_SYM(StreamCreate, "cuStreamCreate"),
+    CU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
+    CU_SYM(StreamSynchronize, "cuStreamSynchronize"),
+    CU_SYM(EventCreate, "cuEventCreate"),
+    CU_SYM(EventRecord, "cuEventRecord"),
+    CU_SYM(EventQuery, "cuEventQuery"),
+    CU_SYM(EventSynchronize, "cuEventSynchronize"),
+    CU_SYM(EventDestroy, "cuEventDestroy_v2"),
+    CU_SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
+    CU_SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+    CU_SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+};
+
+/* ---------------------------------------------------------------- state */
+
+/* More than any machine has; devices past it are not used. */
+#define RM_CUDA_MAX_DEVICES 64
+
+static pthread_once_t  cuda_once = PTHREAD_ONCE_INIT;
+static remora_status_t cuda_state = REMORA_ERR_UNSUPPORTED; /* written once, in cuda_load */
+static int             cuda_ndevices;
+static int             cuda_version;      /* cuDriverGetVersion, 0 if unknown */
+static char            cuda_reason[256] = "not probed yet";
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext       ctx_primary[RM_CUDA_MAX_DEVICES]; /* retained on first use */
+
+struct rm_cuda_stream {
+    CUstream cu;
+    int      device;
+};
+
+struct rm_cuda_event {
+    CUevent cu;
+    int     device;
+};
+
+static CUdeviceptr dptr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
+static void *vptr(CUdeviceptr d) { return (void *)(uintptr_t)d; }
+
+static const char *cu_string(CUresult r)
+{
+    const char *s = NULL;
+
+    if (cu.GetErrorString == NULL || cu.GetErrorString(r, &s) != CUDA_SUCCESS || s == NULL)
+        return "unknown CUDA error";
+    return s;
+}
+
+/* Log a failed driver call once, where it happened, and map it. */
+static remora_status_t cu_check(CUresult r, const char *what)
+{
+    if (r == CUDA_SUCCESS)
+        return REMORA_OK;
+    rm_error("CUDA %s failed: %s (%d)", what, cu_string(r), r);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? REMORA_ERR_NO_MEMORY : REMORA_ERR_IO;
+}
+
+/* Say once why CUDA cannot be used: info level, as most hosts have no GPU;
+ * whoever then asks for GPU memory gets an error that points at doctor. */
+__attribute__((format(printf, 1, 2)))
+static void cuda_unavailable(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(cuda_reason, sizeof(cuda_reason), fmt, ap);
+    va_end(ap);
+    rm_info("CUDA unavailable: %s", cuda_reason);
+}
+
+static int cu_resolve(void *lib)
+{
+    for (size_t i = 0; i < sizeof(cu_syms) / sizeof(cu_syms[0]); i++) {
+        void *sym = dlsym(lib, cu_syms[i].name);
+
+        if (sym == NULL) {
+            cuda_unavailable("the CUDA driver lacks %s (too old?)", cu_syms[i].name);
+            return -1;
+        }
+        /* POSIX guarantees object and function pointers convert both ways. */
+        memcpy((char *)&cu + cu_syms[i].offset, &sym, sizeof(sym));
+    }
+    return 0;
+}
+
+static void cuda_load(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    CUresult r;
+    int n = 0;
+
+    if (lib == NULL) {
+        cuda_unavailable("no CUDA driver: %s", dlerror());
+        return;
+    }
+    if (cu_resolve(lib) != 0)
+        goto err_close;
+    if (cu.DriverGetVersion(&cuda_version) != CUDA_SUCCESS)
+        cuda_version = 0;
+    if ((r = cu.Init(0)) != CUDA_SUCCESS || (r = cu.DeviceGetCount(&n)) != CUDA_SUCCESS) {
+        cuda_unavailable("the CUDA driver is loaded but cuInit failed: %s (%d)", cu_string(r), r);
+        goto err_close;
+    }
+    cuda_ndevices = n < RM_CUDA_MAX_DEVICES ? n : RM_CUDA_MAX_DEVICES;
+    cuda_reason[0] = '\0';
+    cuda_state = REMORA_OK;
+    return; /* the library stays loaded for the life of the process */
+
+err_close:
+    memset(&cu, 0, sizeof(cu));
+    dlclose(lib);
+}
+
+remora_status_t rm_cuda_init(void)
+{
+    pthread_once(&cuda_once, cuda_load);
+    return cuda_state;
+}
+
+int rm_cuda_in_process(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+
+    if (lib == NULL)
+        return 0;
+    dlclose(lib);
+    return 1;
+}
+
+const char *rm_cuda_unavailable_reason(void)
+{
+    rm_cuda_init();
+    return cuda_reason;
+}
+
+int rm_cuda_device_count(void) { return rm_cuda_init() == REMORA_OK ? cuda_ndevices : 0; }
+
+static remora_status_t cu_device(int device, CUdevice *dev)
+{
+    if (rm_cuda_init() != REMORA_OK)
+        return REMORA_ERR_UNSUPPORTED;
+    if (device < 0 || device >= cuda_ndevices)
+        return REMORA_ERR_INVALID_PARAM;
+    return cu_check(cu.DeviceGet(dev, device), "cuDeviceGet");
+}
+
+/* ---------------------------------------------------------------- contexts */
+
+static remora_status_t ctx_get(int device, CUcontext *ctx)
+{
+    remora_status_t status = REMORA_OK;
+    CUdevice dev;
+
+    if ((status = cu_device(device, &dev)) != REMORA_OK)
+        return status;
+    pthread_mutex_lock(&ctx_lock);
+    if (ctx_primary[device] == NULL)
+        status = cu_check(cu.DevicePrimaryCtxRetain(&ctx_primary[device], dev),
+                          "cuDevicePrimaryCtxRetain");
+    *ctx = ctx_primary[device];
+    pthread_mutex_unlock(&ctx_lock);
+    return status;
+}
+
+/* Make device's primary context current; ctx_pop() restores the caller's. */
+static remora_status_t ctx_push(int device)
+{
+    CUcontext ctx;
+    remora_status_t status = ctx_get(device, &ctx);
+
+    if (status != REMORA_OK)
+        return status;
+    return cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+}
+
+static void ctx_pop(void)
+{
+    CUcontext ignored;
+    cu_check(cu.CtxPopCurrent(&ignored), "cuCtxPopCurrent");
+}
+
+/* ---------------------------------------------------------------- devices */
+
+remora_status_t rm_cuda_driver_version(int *version)
+{
+    rm_cuda_init();
+    if (version == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (cuda_version == 0)
+        return REMORA_ERR_UNSUPPORTED;
+    *version = cuda_version;
+    return REMORA_OK;
+}
+
+static int dev_attr(CUdevice dev, int attr)
+{
+    int v = 0;
+    return cu.DeviceGetAttribute(&v, attr, dev) == CUDA_SUCCESS ? v : 0;
+}
+
+remora_status_t rm_cuda_device_info(int device, rm_cuda_device_info_t *info)
+{
+    rm_cuda_device_info_t in = {0};
+    remora_status_t status;
+    CUdevice dev;
+
+    if (info == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = cu_device(device, &dev)) != REMORA_OK)
+        return status;
+    if ((status = cu_check(cu.DeviceGetName(in.name, sizeof(in.name), dev),
+                           "cuDeviceGetName")) != REMORA_OK ||
+        (status = cu_check(cu.DeviceGetPCIBusId(in.pci_bus_id, sizeof(in.pci_bus_id), dev),
+                           "cuDeviceGetPCIBusId")) != REMORA_OK ||
+        (status = cu_check(cu.DeviceTotalMem(&in.total_mem, dev), "cuDeviceTotalMem")) !=
+            REMORA_OK)
+        return status;
+    in.cc_major           = dev_attr(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    in.cc_minor           = dev_attr(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    in.gpudirect_rdma     = dev_attr(dev, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED);
+    in.dma_buf            = dev_attr(dev, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED);
+    in.stream_mem_ops_64  = dev_attr(dev, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
+    in.unified_addressing = dev_attr(dev, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
+    *info = in;
+    return REMORA_OK;
+}
+
+remora_status_t rm_cuda_can_access_peer(int a, int b, int *can)
+{
+    CUdevice da, db;
+    remora_status_t status;
+    int v = 0;
+
+    if (can == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = cu_device(a, &da)) != REMORA_OK || (status = cu_device(b, &db)) != REMORA_OK)
+        return status;
+    if (a == b) {
+        *can = 1;
+        return REMORA_OK;
+    }
+    if ((status = cu_check(cu.DeviceCanAccessPeer(&v, da, db), "cuDeviceCanAccessPeer")) ==
+        REMORA_OK)
+        *can = v;
+    return status;
+}
+
+remora_status_t rm_cuda_enable_peer_access(int device, int peer)
+{
+    CUcontext peer_ctx;
+    remora_status_t status;
+    CUresult r;
+
+    if (device == peer)
+        return cu_device(device, &(CUdevice){0});
+    if ((status = ctx_get(peer, &peer_ctx)) != REMORA_OK ||
+        (status = ctx_push(device)) != REMORA_OK)
+        return status;
+    r = cu.CtxEnablePeerAccess(peer_ctx, 0);
+    ctx_pop();
+    return r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ? REMORA_OK
+                                                        : cu_check(r, "cuCtxEnablePeerAccess");
+}
+
+/* ---------------------------------------------------------------- pointers */
+
+static CUresult ptr_attrs(const void *p, unsigned *type, unsigned *managed, int *ordinal)
+{
+    int attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void *data[] = {type, managed, ordinal};
+
+    return cu.PointerGetAttributes(3, attrs, data, dptr(p));
+}
+
+remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device)
+{
+    unsigned type = 0, managed = 0;
+    int ordinal = -1;
+    CUresult r;
+
+    if (kind == NULL || device == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (rm_cuda_init() != REMORA_OK || p == NULL) {
+        *kind   = RM_PTR_HOST;
+        *device = -1;
+        return REMORA_OK;
+    }
+    /* Unknown pointers come back as type 0, not as an error. Some drivers
+     * want a current context for the query: retry in device 0's. */
+    r = ptr_attrs(p, &type, &managed, &ordinal);
+    if (r == CUDA_ERROR_INVALID_CONTEXT && ctx_push(0) == REMORA_OK) {
+        r = ptr_attrs(p, &type, &managed, &ordinal);
+        ctx_pop();
+    }
+    if (r != CUDA_SUCCESS)
+        return cu_check(r, "cuPointerGetAttributes");
+    if (managed || type == CU_MEMORYTYPE_UNIFIED)
+        *kind = RM_PTR_MANAGED;
+    else if (type == CU_MEMORYTYPE_DEVICE)
+        *kind = RM_PTR_DEVICE;
+    else if (type == CU_MEMORYTYPE_HOST)
+        *kind = RM_PTR_PINNED_HOST;
+    else
+        *kind = RM_PTR_HOST;
+    *device = *kind == RM_PTR_HOST ? -1 : ordinal;
+    return REMORA_OK;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+remora_status_t rm_cuda_mem_alloc(int device, size_t length, void **p)
+{
+    CUdeviceptr d = 0;
+    remora_status_t status;
+
+    if (p == NULL || length == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemAlloc(&d, length), "cuMemAlloc");
+    ctx_pop();
+    if (status == REMORA_OK)
+        *p = vptr(d);
+    return status;
+}
+
+remora_status_t rm_cuda_mem_alloc_managed(int device, size_t length, void **p)
+{
+    CUdeviceptr d = 0;
+    remora_status_t status;
+
+    if (p == NULL || length == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemAllocManaged(&d, length, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
+    ctx_pop();
+    if (status == REMORA_OK)
+        *p = vptr(d);
+    return status;
+}
+
+remora_status_t rm_cuda_mem_free(int device, void *p)
+{
+    remora_status_t status;
+
+    if (p == NULL)
+        return REMORA_OK;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemFree(dptr(p)), "cuMemFree");
+    ctx_pop();
+    return status;
+}
+
+/* Pinned host memory belongs to a context; PORTABLE makes every context see
+ * it as pinned, so device 0's context can own it. */
+remora_status_t rm_cuda_host_alloc(size_t length, void **p)
+{
+    remora_status_t status;
+    void *h = NULL;
+
+    if (p == NULL || length == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(0)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemHostAlloc(&h, length, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    ctx_pop();
+    if (status == REMORA_OK)
+        *p = h;
+    return status;
+}
+
+remora_status_t rm_cuda_host_free(void *p)
+{
+    remora_status_t status;
+
+    if (p == NULL)
+        return REMORA_OK;
+    if ((status = ctx_push(0)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemFreeHost(p), "cuMemFreeHost");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_host_register(void *p, size_t length)
+{
+    remora_status_t status;
+
+    if (p == NULL || length == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(0)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemHostRegister(p, length, CU_MEMHOSTREGISTER_PORTABLE),
+                      "cuMemHostRegister");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_host_unregister(void *p)
+{
+    remora_status_t status;
+
+    if (p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(0)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemHostUnregister(p), "cuMemHostUnregister");
+    ctx_pop();
+    return status;
+}
+
+/* The context a copy runs in: the device of either side, else device 0. */
+static int copy_device(const void *dst, const void *src)
+{
+    rm_ptr_kind_t kind;
+    int device;
+
+    if (rm_cuda_ptr_kind(dst, &kind, &device) == REMORA_OK && device >= 0)
+        return device;
+    if (rm_cuda_ptr_kind(src, &kind, &device) == REMORA_OK && device >= 0)
+        return device;
+    return 0;
+}
+
+remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length)
+{
+    remora_status_t status;
+
+    if (length == 0)
+        return REMORA_OK;
+    if (dst == NULL || src == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(copy_device(dst, src))) != REMORA_OK)
+        return status;
+    status = cu_check(cu.Memcpy(dptr(dst), dptr(src), length), "cuMemcpy");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const void *src,
+                                   size_t length)
+{
+    remora_status_t status;
+
+    if (stream == NULL || dst == NULL || src == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (length == 0)
+        return REMORA_OK;
+    if ((status = ctx_push(stream->device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemcpyAsync(dptr(dst), dptr(src), length, stream->cu), "cuMemcpyAsync");
+    ctx_pop();
+    return status;
+}
+
+/* ---------------------------------------------------------------- streams */
+
+remora_status_t rm_cuda_stream_create(int device, rm_cuda_stream_h *stream_p)
+{
+    struct rm_cuda_stream *s;
+    remora_status_t status;
+
+    if (stream_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    if ((s = calloc(1, sizeof(*s))) == NULL) {
+        status = REMORA_ERR_NO_MEMORY;
+    } else if ((status = cu_check(cu.StreamCreate(&s->cu, CU_STREAM_NON_BLOCKING),
+                                  "cuStreamCreate")) != REMORA_OK) {
+        free(s);
+    } else {
+        s->device = device;
+        *stream_p = s;
+    }
+    ctx_pop();
+    return status;
+}
+
+void rm_cuda_stream_destroy(rm_cuda_stream_h stream)
+{
+    if (stream == NULL)
+        return;
+    if (ctx_push(stream->device) == REMORA_OK) {
+        cu_check(cu.StreamDestroy(stream->cu), "cuStreamDestroy");
+        ctx_pop();
+    }
+    free(stream);
+}
+
+remora_status_t rm_cuda_stream_sync(rm_cuda_stream_h stream)
+{
+    remora_status_t status;
+
+    if (stream == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(stream->device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.StreamSynchronize(stream->cu), "cuStreamSynchronize");
+    ctx_pop();
+    return status;
+}
+
+/* ---------------------------------------------------------------- events */
+
+remora_status_t rm_cuda_event_create(int device, rm_cuda_event_h *event_p)
+{
+    struct rm_cuda_event *e;
+    remora_status_t status;
+
+    if (event_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    if ((e = calloc(1, sizeof(*e))) == NULL) {
+        status = REMORA_ERR_NO_MEMORY;
+    } else if ((status = cu_check(cu.EventCreate(&e->cu, CU_EVENT_DISABLE_TIMING),
+                                  "cuEventCreate")) != REMORA_OK) {
+        free(e);
+    } else {
+        e->device = device;
+        *event_p  = e;
+    }
+    ctx_pop();
+    return status;
+}
+
+void rm_cuda_event_destroy(rm_cuda_event_h event)
+{
+    if (event == NULL)
+        return;
+    if (ctx_push(event->device) == REMORA_OK) {
+        cu_check(cu.EventDestroy(event->cu), "cuEventDestroy");
+        ctx_pop();
+    }
+    free(event);
+}
+
+remora_status_t rm_cuda_event_record(rm_cuda_event_h event, rm_cuda_stream_h stream)
+{
+    remora_status_t status;
+
+    if (event == NULL || stream == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(stream->device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.EventRecord(event->cu, stream->cu), "cuEventRecord");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_event_query(rm_cuda_event_h event)
+{
+    remora_status_t status;
+    CUresult r;
+
+    if (event == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(event->device)) != REMORA_OK)
+        return status;
+    r = cu.EventQuery(event->cu);
+    ctx_pop();
+    return r == CUDA_ERROR_NOT_READY ? REMORA_INPROGRESS : cu_check(r, "cuEventQuery");
+}
+
+remora_status_t rm_cuda_event_sync(rm_cuda_event_h event)
+{
+    remora_status_t status;
+
+    if (event == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(event->device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.EventSynchronize(event->cu), "cuEventSynchronize");
+    ctx_pop();
+    return status;
+}
+
+/* ---------------------------------------------------------------- IPC */
+
+remora_status_t rm_cuda_ipc_get(const void *p, rm_cuda_ipc_handle_t *handle, size_t *offset)
+{
+    CUipcMemHandle h;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    rm_ptr_kind_t kind;
+    remora_status_t status;
+    int device;
+
+    if (handle == NULL || offset == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = rm_cuda_init()) != REMORA_OK ||
+        (status = rm_cuda_ptr_kind(p, &kind, &device)) != REMORA_OK)
+        return status;
+    if (kind != RM_PTR_DEVICE)
+        return REMORA_ERR_INVALID_PARAM; /* only cuMemAlloc'd memory has handles */
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemGetAddressRange(&base, &size, dptr(p)), "cuMemGetAddressRange");
+    if (status == REMORA_OK)
+        status = cu_check(cu.IpcGetMemHandle(&h, base), "cuIpcGetMemHandle");
+    ctx_pop();
+    if (status != REMORA_OK)
+        return status;
+    memcpy(handle->bytes, h.reserved, sizeof(handle->bytes));
+    *offset = (size_t)(dptr(p) - base);
+    return REMORA_OK;
+}
+
+remora_status_t rm_cuda_ipc_open(int device, const rm_cuda_ipc_handle_t *handle, void **base)
+{
+    CUipcMemHandle h;
+    CUdeviceptr d = 0;
+    remora_status_t status;
+
+    if (handle == NULL || base == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    memcpy(h.reserved, handle->bytes, sizeof(h.reserved));
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.IpcOpenMemHandle(&d, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                      "cuIpcOpenMemHandle");
+    ctx_pop();
+    if (status == REMORA_OK)
+        *base = vptr(d);
+    return status;
+}
+
+remora_status_t rm_cuda_ipc_close(int device, void *base)
+{
+    remora_status_t status;
+
+    if (base == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.IpcCloseMemHandle(dptr(base)), "cuIpcCloseMemHandle");
+    ctx_pop();
+    return status;
+}

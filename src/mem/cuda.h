@@ -1,0 +1,129 @@
+/*
+ * The CUDA driver, found at run time.
+ *
+ * Design notes
+ * - libcuda.so.1 is opened with dlopen once (pthread_once) on the first call
+ *   of any function here; nothing links against CUDA, so one build runs on
+ *   machines with and without GPUs. Without the driver (or without a device)
+ *   every call returns REMORA_ERR_UNSUPPORTED and one log line says why.
+ * - Every call that needs a context makes the device's primary context
+ *   current for the duration of the call and restores the caller's context
+ *   afterwards (push/pop), so it mixes with code that manages its own
+ *   contexts. Primary contexts are retained on first use and kept for the
+ *   life of the process: releasing one would free memory others still use.
+ * - Thread-safe: the driver is, and the only state here (the symbol table
+ *   and the retained contexts) is written under pthread_once / a mutex.
+ * - Outputs are written only on REMORA_OK. Driver errors are logged once,
+ *   here, with the driver's own words.
+ */
+#ifndef RM_MEM_CUDA_H
+#define RM_MEM_CUDA_H
+
+#include <stddef.h>
+
+#include <remora/remora.h>
+
+/** Size of a CUDA IPC memory handle (CU_IPC_HANDLE_SIZE). */
+#define RM_CUDA_IPC_HANDLE_SIZE 64
+
+/** What a pointer points at, as far as CUDA knows. */
+typedef enum rm_ptr_kind {
+    RM_PTR_HOST        = 0, /**< pageable, or unknown to CUDA (always, without CUDA) */
+    RM_PTR_PINNED_HOST = 1, /**< page-locked host memory (cuMemHostAlloc / registered) */
+    RM_PTR_DEVICE      = 2, /**< device memory (cuMemAlloc / cudaMalloc) */
+    RM_PTR_MANAGED     = 3  /**< unified/managed memory (cuMemAllocManaged) */
+} rm_ptr_kind_t;
+
+typedef struct rm_cuda_device_info {
+    char   name[256];
+    char   pci_bus_id[32];      /**< "0000:3b:00.0" */
+    size_t total_mem;           /**< bytes */
+    int    cc_major, cc_minor;  /**< compute capability */
+    int    gpudirect_rdma;      /**< CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED */
+    int    dma_buf;             /**< CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED */
+    int    stream_mem_ops_64;   /**< CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS */
+    int    unified_addressing;  /**< CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING */
+} rm_cuda_device_info_t;
+
+typedef struct rm_cuda_ipc_handle {
+    unsigned char bytes[RM_CUDA_IPC_HANDLE_SIZE];
+} rm_cuda_ipc_handle_t;
+
+/* A stream or event of one device; made and ended by the calls below. */
+typedef struct rm_cuda_stream *rm_cuda_stream_h;
+typedef struct rm_cuda_event  *rm_cuda_event_h;
+
+/* ---------------------------------------------------------------- driver */
+
+/** Load the driver and cuInit it (once). REMORA_OK or REMORA_ERR_UNSUPPORTED. */
+remora_status_t rm_cuda_init(void);
+/** Whether libcuda.so.1 is mapped into the process already (by anyone).
+ *  If not, no pointer can be CUDA memory: a cheap test that loads nothing. */
+int rm_cuda_in_process(void);
+/** Why CUDA is unavailable, in words; "" once rm_cuda_init() succeeded. */
+const char *rm_cuda_unavailable_reason(void);
+/** Number of devices; 0 without CUDA. */
+int rm_cuda_device_count(void);
+/** The driver's CUDA version, e.g. 13000 for 13.0; known also when cuInit
+ *  failed (no device), REMORA_ERR_UNSUPPORTED without a driver. */
+remora_status_t rm_cuda_driver_version(int *version);
+remora_status_t rm_cuda_device_info(int device, rm_cuda_device_info_t *info);
+/** *can = 1 when device a can map memory of device b (cuDeviceCanAccessPeer). */
+remora_status_t rm_cuda_can_access_peer(int a, int b, int *can);
+/** Let device `device` access memory of `peer`; already enabled is success. */
+remora_status_t rm_cuda_enable_peer_access(int device, int peer);
+
+/* ---------------------------------------------------------------- memory */
+
+/** Classify p. Without CUDA every pointer is RM_PTR_HOST and *device is -1.
+ *  *device is the owning device for DEVICE/MANAGED/PINNED_HOST, else -1. */
+remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device);
+
+/** Device memory on `device`, freed with rm_cuda_mem_free(). */
+remora_status_t rm_cuda_mem_alloc(int device, size_t length, void **p);
+/** Managed memory; remora refuses it as a region, this exists for tests. */
+remora_status_t rm_cuda_mem_alloc_managed(int device, size_t length, void **p);
+remora_status_t rm_cuda_mem_free(int device, void *p);
+
+/** Pinned host memory usable from every device, freed with rm_cuda_host_free(). */
+remora_status_t rm_cuda_host_alloc(size_t length, void **p);
+remora_status_t rm_cuda_host_free(void *p);
+/** Page-lock caller memory for every device, until rm_cuda_host_unregister(). */
+remora_status_t rm_cuda_host_register(void *p, size_t length);
+remora_status_t rm_cuda_host_unregister(void *p);
+
+/** Blocking copy in any direction (unified addressing infers it). */
+remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length);
+/** Enqueue a copy on a stream; host memory must be pinned for it to overlap. */
+remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const void *src,
+                                   size_t length);
+
+/* ---------------------------------------------------------------- streams, events */
+
+/** A non-blocking stream (does not synchronize with the legacy stream 0). */
+remora_status_t rm_cuda_stream_create(int device, rm_cuda_stream_h *stream_p);
+void            rm_cuda_stream_destroy(rm_cuda_stream_h stream);
+remora_status_t rm_cuda_stream_sync(rm_cuda_stream_h stream);
+
+/** An event without timing (cheapest to record and query). */
+remora_status_t rm_cuda_event_create(int device, rm_cuda_event_h *event_p);
+void            rm_cuda_event_destroy(rm_cuda_event_h event);
+/** Mark the point in stream's work that query/sync wait for. */
+remora_status_t rm_cuda_event_record(rm_cuda_event_h event, rm_cuda_stream_h stream);
+/** REMORA_OK once the recorded work is done, REMORA_INPROGRESS before. Never blocks. */
+remora_status_t rm_cuda_event_query(rm_cuda_event_h event);
+remora_status_t rm_cuda_event_sync(rm_cuda_event_h event);
+
+/* ---------------------------------------------------------------- IPC */
+
+/**
+ * A handle for the allocation that contains device pointer p; *offset is p's
+ * offset within that allocation (handles always name the allocation's base).
+ */
+remora_status_t rm_cuda_ipc_get(const void *p, rm_cuda_ipc_handle_t *handle, size_t *offset);
+/** Map a handle from another process into `device`'s context; *base is the
+ *  allocation's base here. Same-process handles fail (a driver rule). */
+remora_status_t rm_cuda_ipc_open(int device, const rm_cuda_ipc_handle_t *handle, void **base);
+remora_status_t rm_cuda_ipc_close(int device, void *base);
+
+#endif

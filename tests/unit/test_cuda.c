@@ -1,0 +1,434 @@
+/*
+ * Unit tests of the CUDA layer: src/mem/cuda.c and CUDA memory in
+ * remora_mem_create().
+ *
+ * Two modes, each an honest CTest entry:
+ *   test_cuda            GPU checks; exits 77 (skipped) without a usable GPU.
+ *   test_cuda --no-gpu   what a host without CUDA must do (UNSUPPORTED, every
+ *                        pointer is host); exits 77 when CUDA *is* usable.
+ * A third mode, --ipc-child HEX OFFSET LEN, is the second process of the IPC test.
+ */
+#include <setjmp.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "mem/cuda.h"
+#include "mem/mem.h"
+
+extern char **environ;
+
+#define LEN ((size_t)(4u << 20) + 13) /* not a multiple of anything */
+
+static void fill(uint8_t *p, size_t n, uint8_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(i * 131u + seed + (i >> 12));
+}
+
+static remora_context_h new_context(void)
+{
+    remora_context_h ctx = NULL;
+    assert_int_equal(remora_context_create(NULL, &ctx), REMORA_OK);
+    return ctx;
+}
+
+/* ---------------------------------------------------------------- without CUDA */
+
+static void test_no_gpu_unsupported(void **state)
+{
+    rm_ptr_kind_t kind = RM_PTR_DEVICE;
+    rm_cuda_stream_h s;
+    rm_cuda_ipc_handle_t h;
+    size_t off;
+    void *p;
+    int dev = 7, x = 0;
+
+    assert_int_equal(rm_cuda_init(), REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(rm_cuda_device_count(), 0);
+    assert_int_equal(rm_cuda_ptr_kind(&x, &kind, &dev), REMORA_OK);
+    assert_int_equal(kind, RM_PTR_HOST);
+    assert_int_equal(dev, -1);
+    assert_int_equal(rm_cuda_mem_alloc(0, 64, &p), REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(rm_cuda_host_alloc(64, &p), REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(rm_cuda_stream_create(0, &s), REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(rm_cuda_ipc_get(&x, &h, &off), REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(rm_cuda_copy(&x, &dev, sizeof(x)), REMORA_ERR_UNSUPPORTED);
+}
+
+static void test_no_gpu_public(void **state)
+{
+    remora_cuda_attr_t a = {.field_mask = REMORA_CUDA_ATTR_FIELD_AVAILABLE |
+                                          REMORA_CUDA_ATTR_FIELD_DEVICE_COUNT |
+                                          REMORA_CUDA_ATTR_FIELD_REASON};
+    remora_cuda_device_attr_t d = {.field_mask = REMORA_CUDA_DEVICE_FIELD_NAME};
+    int can;
+
+    a.available = 1;
+    assert_int_equal(remora_cuda_query(&a), REMORA_OK);
+    assert_int_equal(a.available, 0);
+    assert_int_equal(a.device_count, 0);
+    assert_true(a.reason[0] != '\0');
+    assert_int_equal(remora_cuda_device_query(0, &d), REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(remora_cuda_can_access_peer(0, 0, &can), REMORA_ERR_UNSUPPORTED);
+}
+
+static void test_no_gpu_mem(void **state)
+{
+    remora_context_h ctx = new_context();
+    remora_mem_params_t p = {
+        .field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE,
+        .length     = 4096,
+        .type       = REMORA_MEM_CUDA,
+    };
+    static uint8_t buf[4096];
+    remora_mem_h mem = NULL;
+
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_ERR_UNSUPPORTED);
+    assert_null(mem);
+    /* Host memory said to be CUDA memory is a caller's mistake. */
+    p.field_mask |= REMORA_MEM_FIELD_ADDRESS;
+    p.address = buf;
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_ERR_INVALID_PARAM);
+    p.field_mask &= ~(uint64_t)REMORA_MEM_FIELD_TYPE;
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_OK);
+    assert_int_equal(remora_mem_type(mem), REMORA_MEM_HOST);
+    assert_int_equal(remora_mem_device(mem), -1);
+    assert_non_null(mem->memh);
+    assert_int_equal(mem->has_ipc, 0);
+    remora_mem_destroy(mem);
+    remora_context_destroy(ctx);
+}
+
+/* ---------------------------------------------------------------- with CUDA */
+
+static void test_devices(void **state)
+{
+    rm_cuda_device_info_t info;
+    int version = 0, can = 0;
+
+    assert_true(rm_cuda_device_count() > 0);
+    assert_int_equal(rm_cuda_driver_version(&version), REMORA_OK);
+    assert_true(version >= 11000);
+    assert_int_equal(rm_cuda_device_info(0, &info), REMORA_OK);
+    assert_true(info.name[0] != '\0' && info.total_mem > 0 && info.unified_addressing);
+    assert_int_equal(rm_cuda_device_info(rm_cuda_device_count(), &info),
+                     REMORA_ERR_INVALID_PARAM);
+    assert_int_equal(rm_cuda_can_access_peer(0, 0, &can), REMORA_OK);
+    assert_int_equal(can, 1);
+}
+
+static void expect_kind(const void *p, rm_ptr_kind_t want, int want_dev)
+{
+    rm_ptr_kind_t kind;
+    int dev;
+
+    assert_int_equal(rm_cuda_ptr_kind(p, &kind, &dev), REMORA_OK);
+    assert_int_equal(kind, want);
+    if (want_dev != -2)
+        assert_int_equal(dev, want_dev);
+}
+
+static void test_ptr_kind(void **state)
+{
+    void *pageable = malloc(LEN), *pinned, *dev, *managed;
+    int on_stack;
+
+    assert_non_null(pageable);
+    expect_kind(&on_stack, RM_PTR_HOST, -1);
+    expect_kind(pageable, RM_PTR_HOST, -1);
+    assert_int_equal(rm_cuda_host_register(pageable, LEN), REMORA_OK);
+    expect_kind(pageable, RM_PTR_PINNED_HOST, -2);
+    assert_int_equal(rm_cuda_host_unregister(pageable), REMORA_OK);
+    expect_kind(pageable, RM_PTR_HOST, -1);
+
+    assert_int_equal(rm_cuda_host_alloc(LEN, &pinned), REMORA_OK);
+    expect_kind(pinned, RM_PTR_PINNED_HOST, -2);
+    assert_int_equal(rm_cuda_mem_alloc(0, LEN, &dev), REMORA_OK);
+    expect_kind(dev, RM_PTR_DEVICE, 0);
+    expect_kind((char *)dev + 12345, RM_PTR_DEVICE, 0);
+    assert_int_equal(rm_cuda_mem_alloc_managed(0, 1 << 20, &managed), REMORA_OK);
+    expect_kind(managed, RM_PTR_MANAGED, -2);
+
+    assert_int_equal(rm_cuda_mem_free(0, managed), REMORA_OK);
+    assert_int_equal(rm_cuda_mem_free(0, dev), REMORA_OK);
+    assert_int_equal(rm_cuda_host_free(pinned), REMORA_OK);
+    free(pageable);
+}
+
+static void test_copy_sync(void **state)
+{
+    uint8_t *src = malloc(LEN), *back = malloc(LEN), *pinned;
+    void *d1, *d2;
+
+    assert_non_null(src);
+    assert_non_null(back);
+    fill(src, LEN, 1);
+    assert_int_equal(rm_cuda_mem_alloc(0, LEN, &d1), REMORA_OK);
+    assert_int_equal(rm_cuda_mem_alloc(0, LEN, &d2), REMORA_OK);
+    assert_int_equal(rm_cuda_host_alloc(LEN, (void **)&pinned), REMORA_OK);
+    /* pageable -> device -> device -> pinned -> compare */
+    assert_int_equal(rm_cuda_copy(d1, src, LEN), REMORA_OK);
+    assert_int_equal(rm_cuda_copy(d2, d1, LEN), REMORA_OK);
+    memset(pinned, 0, LEN);
+    assert_int_equal(rm_cuda_copy(pinned, d2, LEN), REMORA_OK);
+    assert_memory_equal(pinned, src, LEN);
+    /* an unaligned middle piece back to pageable memory */
+    memset(back, 0, LEN);
+    assert_int_equal(rm_cuda_copy(back + 3, (uint8_t *)d1 + 7, 1000), REMORA_OK);
+    assert_memory_equal(back + 3, src + 7, 1000);
+    assert_int_equal(rm_cuda_copy(back, src, 0), REMORA_OK);
+
+    rm_cuda_host_free(pinned);
+    rm_cuda_mem_free(0, d2);
+    rm_cuda_mem_free(0, d1);
+    free(back);
+    free(src);
+}
+
+/* Device -> host through two pinned chunks on two streams: what the staging
+ * path does. Each chunk is reused only after its event says the last copy
+ * out of it finished. */
+static void test_copy_double_buffered(void **state)
+{
+    enum { CHUNK = 256 << 10, NCHUNKS = 17 };
+    const size_t total = (size_t)CHUNK * NCHUNKS - 999;
+    uint8_t *src = malloc(total), *dst = malloc(total), *stage[2];
+    rm_cuda_stream_h s[2];
+    rm_cuda_event_h e[2];
+    size_t at[2] = {0, 0}, len[2] = {0, 0};
+    int busy[2] = {0, 0};
+    void *dev;
+
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill(src, total, 9);
+    assert_int_equal(rm_cuda_mem_alloc(0, total, &dev), REMORA_OK);
+    assert_int_equal(rm_cuda_copy(dev, src, total), REMORA_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(rm_cuda_host_alloc(CHUNK, (void **)&stage[i]), REMORA_OK);
+        assert_int_equal(rm_cuda_stream_create(0, &s[i]), REMORA_OK);
+        assert_int_equal(rm_cuda_event_create(0, &e[i]), REMORA_OK);
+    }
+    for (size_t off = 0, k = 0; off < total || busy[0] || busy[1]; k++) {
+        int b = (int)(k % 2);
+
+        if (busy[b]) {
+            assert_int_equal(rm_cuda_event_sync(e[b]), REMORA_OK);
+            assert_int_equal(rm_cuda_event_query(e[b]), REMORA_OK);
+            memcpy(dst + at[b], stage[b], len[b]);
+            busy[b] = 0;
+        }
+        if (off < total) {
+            len[b] = total - off < CHUNK ? total - off : CHUNK;
+            at[b]  = off;
+            assert_int_equal(rm_cuda_copy_async(s[b], stage[b], (uint8_t *)dev + off, len[b]),
+                             REMORA_OK);
+            assert_int_equal(rm_cuda_event_record(e[b], s[b]), REMORA_OK);
+            busy[b] = 1;
+            off += len[b];
+        }
+    }
+    assert_memory_equal(dst, src, total);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(rm_cuda_stream_sync(s[i]), REMORA_OK);
+        rm_cuda_event_destroy(e[i]);
+        rm_cuda_stream_destroy(s[i]);
+        rm_cuda_host_free(stage[i]);
+    }
+    rm_cuda_mem_free(0, dev);
+    free(dst);
+    free(src);
+}
+
+/* The other process of the IPC test: open the handle, check the pattern at
+ * the offset, close. Exit 0 when the bytes match, 3 when the open fails. */
+static int ipc_child(const char *hex, const char *off_text, const char *len_text)
+{
+    rm_cuda_ipc_handle_t h;
+    size_t off = strtoul(off_text, NULL, 10), len = strtoul(len_text, NULL, 10);
+    uint8_t *want = malloc(len), *got = malloc(len);
+    void *base;
+    int ok;
+
+    if (want == NULL || got == NULL || strlen(hex) != 2 * sizeof(h.bytes))
+        return 2;
+    for (size_t i = 0; i < sizeof(h.bytes); i++)
+        sscanf(hex + 2 * i, "%2hhx", &h.bytes[i]);
+    if (rm_cuda_ipc_open(0, &h, &base) != REMORA_OK)
+        return 3;
+    fill(want, len, 42);
+    ok = rm_cuda_copy(got, (uint8_t *)base + off, len) == REMORA_OK && memcmp(got, want, len) == 0;
+    rm_cuda_ipc_close(0, base);
+    free(want);
+    free(got);
+    return ok ? 0 : 4;
+}
+
+static void test_ipc(void **state)
+{
+    const size_t len = 1 << 20, inner = 8192;
+    uint8_t *pattern = malloc(len);
+    rm_cuda_ipc_handle_t h;
+    char hex[2 * RM_CUDA_IPC_HANDLE_SIZE + 1], off_text[32], len_text[32];
+    char *argv[] = {"/proc/self/exe", "--ipc-child", hex, off_text, len_text, NULL};
+    size_t off = 1;
+    void *dev, *base;
+    pid_t pid;
+    int wst;
+
+    assert_non_null(pattern);
+    assert_int_equal(rm_cuda_mem_alloc(0, len + inner, &dev), REMORA_OK);
+    fill(pattern, len, 42);
+    assert_int_equal(rm_cuda_copy((uint8_t *)dev + inner, pattern, len), REMORA_OK);
+    assert_int_equal(rm_cuda_ipc_get(pattern, &h, &off), REMORA_ERR_INVALID_PARAM);
+    /* A pointer inside an allocation: the handle names the base. */
+    assert_int_equal(rm_cuda_ipc_get((uint8_t *)dev + inner, &h, &off), REMORA_OK);
+    assert_int_equal(off, inner);
+    /* The driver normally refuses handles of the process that made them. */
+    if (rm_cuda_ipc_open(0, &h, &base) == REMORA_OK) {
+        print_message("note: same-process IPC open was allowed\n");
+        rm_cuda_ipc_close(0, base);
+    }
+    /* The real use: another process maps the allocation and reads at off. */
+    for (size_t i = 0; i < sizeof(h.bytes); i++)
+        snprintf(hex + 2 * i, 3, "%02x", h.bytes[i]);
+    snprintf(off_text, sizeof(off_text), "%zu", off);
+    snprintf(len_text, sizeof(len_text), "%zu", len);
+    assert_int_equal(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
+    assert_int_equal(waitpid(pid, &wst, 0), pid);
+    assert_true(WIFEXITED(wst));
+    if (WEXITSTATUS(wst) == 3)
+        print_message("skipped: the driver refused cuIpcOpenMemHandle in a second process\n");
+    else
+        assert_int_equal(WEXITSTATUS(wst), 0);
+    free(pattern);
+    rm_cuda_mem_free(0, dev);
+}
+
+static void test_mem_create(void **state)
+{
+    remora_context_h ctx = new_context();
+    remora_context_attr_t attr;
+    remora_mem_params_t p = {
+        .field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE | REMORA_MEM_FIELD_DEVICE,
+        .length     = LEN,
+        .type       = REMORA_MEM_CUDA,
+        .device     = 0,
+    };
+    remora_mem_h mem;
+    rm_ptr_kind_t kind;
+    int dev, ucx_cuda;
+
+    assert_int_equal(remora_context_query(ctx, &attr), REMORA_OK);
+    ucx_cuda = (attr.ucx_mem_types & (1u << REMORA_MEM_CUDA)) != 0;
+
+    /* allocated by the library */
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_OK);
+    assert_int_equal(remora_mem_type(mem), REMORA_MEM_CUDA);
+    assert_int_equal(remora_mem_device(mem), 0);
+    assert_int_equal(remora_mem_length(mem), LEN);
+    assert_int_equal(rm_cuda_ptr_kind(remora_mem_address(mem), &kind, &dev), REMORA_OK);
+    assert_int_equal(kind, RM_PTR_DEVICE);
+    assert_true(mem->has_ipc);
+    assert_int_equal(mem->ipc_offset, 0);
+    assert_int_equal(mem->memh != NULL, ucx_cuda);
+    assert_int_equal(mem->rkey_len != 0, ucx_cuda);
+    remora_mem_destroy(mem);
+
+    /* an unknown device */
+    p.device = rm_cuda_device_count();
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_ERR_INVALID_PARAM);
+    remora_context_destroy(ctx);
+}
+
+static void test_mem_register(void **state)
+{
+    remora_context_h ctx = new_context();
+    remora_mem_params_t p = {
+        .field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_ADDRESS,
+        .length     = 65536,
+    };
+    void *dev, *pinned, *managed;
+    remora_mem_h mem;
+
+    assert_int_equal(rm_cuda_mem_alloc(0, 1 << 20, &dev), REMORA_OK);
+    assert_int_equal(rm_cuda_host_alloc(65536, &pinned), REMORA_OK);
+    assert_int_equal(rm_cuda_mem_alloc_managed(0, 65536, &managed), REMORA_OK);
+
+    /* device memory, given without a type, in the middle of its allocation */
+    p.address = (char *)dev + 4096;
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_OK);
+    assert_int_equal(remora_mem_type(mem), REMORA_MEM_CUDA);
+    assert_int_equal(remora_mem_device(mem), 0);
+    assert_ptr_equal(remora_mem_address(mem), p.address);
+    assert_true(mem->has_ipc);
+    assert_int_equal(mem->ipc_offset, 4096);
+    remora_mem_destroy(mem); /* must not free the caller's memory */
+    expect_kind(dev, RM_PTR_DEVICE, 0);
+
+    /* said to be host memory: refused */
+    p.field_mask |= REMORA_MEM_FIELD_TYPE;
+    p.type = REMORA_MEM_HOST;
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_ERR_INVALID_PARAM);
+    p.field_mask &= ~(uint64_t)REMORA_MEM_FIELD_TYPE;
+
+    /* pinned host memory is host memory */
+    p.address = pinned;
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_OK);
+    assert_int_equal(remora_mem_type(mem), REMORA_MEM_HOST);
+    assert_int_equal(remora_mem_device(mem), -1);
+    assert_non_null(mem->memh);
+    remora_mem_destroy(mem);
+
+    /* managed memory is refused */
+    p.address = managed;
+    assert_int_equal(remora_mem_create(ctx, &p, &mem), REMORA_ERR_UNSUPPORTED);
+
+    rm_cuda_mem_free(0, managed);
+    rm_cuda_host_free(pinned);
+    rm_cuda_mem_free(0, dev);
+    remora_context_destroy(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest no_gpu[] = {
+        cmocka_unit_test(test_no_gpu_unsupported),
+        cmocka_unit_test(test_no_gpu_public),
+        cmocka_unit_test(test_no_gpu_mem),
+    };
+    const struct CMUnitTest gpu[] = {
+        cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_ptr_kind),
+        cmocka_unit_test(test_copy_sync),
+        cmocka_unit_test(test_copy_double_buffered),
+        cmocka_unit_test(test_ipc),
+        cmocka_unit_test(test_mem_create),
+        cmocka_unit_test(test_mem_register),
+    };
+    int have_gpu;
+
+    if (argc == 5 && strcmp(argv[1], "--ipc-child") == 0)
+        return rm_cuda_init() == REMORA_OK ? ipc_child(argv[2], argv[3], argv[4]) : 77;
+    have_gpu = rm_cuda_init() == REMORA_OK && rm_cuda_device_count() > 0;
+    if (argc == 2 && strcmp(argv[1], "--no-gpu") == 0) {
+        if (have_gpu) {
+            printf("SKIP: CUDA is usable here; the no-GPU checks do not apply\n");
+            return 77;
+        }
+        return cmocka_run_group_tests_name("cuda_no_gpu", no_gpu, NULL, NULL);
+    }
+    if (!have_gpu) {
+        printf("SKIP: no usable CUDA driver or device\n");
+        return 77;
+    }
+    return cmocka_run_group_tests_name("cuda", gpu, NULL, NULL);
+}
