@@ -101,7 +101,7 @@ typedef struct remora_context_params {
     /** Shown in UCX logs. Default "remora". */
     const char *name;
     /** How long the progress thread spins after the last event before it sleeps
-     *  on the worker's event fd. Default 200 µs; 0 sleeps at once. */
+     *  on the worker's event fd. Default 50 µs; 0 sleeps at once. */
     unsigned    spin_us;
 } remora_context_params_t;
 
@@ -574,6 +574,13 @@ REMORA_API remora_status_t remora_client_subscribe(remora_client_h client, const
  */
 REMORA_API remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
                                            remora_elem_info_t *info, int timeout_ms);
+/**
+ * Zero-copy form of remora_sub_next(): *elem_p points at the element inside
+ * the subscription's own buffers, valid (and unchanged) until the next call on
+ * this subscription or its destruction.
+ */
+REMORA_API remora_status_t remora_sub_next_ref(remora_sub_h sub, const void **elem_p,
+                                               remora_elem_info_t *info, int timeout_ms);
 REMORA_API size_t remora_sub_elem_size(remora_sub_h sub);
 /** End a subscription (joins the callback thread; call it from another thread). */
 REMORA_API void remora_sub_destroy(remora_sub_h sub);

@@ -15,7 +15,7 @@
 #include "util/log.h"
 #include "util/time.h"
 
-#define RM_DEFAULT_SPIN_US   200
+#define RM_DEFAULT_SPIN_US   50
 #define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
 #define RM_STAND_ASIDE_NS    1000000ull /* how often a standing-aside progress thread looks again */
 
@@ -114,6 +114,12 @@ static void wake_progress_thread(remora_context_h ctx)
     pthread_mutex_lock(&ctx->wait_mx);
     pthread_cond_signal(&ctx->prog_cv);
     pthread_mutex_unlock(&ctx->wait_mx);
+}
+
+void rm_engine_hand_off(remora_context_h ctx)
+{
+    rm_engine_kick(ctx);
+    wake_progress_thread(ctx);
 }
 
 remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uint64_t deadline)

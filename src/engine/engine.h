@@ -129,6 +129,10 @@ remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uin
 void rm_engine_complete(remora_context_h ctx, atomic_int *done);
 /* Wake the progress thread so it notices newly posted work. */
 void rm_engine_kick(remora_context_h ctx);
+/* A caller leaves work in flight and goes off to do something else (not
+ * waiting): have the progress thread carry it on now rather than when it
+ * next looks (it stands aside while callers drive). */
+void rm_engine_hand_off(remora_context_h ctx);
 /* Run d->fn on the progress thread without the lock. Call with the lock held. */
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
 

@@ -146,8 +146,12 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         sub->inline_body = body;
         sub->cur = (rm_batch_t){.data = body, .pitch = sub->shape.elem_size,
                                 .first = h.offset, .count = h.length};
-        if (sub->mode == REMORA_SUB_EVERY && h.offset + h.length > sub->next) {
-            /* Ask for what follows now: the round trip overlaps with delivery. */
+        if (sub->mode == REMORA_SUB_EVERY && h.length > 1 && h.offset + h.length > sub->next) {
+            /* Under load (several came): ask for what follows now, so the
+             * round trip overlaps with delivery. A lone element goes to the
+             * consumer first (the next wait is sent on the next call, long
+             * before the producer's next element at any rate a lone element
+             * means). */
             uint64_t saved = sub->next;
             sub->next = h.offset + h.length;
             st = wait_send(sub);
@@ -321,8 +325,9 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
         if (batch_take(sub, elem_p, info)) {
             /* Keep the pipe full: the next batch travels while this one is consumed. */
             if (!sub->use_inline && sub->stage == FETCH_IDLE && sub->mode == REMORA_SUB_EVERY &&
-                sub->known_head > sub->cur.first + sub->cur.count)
-                fetch_more(sub, sub->cur.first + sub->cur.count);
+                sub->known_head > sub->cur.first + sub->cur.count &&
+                fetch_more(sub, sub->cur.first + sub->cur.count) == REMORA_OK)
+                rm_engine_hand_off(sub->client->ctx); /* it moves while we deliver */
             return REMORA_OK;
         }
         if (sub->stage != FETCH_IDLE) {
@@ -364,6 +369,20 @@ remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
     if (info)
         *info = mine;
     return REMORA_OK;
+}
+
+remora_status_t remora_sub_next_ref(remora_sub_h sub, const void **elem_p,
+                                    remora_elem_info_t *info, int timeout_ms)
+{
+    remora_elem_info_t mine;
+    remora_status_t st;
+
+    if (sub == NULL || elem_p == NULL || sub->cb)
+        return REMORA_ERR_INVALID_PARAM;
+    uint64_t deadline = rm_deadline_ns(timeout_ms < 0 ? sub->client->timeout_ms : timeout_ms);
+    if ((st = sub_take(sub, elem_p, &mine, deadline)) == REMORA_OK && info)
+        *info = mine;
+    return st;
 }
 
 static void *sub_thread(void *arg)
