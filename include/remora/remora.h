@@ -321,7 +321,10 @@ typedef enum remora_path {
     REMORA_PATH_AUTO = 0, /**< choose per connection and region (default) */
     REMORA_PATH_AM   = 1, /**< request/response active messages, rendezvous payload */
     REMORA_PATH_RMA  = 2, /**< one-sided ucp_get/ucp_put with the region's remote key */
-    REMORA_PATH_MAP  = 3  /**< same host: the server's memory mapped into this process */
+    REMORA_PATH_MAP  = 3, /**< same host: the server's memory mapped into this process */
+    REMORA_PATH_IPC  = 4, /**< same host, GPU region: CUDA IPC, device-to-device copies */
+    REMORA_PATH_STAGING = 5 /**< GPU memory UCX cannot reach: active messages through
+                                 pinned host buffers on both sides */
 } remora_path_t;
 
 enum remora_client_field {
@@ -340,7 +343,9 @@ typedef struct remora_client_params {
     remora_event_cb_t event_cb;
     void             *event_arg;
     /** Force a data path. Default: REMORA_PATH_AUTO, or the REMORA_PATH
-     *  environment variable ("auto", "am", "rma", "map") when set. */
+     *  environment variable ("auto", "am", "rma", "map", "ipc", "staging") when set.
+     *  GPU regions and buffers: AUTO takes UCX itself when it handles CUDA
+     *  memory, else IPC on one host, else STAGING. */
     remora_path_t     path;
 } remora_client_params_t;
 

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "mem/cuda.h"
+#include "mem/stage.h"
 #include "remote/auth.h"
 #include "remote/client.h"
 #include "util/log.h"
@@ -235,6 +237,8 @@ static void send_acks(remora_client_h c)
 
 static void region_free(remora_client_h c, rm_rregion_t *r)
 {
+    if (r->ipc_base) /* the region changed or went: its handle is closed with it */
+        rm_cuda_ipc_close(r->ipc_dev, r->ipc_base);
     if (r->rkey)
         ucp_rkey_destroy(r->rkey);
     free(r->rkey_buf);
@@ -303,12 +307,35 @@ static void region_attach_rkey(remora_client_h c, rm_rregion_t *r, const rm_regi
         r->mapped = ptr;
 }
 
+/* A GPU region: UCX itself when it handles CUDA memory, CUDA IPC on one host,
+ * else staging through pinned buffers (active messages). */
+static remora_path_t gpu_region_path(remora_client_h c, const rm_rregion_t *r)
+{
+    int ipc_ok = c->same_host && r->has_ipc && rm_cuda_init() == REMORA_OK;
+
+    switch (c->forced_path) {
+    case REMORA_PATH_IPC:     return ipc_ok ? REMORA_PATH_IPC : REMORA_PATH_AUTO;
+    case REMORA_PATH_AM:
+    case REMORA_PATH_STAGING: return REMORA_PATH_STAGING;
+    case REMORA_PATH_RMA:     return r->rkey ? REMORA_PATH_RMA : REMORA_PATH_AUTO;
+    case REMORA_PATH_MAP:     return REMORA_PATH_AUTO;
+    default: break;
+    }
+    if (r->rkey && c->native_rma)
+        return REMORA_PATH_RMA;
+    return ipc_ok ? REMORA_PATH_IPC : REMORA_PATH_STAGING;
+}
+
 static remora_path_t region_choose_path(remora_client_h c, const rm_rregion_t *r)
 {
+    if (r->mem_type == REMORA_MEM_CUDA)
+        return gpu_region_path(c, r);
     switch (c->forced_path) {
-    case REMORA_PATH_AM:  return REMORA_PATH_AM;
+    case REMORA_PATH_AM:
+    case REMORA_PATH_STAGING: return REMORA_PATH_AM;
     case REMORA_PATH_RMA: return r->rkey ? REMORA_PATH_RMA : REMORA_PATH_AUTO;
     case REMORA_PATH_MAP: return r->mapped ? REMORA_PATH_MAP : REMORA_PATH_AUTO;
+    case REMORA_PATH_IPC: return REMORA_PATH_AUTO;
     default: break;
     }
     if (r->mapped)
@@ -337,6 +364,10 @@ static remora_status_t region_install(remora_client_h c, const void *body, size_
     r->mem_type    = d.mem_type;
     r->flags       = d.flags;
     r->remote_addr = d.remote_addr;
+    r->device      = d.device;
+    r->has_ipc     = (d.flags & RM_REGION_WIRE_IPC) != 0;
+    memcpy(r->ipc, d.ipc, sizeof(r->ipc));
+    r->ipc_offset  = d.ipc_offset;
     snprintf(r->name, sizeof(r->name), "%s", d.name);
     region_attach_rkey(c, r, &d);
     r->path = region_choose_path(c, r);
@@ -627,6 +658,8 @@ static remora_path_t path_from_env(void)
     if (strcmp(v, "am") == 0)  return REMORA_PATH_AM;
     if (strcmp(v, "rma") == 0) return REMORA_PATH_RMA;
     if (strcmp(v, "map") == 0) return REMORA_PATH_MAP;
+    if (strcmp(v, "ipc") == 0) return REMORA_PATH_IPC;
+    if (strcmp(v, "staging") == 0) return REMORA_PATH_STAGING;
     if (strcmp(v, "auto") != 0)
         rm_warn("REMORA_PATH=%s not understood; using auto", v);
     return REMORA_PATH_AUTO;
@@ -650,6 +683,12 @@ static size_t size_from_env(const char *name, size_t dflt, size_t min, size_t ma
 
 static remora_status_t client_apply_params(remora_client_h c, const remora_client_params_t *p)
 {
+    ucp_context_attr_t ua = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+
+    if (ucp_context_query(c->ctx->ucp, &ua) == UCS_OK)
+        c->ucx_cuda = (ua.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    if ((c->stage = rm_stage_pool_create(RM_STAGE_CHUNK, RM_DEFAULT_WINDOW * 2)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
     c->timeout_ms  = REMORA_DEFAULT_TIMEOUT_MS;
     c->forced_path = path_from_env();
     c->chunk_size  = size_from_env("REMORA_CHUNK_SIZE", RM_DEFAULT_CHUNK, 4096, 1u << 30);
@@ -662,7 +701,7 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
         c->timeout_ms = p->timeout_ms;
     }
     if (p->field_mask & REMORA_CLIENT_FIELD_PATH) {
-        if (p->path < REMORA_PATH_AUTO || p->path > REMORA_PATH_MAP)
+        if (p->path < REMORA_PATH_AUTO || p->path > REMORA_PATH_STAGING)
             return REMORA_ERR_INVALID_PARAM;
         if (p->path != REMORA_PATH_AUTO)
             c->forced_path = p->path;
@@ -748,6 +787,7 @@ static void client_free(remora_client_h c)
         rm_list_del(pos);
         free(rm_container_of(pos, rm_event_item_t, link));
     }
+    rm_stage_pool_release(c->stage);
     free(c->token);
     free(c);
 }
@@ -924,6 +964,8 @@ const char *remora_path_string(remora_path_t path)
     case REMORA_PATH_AM:   return "am";
     case REMORA_PATH_RMA:  return "rma";
     case REMORA_PATH_MAP:  return "map";
+    case REMORA_PATH_IPC:  return "ipc";
+    case REMORA_PATH_STAGING: return "staging";
     }
     return "?";
 }

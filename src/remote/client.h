@@ -19,6 +19,9 @@
 
 #include "engine/engine.h"
 
+/* Largest chunk of a staged transfer (GPU memory through pinned buffers). */
+#define RM_STAGE_CHUNK (4u << 20)
+
 typedef struct rm_rregion {
     rm_list_t     link;
     uint32_t      id;
@@ -33,6 +36,12 @@ typedef struct rm_rregion {
     void         *rkey_buf;  /* packed key as received, for independent mappings */
     void         *mapped;    /* same-host mapping of remote_addr, or NULL */
     remora_path_t path;
+    int           device;    /* GPU regions: the server's device ordinal */
+    int           has_ipc;
+    uint8_t       ipc[RM_IPC_HANDLE_LEN];
+    uint64_t      ipc_offset;
+    void         *ipc_base;  /* the handle opened here (first IPC use), closed with the entry */
+    int           ipc_dev;   /* the device it was opened on */
     unsigned      users;     /* requests in flight on it */
     int           detached;  /* no longer in client->regions */
     uint64_t      ack_epoch; /* oldest change that detached it (0: none) */
@@ -57,6 +66,8 @@ struct remora_client {
     remora_path_t     forced_path;
     size_t            chunk_size;
     unsigned          window;
+    int               ucx_cuda;    /* the loaded UCX handles CUDA memory itself */
+    struct rm_stage_pool *stage;   /* pinned buffers for GPU buffers UCX cannot reach */
 
     int               ready;       /* handshake finished */
     int               same_host;
@@ -97,6 +108,7 @@ struct rm_op {
     char            *buf;
     size_t           len;
     uint64_t         offset;
+    void            *stage;      /* staged chunk: the pinned buffer UCX uses instead of buf */
 };
 
 struct remora_request {
@@ -111,6 +123,8 @@ struct remora_request {
     size_t           length;
     rm_rregion_t    *region;
     remora_path_t    path;
+    int              dev_buf;    /* buf is GPU memory UCX cannot reach: stage every chunk */
+    size_t           chunk;      /* bytes per chunk op */
     size_t           issued;
     unsigned         inflight;
     int              flushed;

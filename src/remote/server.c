@@ -28,7 +28,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "mem/cuda.h"
 #include "mem/mem.h"
+#include "mem/stage.h"
 #include "remote/server.h"
 #include "remote/auth.h"
 #include "util/log.h"
@@ -40,6 +42,8 @@
 #define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the bootstrap */
 #define RM_HELLO_TIMEOUT_NS (10ull * 1000000000u) /* to finish the handshake */
 #define RM_CM_LINGER_NS     (3ull * 1000000000u)  /* a detached listener's last breath */
+#define RM_STAGE_BUF        (16u << 20) /* pooled staging buffer; also the largest staged request */
+#define RM_STAGE_KEEP       8
 
 /* ------------------------------------------------------------ regions */
 
@@ -78,6 +82,12 @@ static void region_describe(const rm_region_t *r, int with_rkey, rm_region_desc_
                      (r->ring ? RM_REGION_WIRE_RING : 0);
     d->generation  = r->generation;
     d->remote_addr = (uint64_t)(uintptr_t)r->mem->addr + r->offset;
+    d->device      = r->mem->device;
+    if (r->mem->type == REMORA_MEM_CUDA && r->mem->has_ipc) {
+        d->flags |= RM_REGION_WIRE_IPC;
+        memcpy(d->ipc, r->mem->ipc.bytes, RM_IPC_HANDLE_LEN);
+        d->ipc_offset = r->mem->ipc_offset + r->offset;
+    }
     if (with_rkey) {
         d->rkey     = r->mem->rkey;
         d->rkey_len = (uint32_t)r->mem->rkey_len;
@@ -366,6 +376,54 @@ static void *region_ptr(const rm_region_t *r, uint64_t offset)
 /* A read reply left: drop the reference that kept its memory alive. */
 static void read_reply_done(void *arg, ucs_status_t status) { rm_mem_unref(arg); }
 
+/* GPU memory the loaded UCX cannot touch: it moves through staging buffers. */
+static int region_staged(const rm_region_t *r)
+{
+    return r->mem->type == REMORA_MEM_CUDA && r->mem->memh == NULL;
+}
+
+typedef struct rm_staged {
+    rm_stage_pool_t *pool;
+    void            *buf;
+    size_t           len;
+} rm_staged_t;
+
+static void staged_reply_done(void *arg, ucs_status_t status)
+{
+    rm_staged_t *sg = arg;
+    rm_stage_put(sg->pool, sg->buf, sg->len);
+    free(sg);
+}
+
+/* Copy the range out of GPU memory into a pinned buffer and send that. */
+static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_t *r)
+{
+    rm_hdr_t rh = {.type = RM_MSG_READ_REPLY, .req_id = hdr->req_id};
+    rm_staged_t *sg = NULL;
+    remora_status_t st = REMORA_OK;
+
+    if (hdr->length > RM_STAGE_BUF)
+        st = REMORA_ERR_OUT_OF_RANGE; /* clients chunk GPU reads below this */
+    else if ((sg = calloc(1, sizeof(*sg))) == NULL ||
+             (sg->buf = rm_stage_get(c->server->stage, hdr->length)) == NULL)
+        st = REMORA_ERR_NO_MEMORY;
+    else
+        st = rm_cuda_copy(sg->buf, region_ptr(r, hdr->offset), hdr->length);
+    if (st != REMORA_OK) {
+        if (sg && sg->buf)
+            rm_stage_put(c->server->stage, sg->buf, hdr->length);
+        free(sg);
+        conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
+        return;
+    }
+    sg->pool = c->server->stage;
+    sg->len  = hdr->length;
+    rm_send_params_t sp = {.body = sg->buf, .body_len = hdr->length, .done = staged_reply_done,
+                           .arg = sg, .bulk = 1};
+    if (rm_conn_send(c, &rh, &sp) != REMORA_OK)
+        staged_reply_done(sg, UCS_OK);
+}
+
 static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
 {
     rm_region_t *r = NULL;
@@ -374,6 +432,10 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
 
     if (st != REMORA_OK) {
         conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
+        return;
+    }
+    if (region_staged(r) && hdr->length) {
+        handle_read_staged(c, hdr, r);
         return;
     }
     /* The payload leaves straight from region memory (zero-copy rendezvous
@@ -390,12 +452,20 @@ typedef struct rm_write_ctx {
     rm_conn_t   *conn;
     remora_mem_h mem;
     uint64_t     req_id;
+    void        *stage;  /* staged write: the pinned buffer the payload landed in */
+    void        *dst;    /* ... and where in GPU memory it goes */
+    size_t       len;
 } rm_write_ctx_t;
 
 static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
 {
     rm_conn_t *c = wc->conn;
 
+    if (wc->stage) {
+        if (status == UCS_OK && rm_cuda_copy(wc->dst, wc->stage, wc->len) != REMORA_OK)
+            status = UCS_ERR_IO_ERROR;
+        rm_stage_put(c->server->stage, wc->stage, wc->len);
+    }
     rm_mem_unref(wc->mem);
     c->inflight--;
     if (!c->dead)
@@ -419,7 +489,9 @@ static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t l
 
     if (st == REMORA_OK && len != hdr->length)
         st = REMORA_ERR_PROTOCOL;
-    if (st != REMORA_OK || (wc = malloc(sizeof(*wc))) == NULL) {
+    if (st == REMORA_OK && region_staged(r) && len > RM_STAGE_BUF)
+        st = REMORA_ERR_OUT_OF_RANGE;
+    if (st != REMORA_OK || (wc = calloc(1, sizeof(*wc))) == NULL) {
         /* Returning from the handler drops a rendezvous payload unread. */
         conn_reply(c, RM_MSG_WRITE_REPLY, hdr->req_id,
                    st != REMORA_OK ? st : REMORA_ERR_NO_MEMORY, NULL);
@@ -428,23 +500,31 @@ static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t l
     wc->conn   = c;
     wc->mem    = r->mem;
     wc->req_id = hdr->req_id;
+    wc->dst    = region_ptr(r, hdr->offset);
+    wc->len    = len;
     rm_mem_ref(r->mem);
     c->inflight++;
+    if (region_staged(r) && len && (wc->stage = rm_stage_get(c->server->stage, len)) == NULL) {
+        write_finish(wc, UCS_ERR_NO_MEMORY);
+        return;
+    }
+    void *land = wc->stage ? wc->stage : wc->dst;
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        memcpy(region_ptr(r, hdr->offset), body, len);
+        memcpy(land, body, len);
         write_finish(wc, UCS_OK);
         return;
     }
-    /* Rendezvous: the payload lands directly in region memory. */
+    /* Rendezvous: the payload lands directly in region memory (or staging). */
     ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_MEMH,
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
         .cb.recv_am   = write_recv_cb,
         .user_data    = wc,
-        .memh         = r->mem->memh,
     };
-    ucs_status_ptr_t req = ucp_am_recv_data_nbx(c->server->ctx->worker, body,
-                                                region_ptr(r, hdr->offset), len, &p);
+    if (!wc->stage && r->mem->memh) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = r->mem->memh;
+    }
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(c->server->ctx->worker, body, land, len, &p);
     if (UCS_PTR_IS_ERR(req))
         write_finish(wc, UCS_PTR_STATUS(req));
     else if (req == NULL)
@@ -759,6 +839,10 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_list_init(&s->cm_slots);
     rm_list_init(&s->waits);
     atomic_init(&s->drained, 1);
+    if ((s->stage = rm_stage_pool_create(RM_STAGE_BUF, RM_STAGE_KEEP)) == NULL) {
+        st = REMORA_ERR_NO_MEMORY;
+        goto err_free;
+    }
     if ((st = copy_token(s, params)) != REMORA_OK)
         goto err_free;
     rm_engine_lock(ctx);
@@ -770,6 +854,7 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     return REMORA_OK;
 
 err_free:
+    rm_stage_pool_release(s->stage);
     free(s->token);
     free(s);
     return st;
@@ -815,6 +900,7 @@ void remora_server_destroy(remora_server_h s)
         rm_mem_unref(t->mem);
         free(t);
     }
+    rm_stage_pool_release(s->stage); /* buffers still out keep it alive */
     rm_engine_unlock(s->ctx);
     if (s->nconns == 0) { /* else late callbacks still point here */
         free(s->token);

@@ -69,6 +69,7 @@ struct remora_server {
     size_t           token_len;
     rm_list_t        regions, conns, retired, cm_slots;
     rm_list_t        waits;  /* rm_ring_wait_t, server_ring.c */
+    struct rm_stage_pool *stage; /* pinned buffers for GPU regions UCX cannot reach */
     uint32_t         next_region_id;
     uint64_t         epoch;
     unsigned         nconns; /* allocated, dead or alive */

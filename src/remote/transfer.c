@@ -1,16 +1,26 @@
 /*
- * Reads and writes: requests split into chunk ops on one of three paths.
+ * Reads and writes: requests split into chunk ops on one of these paths.
  *
  * - AM:  READ/WRITE messages; the payload moves by UCX rendezvous, straight
  *        into the caller's buffer (read) or out of it (write).
+ * - STAGING: AM for GPU memory the loaded UCX cannot reach. The server
+ *        copies between the GPU region and pinned buffers; here, a GPU
+ *        buffer's chunk goes through a pinned buffer of its own. Chunks are
+ *        pipelined (REMORA_WINDOW in flight): while one is copied to or from
+ *        the GPU, others are on the wire.
  * - RMA: ucp_get_nbx/ucp_put_nbx with the region's remote key; a write ends
  *        with a flush so it is visible at the server when it completes.
  * - MAP: same host; a memcpy from or to the mapped server memory, done on
- *        the calling thread without the lock.
+ *        the calling thread without the lock (a CUDA copy for a GPU buffer).
+ * - IPC: same host, GPU region; the server's allocation opened through its
+ *        CUDA IPC handle (once per region entry) and copied device-to-device
+ *        (or to/from host) on the calling thread.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem/cuda.h"
+#include "mem/stage.h"
 #include "remote/client.h"
 #include "util/log.h"
 #include "util/time.h"
@@ -68,7 +78,7 @@ static void chunk_am(rm_op_t *op, remora_request_h req)
     remora_status_t st;
 
     if (req->write) {
-        sp.body     = op->buf;
+        sp.body     = op->stage ? op->stage : op->buf;
         sp.body_len = op->len;
         sp.done     = send_done_cb;
         sp.arg      = op;
@@ -102,15 +112,30 @@ static void chunk_rma(rm_op_t *op, remora_request_h req)
     op_track(op, ret);
 }
 
+/* A GPU buffer's chunk: a pinned buffer stands in for it; a write fills it first. */
+static remora_status_t stage_chunk(rm_op_t *op, remora_request_h req)
+{
+    remora_status_t st = REMORA_ERR_NO_MEMORY;
+
+    if ((op->stage = rm_stage_get(req->client->stage, op->len)) != NULL)
+        st = req->write ? rm_cuda_copy(op->stage, op->buf, op->len) : REMORA_OK;
+    if (st != REMORA_OK) {
+        op->status  = st;
+        op->replied = 1;
+        rm_client_op_finish(op);
+    }
+    return st;
+}
+
 static void issue_chunk(remora_request_h req)
 {
     remora_client_h c = req->client;
     size_t n = req->length - req->issued;
     rm_op_t *op;
 
-    if (n > c->chunk_size)
-        n = c->chunk_size;
-    if (req->path == REMORA_PATH_AM)
+    if (n > req->chunk)
+        n = req->chunk;
+    if (req->path == REMORA_PATH_AM || req->path == REMORA_PATH_STAGING)
         op = rm_client_op_new(c, req->write ? RM_MSG_WRITE_REPLY : RM_MSG_READ_REPLY);
     else
         op = rm_client_op_new(c, 0);
@@ -125,7 +150,9 @@ static void issue_chunk(remora_request_h req)
     op->offset = req->offset + req->issued;
     req->issued += n;
     req->inflight++;
-    if (req->path == REMORA_PATH_AM)
+    if (req->dev_buf && stage_chunk(op, req) != REMORA_OK)
+        return;
+    if (req->path == REMORA_PATH_AM || req->path == REMORA_PATH_STAGING)
         chunk_am(op, req);
     else
         chunk_rma(op, req);
@@ -165,6 +192,12 @@ void rm_transfer_chunk_done(rm_op_t *op)
 {
     remora_request_h req = op->req;
 
+    if (op->stage) { /* a staged read's chunk goes on to the GPU */
+        if (!req->write && op->status == REMORA_OK)
+            op->status = rm_cuda_copy(op->buf, op->stage, op->len);
+        rm_stage_put(req->client->stage, op->stage, op->len);
+        op->stage = NULL;
+    }
     req->inflight--;
     if (op->status != REMORA_OK && req->status == REMORA_OK)
         req->status = op->status;
@@ -199,10 +232,11 @@ ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, 
                                      .cb.recv_am = recv_cb, .user_data = op};
             op->ucx_busy++;
             op->replied = 1;
-            op_track(op, ucp_am_recv_data_nbx(c->ctx->worker, body, op->buf, len, &p));
+            op_track(op, ucp_am_recv_data_nbx(c->ctx->worker, body,
+                                              op->stage ? op->stage : op->buf, len, &p));
             return UCS_OK;
         } else {
-            memcpy(op->buf, body, len);
+            memcpy(op->stage ? op->stage : op->buf, body, len);
         }
     }
     if (op->status == REMORA_OK)
@@ -226,18 +260,56 @@ static remora_status_t check_request(const rm_rregion_t *r, uint64_t offset, siz
     return REMORA_OK;
 }
 
-/* Same host: copy on the calling thread; the region's mapping stays while we use it. */
-static void run_mapped(remora_request_h req)
+/* Same host: copy on the calling thread; the region's mapping (or IPC
+ * handle) stays while we use it, since the request holds the entry. */
+static void run_local(remora_request_h req, char *remote, int cuda)
 {
-    char *remote = (char *)req->region->mapped + req->offset;
+    char *dst = req->write ? remote : req->buf, *src = req->write ? req->buf : remote;
 
     rm_engine_unlock(req->ctx);
-    if (req->write)
-        memcpy(remote, req->buf, req->length);
+    if (cuda)
+        req->status = rm_cuda_copy(dst, src, req->length);
     else
-        memcpy(req->buf, remote, req->length);
+        memcpy(dst, src, req->length);
     rm_engine_lock(req->ctx);
     request_complete(req);
+}
+
+/* The region's allocation through its IPC handle, opened on first use. */
+static remora_status_t ipc_pointer(rm_rregion_t *r, char **p)
+{
+    remora_status_t st = REMORA_OK;
+
+    if (r->ipc_base == NULL) {
+        rm_cuda_ipc_handle_t h;
+        memcpy(h.bytes, r->ipc, sizeof(h.bytes));
+        r->ipc_dev = r->device < rm_cuda_device_count() ? r->device : 0;
+        st = rm_cuda_ipc_open(r->ipc_dev, &h, &r->ipc_base);
+    }
+    *p = (char *)r->ipc_base + r->ipc_offset;
+    return st;
+}
+
+/* What the caller's buffer is: *gpu_p for GPU memory, *dev_p when UCX
+ * cannot reach it (then it is staged). */
+static remora_status_t classify_buffer(remora_client_h c, const void *buf, int *gpu_p,
+                                       int *dev_p)
+{
+    rm_ptr_kind_t kind = RM_PTR_HOST;
+    int device;
+
+    *dev_p = *gpu_p = 0;
+    if (buf == NULL || !rm_cuda_in_process())
+        return REMORA_OK; /* without the driver loaded, no pointer is GPU memory */
+    if (rm_cuda_ptr_kind(buf, &kind, &device) != REMORA_OK)
+        return REMORA_OK;
+    if (kind == RM_PTR_MANAGED) {
+        rm_info("managed (unified) memory buffers are not supported");
+        return REMORA_ERR_UNSUPPORTED;
+    }
+    *gpu_p = kind == RM_PTR_DEVICE;
+    *dev_p = *gpu_p && !c->ucx_cuda;
+    return REMORA_OK;
 }
 
 static remora_status_t request_start(remora_client_h c, const char *name, uint64_t offset,
@@ -256,6 +328,9 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         st = c->disc_status;
     else
         st = check_request(r, offset, length, write);
+    int dev_buf = 0, gpu_buf = 0;
+    if (st == REMORA_OK)
+        st = classify_buffer(c, buf, &gpu_buf, &dev_buf);
     if (st == REMORA_OK && (req = calloc(1, sizeof(*req))) == NULL)
         st = REMORA_ERR_NO_MEMORY;
     if (st != REMORA_OK) {
@@ -271,19 +346,31 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     req->length     = length;
     req->region     = r;
     req->path       = r->path;
+    req->dev_buf    = dev_buf;
+    req->chunk      = c->chunk_size;
+    if (dev_buf && req->path == REMORA_PATH_RMA)
+        req->path = REMORA_PATH_STAGING; /* UCX cannot put/get GPU memory here */
+    if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)
+        req->chunk = RM_STAGE_CHUNK;
     r->users++;
     *req_p = req;
-    if (length == 0 || req->path == REMORA_PATH_MAP) {
+    if (length == 0 || req->path == REMORA_PATH_MAP || req->path == REMORA_PATH_IPC) {
         /* Nothing for UCX to do: no need to wake the progress thread. */
-        if (length)
-            run_mapped(req);
+        char *remote = NULL;
+        if (length && req->path == REMORA_PATH_IPC &&
+            (req->status = ipc_pointer(r, &remote)) != REMORA_OK)
+            request_complete(req);
+        else if (length && req->path == REMORA_PATH_IPC)
+            run_local(req, remote + offset, 1);
+        else if (length)
+            run_local(req, (char *)r->mapped + offset, gpu_buf);
         else
             request_complete(req);
         rm_engine_unlock(c->ctx);
         return REMORA_OK;
     }
     issue_more(req);
-    if (req->inflight == 0) /* not even the first chunk could start */
+    if (req->inflight == 0 && !atomic_load(&req->done)) /* not even the first chunk started */
         request_complete(req);
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);

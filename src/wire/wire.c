@@ -305,6 +305,13 @@ void rm_region_desc_encode(rm_wbuf_t *w, const rm_region_desc_t *d)
     rm_wbuf_u64(w, d->remote_addr);
     rm_wbuf_u32(w, d->rkey_len);
     rm_wbuf_bytes(w, d->rkey, d->rkey_len);
+    if (d->mem_type == REMORA_MEM_CUDA) {
+        rm_wbuf_u32(w, (uint32_t)d->device);
+        if (d->flags & RM_REGION_WIRE_IPC) {
+            rm_wbuf_bytes(w, d->ipc, RM_IPC_HANDLE_LEN);
+            rm_wbuf_u64(w, d->ipc_offset);
+        }
+    }
 }
 
 void rm_region_desc_decode(rm_rbuf_t *r, rm_region_desc_t *d)
@@ -321,6 +328,20 @@ void rm_region_desc_decode(rm_rbuf_t *r, rm_region_desc_t *d)
     if (d->rkey_len > RM_RKEY_MAX)
         r->failed = 1;
     d->rkey = d->rkey_len && !r->failed ? rm_rbuf_bytes(r, d->rkey_len) : NULL;
+    d->device = -1;
+    if (d->mem_type == REMORA_MEM_CUDA) {
+        d->device = (int32_t)rm_rbuf_u32(r);
+        if (d->flags & RM_REGION_WIRE_IPC) {
+            const uint8_t *h = rm_rbuf_bytes(r, RM_IPC_HANDLE_LEN);
+            if (h)
+                memcpy(d->ipc, h, RM_IPC_HANDLE_LEN);
+            d->ipc_offset = rm_rbuf_u64(r);
+        }
+        if (d->device < 0 || d->device > 4096)
+            r->failed = 1;
+    } else if (d->flags & RM_REGION_WIRE_IPC) {
+        r->failed = 1;
+    }
     if (d->mem_type > REMORA_MEM_CUDA ||
         (d->access & ~(unsigned)(REMORA_ACCESS_READ | REMORA_ACCESS_WRITE)) != 0)
         r->failed = 1;

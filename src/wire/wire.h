@@ -56,7 +56,9 @@ typedef enum rm_msg_type {
 enum { RM_EVENT_CHANGED = 1, RM_EVENT_REMOVED = 2 };
 
 /* Region flags on the wire. */
-enum { RM_REGION_WIRE_MAPPABLE = 1u << 0, RM_REGION_WIRE_RING = 1u << 1 };
+enum { RM_REGION_WIRE_MAPPABLE = 1u << 0, RM_REGION_WIRE_RING = 1u << 1,
+       RM_REGION_WIRE_IPC = 1u << 2 /* a CUDA IPC handle follows */ };
+#define RM_IPC_HANDLE_LEN 64
 
 /* Subscription modes carried by RING_WAIT (kind). */
 enum { RM_RING_EVERY = 0, RM_RING_LATEST = 1 };
@@ -140,6 +142,10 @@ typedef struct rm_region_desc {
     uint64_t       remote_addr; /* base address for RMA */
     uint32_t       rkey_len;
     const uint8_t *rkey;
+    /* mem_type CUDA only: */
+    int32_t        device;      /* the server's device ordinal */
+    uint8_t        ipc[RM_IPC_HANDLE_LEN]; /* RM_REGION_WIRE_IPC: handle of the allocation */
+    uint64_t       ipc_offset;  /* where the region starts in that allocation */
 } rm_region_desc_t;
 
 void rm_region_desc_encode(rm_wbuf_t *w, const rm_region_desc_t *d);

@@ -540,7 +540,7 @@ static rm_region_desc_t sample_desc(const char *name, const uint8_t *rkey, uint3
     rm_region_desc_t d = {
         .region_id   = 0xa1a2a3a4u,
         .size        = 1ull << 40,
-        .mem_type    = REMORA_MEM_CUDA,
+        .mem_type    = REMORA_MEM_HOST, /* GPU descriptors: test_desc_gpu */
         .access      = REMORA_ACCESS_READ | REMORA_ACCESS_WRITE,
         .flags       = RM_REGION_WIRE_MAPPABLE,
         .generation  = 42,
@@ -666,6 +666,52 @@ static void test_desc_rkey_too_long(void **state)
     rm_wbuf_free(&w);
 }
 
+/* A GPU region's descriptor carries its device and, with the IPC flag, the
+ * CUDA IPC handle and offset; a host descriptor may not claim a handle. */
+static void test_desc_gpu(void **state)
+{
+    rm_region_desc_t in = sample_desc("gpu", NULL, 0), out;
+    rm_wbuf_t w;
+    size_t left;
+
+    in.mem_type = REMORA_MEM_CUDA;
+    in.device   = 3;
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_int_equal(w.len, 38 + strlen(in.name) + 4);
+    assert_false(desc_decode_exact(w.data, w.len, &out, &left));
+    assert_int_equal(out.device, 3);
+    rm_wbuf_free(&w);
+
+    in.flags |= RM_REGION_WIRE_IPC;
+    for (int i = 0; i < RM_IPC_HANDLE_LEN; i++)
+        in.ipc[i] = (uint8_t)(i * 7 + 1);
+    in.ipc_offset = 0x123456789ull;
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_int_equal(w.len, 38 + strlen(in.name) + 4 + RM_IPC_HANDLE_LEN + 8);
+    assert_false(desc_decode_exact(w.data, w.len, &out, &left));
+    assert_int_equal(left, 0);
+    assert_memory_equal(out.ipc, in.ipc, RM_IPC_HANDLE_LEN);
+    assert_int_equal(out.ipc_offset, in.ipc_offset);
+    for (size_t cut = 0; cut < w.len; cut++) /* every truncation fails */
+        assert_true(desc_decode_exact(w.data, cut, &out, &left));
+    rm_wbuf_free(&w);
+
+    in.device = -2; /* not a device ordinal */
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_true(desc_decode_exact(w.data, w.len, &out, &left));
+    rm_wbuf_free(&w);
+
+    in = sample_desc("host", NULL, 0); /* host memory with an IPC flag */
+    in.flags |= RM_REGION_WIRE_IPC;
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_true(desc_decode_exact(w.data, w.len, &out, &left));
+    rm_wbuf_free(&w);
+}
+
 /* mem_type must be HOST or CUDA; access may only hold READ and WRITE. */
 static void test_desc_enum_ranges(void **state)
 {
@@ -676,12 +722,13 @@ static void test_desc_enum_ranges(void **state)
 
     rm_wbuf_init(&w);
     rm_region_desc_encode(&w, &in);
-    assert_int_equal(w.data[mem_off], REMORA_MEM_CUDA);
+    assert_int_equal(w.data[mem_off], REMORA_MEM_HOST);
 
+    /* A host encoding read as CUDA lacks the device field: also rejected. */
     for (unsigned m = 0; m <= 255; m++) {
         w.data[mem_off] = (uint8_t)m;
         assert_int_equal(desc_decode_exact(w.data, w.len, &out, &left),
-                         m <= REMORA_MEM_CUDA ? 0 : 1);
+                         m == REMORA_MEM_HOST ? 0 : 1);
     }
     w.data[mem_off] = REMORA_MEM_HOST;
     for (unsigned a = 0; a <= 255; a++) {
@@ -724,7 +771,7 @@ static void encode_list(rm_wbuf_t *w, size_t count)
         snprintf(name, sizeof(name), "region-%zu", i);
         rm_region_desc_t d = sample_desc(name, NULL, 0);
         d.region_id        = (uint32_t)i;
-        d.mem_type         = (uint8_t)(i % 2);
+        d.access           = (uint8_t)(1 + i % 3);
         rm_region_desc_encode(w, &d);
     }
     assert_int_equal(w->failed, 0);
@@ -764,7 +811,7 @@ static void test_list_one_and_many(void **state)
             snprintf(name, sizeof(name), "region-%zu", i);
             assert_int_equal(d[i].region_id, i);
             assert_string_equal(d[i].name, name);
-            assert_int_equal(d[i].mem_type, i % 2);
+            assert_int_equal(d[i].access, 1 + i % 3);
             assert_true(d[i].generation == 42);
             assert_int_equal(d[i].rkey_len, 0);
         }
@@ -873,7 +920,7 @@ static void test_list_bad_entry(void **state)
     encode_list(&w, 2);
     /* The second entry's mem_type: it ends with mem_type, access, flags (2),
      * generation (8), remote_addr (8), rkey_len (4). */
-    assert_int_equal(w.data[w.len - 24], 1);
+    assert_int_equal(w.data[w.len - 24], REMORA_MEM_HOST);
     w.data[w.len - 24] = 9;
     assert_int_equal(list_decode_exact(w.data, w.len, &d, &n), -1);
     rm_wbuf_free(&w);
@@ -959,6 +1006,7 @@ int main(void)
         cmocka_unit_test(test_hello_min_above_max),
         cmocka_unit_test(test_hello_truncated),
         cmocka_unit_test(test_desc_round_trip_no_rkey),
+        cmocka_unit_test(test_desc_gpu),
         cmocka_unit_test(test_desc_round_trip_rkey),
         cmocka_unit_test(test_desc_truncated),
         cmocka_unit_test(test_desc_rkey_too_long),
