@@ -117,6 +117,9 @@ int cli_parse_args(const cli_command_t *cmd, int argc, char **argv, const cli_pa
 int cli_opt_number(const cli_command_t *cmd, const char *name, const char *arg, uint64_t min,
                    uint64_t max, uint64_t *out);
 
+/** Parse --gpu N (a CUDA device ordinal, 0..1023) into *gpu. */
+int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu);
+
 /** Read a token file: its bytes, one trailing newline stripped. */
 int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *token);
 
@@ -158,6 +161,17 @@ int cli_session_context(cli_session_t *s, const cli_command_t *cmd);
  */
 int cli_session_open(cli_session_t *s, const cli_command_t *cmd, const char *target_text,
                      bool need_name, const cli_client_opts_t *opts);
+
+/** A data buffer: host memory, or GPU memory (--gpu) allocated through remora. */
+typedef struct cli_buffer {
+    void        *ptr;
+    size_t       len;
+    remora_mem_h mem; /* GPU buffers */
+} cli_buffer_t;
+
+/** Allocate len bytes on the host (gpu < 0) or on GPU gpu; 0 or an exit code. */
+int  cli_buffer_alloc(const cli_session_t *s, int gpu, size_t len, cli_buffer_t *b);
+void cli_buffer_free(cli_buffer_t *b);
 
 /** Disconnect and destroy whatever the session holds. */
 void cli_session_close(cli_session_t *s);

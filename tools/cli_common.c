@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -368,4 +369,46 @@ int cli_request_finish(const cli_session_t *s, remora_request_h *req, bool write
         return cli_io_error(s, status, write, offset, len);
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu)
+{
+    uint64_t v = 0;
+    int rc = cli_opt_number(cmd, "--gpu", arg, 0, 1023, &v);
+
+    if (rc == CLI_CONTINUE) {
+        *gpu = (int)v;
+    }
+    return rc;
+}
+
+int cli_buffer_alloc(const cli_session_t *s, int gpu, size_t len, cli_buffer_t *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->len = len;
+    if (gpu < 0) {
+        b->ptr = malloc(len ? len : 1);
+        return b->ptr ? 0 : cli_session_error(s, REMORA_ERR_NO_MEMORY, "cannot allocate %zu bytes", len);
+    }
+    remora_mem_params_t p = {
+        .field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE | REMORA_MEM_FIELD_DEVICE,
+        .length = len ? len : 1, .type = REMORA_MEM_CUDA, .device = gpu};
+    remora_status_t st = remora_mem_create(s->context, &p, &b->mem);
+    if (st != REMORA_OK) {
+        return cli_session_error(s, st, "cannot allocate %zu bytes on GPU %d", len, gpu);
+    }
+    b->ptr = remora_mem_address(b->mem);
+    return 0;
+}
+
+void cli_buffer_free(cli_buffer_t *b)
+{
+    if (b->mem != NULL) {
+        remora_mem_destroy(b->mem);
+    } else {
+        free(b->ptr);
+    }
+    memset(b, 0, sizeof(*b));
 }

@@ -33,6 +33,7 @@ enum {
     CLI_OPT_ITERS,
     CLI_OPT_SECONDS,
     CLI_OPT_JSON,
+    CLI_OPT_GPU,
 };
 
 typedef struct cli_bench_opts {
@@ -43,6 +44,7 @@ typedef struct cli_bench_opts {
     uint64_t          iters;   /* 0: run for seconds */
     double            seconds;
     bool              json;
+    int               gpu;     /* buffers in GPU memory on this device; -1: host */
     cli_client_opts_t client;
 } cli_bench_opts_t;
 
@@ -68,7 +70,7 @@ typedef struct cli_bench_run {
     uint64_t                nblocks;    /* blocks of size in the region */
     uint64_t                next_block;
     cli_bench_slot_t       *slots;      /* o->depth of them */
-    void                   *bufs;
+    cli_buffer_t            bufs;
 } cli_bench_run_t;
 
 /** What one measured phase produced. */
@@ -144,6 +146,8 @@ static int cli_bench_option(const cli_command_t *cmd, int opt, const char *arg, 
     case CLI_OPT_JSON:
         o->json = true;
         return CLI_CONTINUE;
+    case CLI_OPT_GPU:
+        return cli_opt_gpu(cmd, arg, &o->gpu);
     default:
         return cli_usage_error(cmd, "unexpected option");
     }
@@ -236,14 +240,20 @@ static int cli_bench_alloc(cli_bench_run_t *run)
                                  depth, run->size);
     }
     run->slots = calloc(depth, sizeof(*run->slots));
-    run->bufs = bufs = malloc(depth * run->size);
-    if (run->slots == NULL || bufs == NULL) {
+    if (run->slots == NULL) {
         return cli_session_error(run->s, REMORA_ERR_NO_MEMORY, "%zu buffers of %zu bytes",
                                  depth, run->size);
     }
+    int rc = cli_buffer_alloc(run->s, run->o->gpu, depth * run->size, &run->bufs);
+    if (rc != 0) {
+        return rc;
+    }
+    bufs = run->bufs.ptr;
     for (size_t i = 0; i < depth; i++) {
         run->slots[i].buf = bufs + i * run->size;
-        remora_pattern_fill(run->slots[i].buf, 0, run->size);
+        if (run->o->gpu < 0) {
+            remora_pattern_fill(run->slots[i].buf, 0, run->size);
+        }
     }
     return 0;
 }
@@ -257,7 +267,7 @@ static void cli_bench_free(cli_bench_run_t *run)
         }
     }
     free(run->slots);
-    free(run->bufs);
+    cli_buffer_free(&run->bufs);
 }
 
 /* Warm up, then measure one block size. */
@@ -376,9 +386,10 @@ static int cli_bench_run(const cli_command_t *cmd, int argc, char **argv)
         {"iters", required_argument, NULL, CLI_OPT_ITERS},
         {"seconds", required_argument, NULL, CLI_OPT_SECONDS},
         {"json", no_argument, NULL, CLI_OPT_JSON},
+        {"gpu", required_argument, NULL, CLI_OPT_GPU},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
-    cli_bench_opts_t o = {.depth = 1};
+    cli_bench_opts_t o = {.depth = 1, .gpu = -1};
     cli_parser_t parser = {"", longopts, cli_bench_option, &o, &o.client};
     cli_session_t s;
     const char *target;
@@ -411,7 +422,7 @@ const cli_command_t cli_cmd_bench = {
     .summary = "measure read or write throughput and latency of a region",
     .usage   =
         "usage: remora bench HOST:PORT/NAME [--op read|write] [--size S[,S...]]\n"
-        "                    [--depth D] [--iters N | --seconds T] [--json]\n"
+        "                    [--depth D] [--iters N | --seconds T] [--json] [--gpu N]\n"
         "                    [CLIENT OPTIONS]\n"
         "\n"
         "For each block size keep D requests in flight on successive blocks of the\n"
@@ -427,6 +438,7 @@ const cli_command_t cli_cmd_bench = {
         "  --seconds T       time per size (default 2)\n"
         "  --json            one JSON object per size per line, keys op, size, depth,\n"
         "                    iters, gbps, lat_us_avg, lat_us_p50, lat_us_p99, path\n"
+        "  --gpu N           the local buffers live in memory on GPU N\n"
         CLI_CLIENT_HELP,
     .run     = cli_bench_run,
 };

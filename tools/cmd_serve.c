@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,6 +31,7 @@ enum {
     CLI_OPT_REGION,
     CLI_OPT_WRITABLE,
     CLI_OPT_RESIZE,
+    CLI_OPT_GPU,
 };
 
 typedef enum cli_fill {
@@ -59,6 +61,7 @@ typedef struct cli_resize {
 typedef struct cli_serve_opts {
     const char  *listen;
     bool         writable;
+    int          gpu;      /* regions in memory of this GPU; -1: host */
     cli_token_t  token;
     size_t       nregions;
     cli_region_t regions[CLI_SERVE_MAX_REGIONS];
@@ -220,6 +223,8 @@ static int cli_serve_option(const cli_command_t *cmd, int opt, const char *arg, 
         return cli_add_resize(cmd, o, arg);
     case CLI_OPT_TOKEN_FILE:
         return cli_load_token(cmd, arg, &o->token);
+    case CLI_OPT_GPU:
+        return cli_opt_gpu(cmd, arg, &o->gpu);
     default:
         return cli_usage_error(cmd, "unexpected option");
     }
@@ -276,9 +281,14 @@ static int cli_mem_create(cli_server_t *sv, const cli_region_t *r, uint64_t size
         .field_mask = REMORA_MEM_FIELD_LENGTH,
         .length     = (size_t)size,
     };
+    if (sv->o->gpu >= 0) {
+        params.field_mask |= REMORA_MEM_FIELD_TYPE | REMORA_MEM_FIELD_DEVICE;
+        params.type   = REMORA_MEM_CUDA;
+        params.device = sv->o->gpu;
+    }
     remora_mem_h mem;
     remora_status_t status = remora_mem_create(sv->s.context, &params, &mem);
-    void *buf;
+    void *buf, *gpu_buf = NULL;
     int rc = 0;
 
     if (status != REMORA_OK) {
@@ -286,12 +296,25 @@ static int cli_mem_create(cli_server_t *sv, const cli_region_t *r, uint64_t size
                                  (unsigned long long)size, r->name);
     }
     buf = remora_mem_address(mem);
+    if (sv->o->gpu >= 0) { /* fill on the host, then copy to the GPU */
+        gpu_buf = buf;
+        if ((buf = malloc((size_t)size)) == NULL) {
+            remora_mem_destroy(mem);
+            return cli_session_error(&sv->s, REMORA_ERR_NO_MEMORY, NULL);
+        }
+    }
     if (fill == CLI_FILL_PATTERN) {
         remora_pattern_fill(buf, 0, (size_t)size);
     } else if (fill == CLI_FILL_ZERO) {
         memset(buf, 0, (size_t)size);
     } else {
         rc = cli_fill_from_file(sv, r->file, buf, (size_t)size);
+    }
+    if (gpu_buf != NULL) {
+        if (rc == 0 && (status = remora_copy(gpu_buf, buf, (size_t)size)) != REMORA_OK) {
+            rc = cli_session_error(&sv->s, status, "cannot fill region '%s' on the GPU", r->name);
+        }
+        free(buf);
     }
     if (rc != 0) {
         remora_mem_destroy(mem);
@@ -321,9 +344,9 @@ static int cli_expose_all(cli_server_t *sv)
         if (status != REMORA_OK) {
             return cli_session_error(&sv->s, status, "cannot expose region '%s'", r->name);
         }
-        cli_log("region %s: %s, %s, %s", r->name,
+        cli_log("region %s: %s, %s, %s%s", r->name,
                 remora_format_size(r->size, human, sizeof(human)), cli_fill_string(r),
-                sv->o->writable ? "rw" : "ro");
+                sv->o->writable ? "rw" : "ro", sv->o->gpu >= 0 ? ", on the GPU" : "");
     }
     return 0;
 }
@@ -457,9 +480,10 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
         {"writable", no_argument, NULL, CLI_OPT_WRITABLE},
         {"resize", required_argument, NULL, CLI_OPT_RESIZE},
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
+        {"gpu", required_argument, NULL, CLI_OPT_GPU},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
-    cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN};
+    cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN, .gpu = -1};
     cli_parser_t parser = {"", longopts, cli_serve_option, &o, NULL};
     cli_server_t sv = {.o = &o};
     sigset_t signals;
@@ -498,6 +522,7 @@ const cli_command_t cli_cmd_serve = {
     .usage   =
         "usage: remora serve [--listen HOST:PORT] [--region NAME=SIZE[:FILL]]...\n"
         "                    [--writable] [--token-file F] [--resize NAME=SIZE@MS]...\n"
+        "                    [--gpu N]\n"
         "\n"
         "Expose library-allocated regions (same-host clients can map them). When\n"
         "ready, print one line 'listening HOST:PORT' to stdout; serve until SIGINT\n"
@@ -516,6 +541,8 @@ const cli_command_t cli_cmd_serve = {
         "                      NAME with fresh pattern-filled memory of SIZE (clients\n"
         "                      see a region-changed event and a new generation);\n"
         "                      repeatable\n"
+        "  --gpu N             allocate every region in the memory of GPU N (filled\n"
+        "                      on the host, then copied there)\n"
         "  -h, --help          show this help\n",
     .run     = cli_serve_run,
 };

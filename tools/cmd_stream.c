@@ -44,6 +44,7 @@ enum {
     CLI_OPT_VERIFY,
     CLI_OPT_JSON,
     CLI_OPT_PROGRESS,
+    CLI_OPT_GPU,
 };
 
 static uint64_t cli_realtime_ns(void)
@@ -386,6 +387,7 @@ typedef struct cli_stream_read_opts {
     uint64_t          count;   /* 0: no limit */
     double            seconds; /* 0: no limit */
     bool              verify, json, progress;
+    int               gpu;     /* land elements in memory of this GPU; -1: zero-copy host */
 } cli_stream_read_opts_t;
 
 typedef struct cli_hist {
@@ -453,6 +455,8 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
     case CLI_OPT_PROGRESS:
         o->progress = true;
         return CLI_CONTINUE;
+    case CLI_OPT_GPU:
+        return cli_opt_gpu(cmd, arg, &o->gpu);
     default:
         return CLI_EXIT_USAGE;
     }
@@ -519,6 +523,26 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
 }
 
 /* Follow the ring until --count, --seconds, or an error. */
+/*
+ * The next element: zero-copy on the host, or copied into GPU memory by the
+ * library (camera-to-GPU); then the bytes the checks need come back from the
+ * GPU: the whole frame with --verify, else its timestamp.
+ */
+static remora_status_t cli_stream_next(remora_sub_h sub, const cli_stream_read_opts_t *o,
+                                       const cli_buffer_t *gpu, uint8_t *host,
+                                       const void **elem, remora_elem_info_t *info, int wait_ms)
+{
+    if (o->gpu < 0)
+        return remora_sub_next_ref(sub, elem, info, wait_ms);
+    remora_status_t rs = remora_sub_next(sub, gpu->ptr, gpu->len, info, wait_ms);
+    if (rs != REMORA_OK)
+        return rs;
+    size_t back = o->verify ? gpu->len : (gpu->len < 16 ? gpu->len : 16);
+    memset(host, 0, gpu->len);
+    *elem = host;
+    return remora_copy(host, gpu->ptr, back);
+}
+
 static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
                              cli_stream_stats_t *st)
 {
@@ -533,6 +557,17 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     if ((rs = remora_client_subscribe(s->client, s->target.name, &sp, &sub)) != REMORA_OK)
         return cli_session_error(s, rs, "cannot subscribe");
     const void *elem;
+    cli_buffer_t gpu = {0};
+    uint8_t *host = NULL;
+    if (o->gpu >= 0) {
+        size_t es = remora_sub_elem_size(sub);
+        if ((rc = cli_buffer_alloc(s, o->gpu, es, &gpu)) != 0 ||
+            ((host = malloc(es)) == NULL && (rc = cli_session_error(s, REMORA_ERR_NO_MEMORY, NULL)))) {
+            cli_buffer_free(&gpu);
+            remora_sub_destroy(sub);
+            return rc;
+        }
+    }
     st->start = cli_now();
     double last_t = st->start, last_ok = st->start;
     double deadline = o->seconds > 0 ? st->start + o->seconds : INFINITY;
@@ -540,7 +575,8 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     while ((o->count == 0 || st->elements < o->count) && cli_now() < deadline) {
         double left = deadline - cli_now();
         /* Zero-copy: the frame is only looked at, in the subscription's buffer. */
-        rs = remora_sub_next_ref(sub, &elem, &info, left < 0.2 ? (int)(left * 1e3) + 1 : 200);
+        rs = cli_stream_next(sub, o, &gpu, host, &elem, &info,
+                             left < 0.2 ? (int)(left * 1e3) + 1 : 200);
         if (rs == REMORA_OK) {
             cli_stream_account(st, o, elem, &info);
             last_ok = cli_now();
@@ -558,6 +594,8 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     if (tty)
         fputc('\n', stderr);
     remora_sub_destroy(sub);
+    cli_buffer_free(&gpu);
+    free(host);
     return rc;
 }
 
@@ -570,9 +608,10 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
         {"verify", no_argument, NULL, CLI_OPT_VERIFY},
         {"json", no_argument, NULL, CLI_OPT_JSON},
         {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
+        {"gpu", required_argument, NULL, CLI_OPT_GPU},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
-    cli_stream_read_opts_t o = {.mode = REMORA_SUB_EVERY};
+    cli_stream_read_opts_t o = {.mode = REMORA_SUB_EVERY, .gpu = -1};
     cli_parser_t parser = {"", longopts, cli_stream_read_option, &o, &o.client};
     static cli_stream_stats_t st; /* histograms: keep them off the stack */
     const char *target;
@@ -665,7 +704,7 @@ static const cli_command_t cli_stream_read_cmd = {
     .name  = "stream read",
     .usage =
         "usage: remora stream read HOST:PORT/NAME [--mode every|latest] [--count N |\n"
-        "                          --seconds T] [--verify] [--json] [CLIENT OPTIONS]\n"
+        "                          --seconds T] [--verify] [--json] [--gpu N] [CLIENT OPTIONS]\n"
         "\n"
         "Subscribe to a ring and consume it: a live progress line on a terminal,\n"
         "then a summary (one JSON object with --json: elements, bytes, seconds,\n"
@@ -678,7 +717,10 @@ static const cli_command_t cli_stream_read_cmd = {
         "  --verify            check every frame's sequence number and checksum\n"
         "  --json              print the summary as JSON\n"
         "  --progress          a progress line every second even when stderr is not a\n"
-        "                      terminal (on a terminal it is always shown, in place)\n" CLI_CLIENT_HELP,
+        "                      terminal (on a terminal it is always shown, in place)\n"
+        "  --gpu N             land every element in memory of GPU N; --verify checks\n"
+        "                      the bytes there (copied back), latency is taken once an\n"
+        "                      element is in GPU memory\n" CLI_CLIENT_HELP,
     .run = cli_stream_read,
 };
 

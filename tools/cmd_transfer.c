@@ -19,11 +19,13 @@ enum {
     CLI_OPT_LENGTH,
     CLI_OPT_VERIFY,
     CLI_OPT_PATTERN,
+    CLI_OPT_GPU,
 };
 
 /** One of the two streaming buffers and the request using it. */
 typedef struct cli_slot {
     void            *buf;
+    cli_buffer_t     mem;  /* what buf is (host or GPU) */
     remora_request_h req; /* NULL when idle */
     uint64_t         offset;
     size_t           len;
@@ -37,22 +39,22 @@ typedef int (*cli_source_fn)(void *arg, void *buf, uint64_t offset, size_t cap, 
 
 /* ---------------------------------------------------------------- streaming */
 
-static int cli_slots_alloc(const cli_session_t *s, cli_slot_t slots[2], uint64_t total)
+/* Two buffers of up to CLI_CHUNK_MAX bytes, on the host or on GPU gpu (>= 0). */
+static int cli_slots_alloc(const cli_session_t *s, cli_slot_t slots[2], uint64_t total, int gpu)
 {
     size_t chunk = total < CLI_CHUNK_MAX ? (size_t)total : CLI_CHUNK_MAX;
+    int rc = 0;
 
     memset(slots, 0, 2 * sizeof(slots[0]));
-    if (chunk == 0) {
-        return 0;
+    for (int i = 0; i < 2 && rc == 0 && chunk && (i == 0 || total > chunk); i++) {
+        rc = cli_buffer_alloc(s, gpu, chunk, &slots[i].mem);
+        slots[i].buf = slots[i].mem.ptr;
     }
-    slots[0].buf = malloc(chunk);
-    slots[1].buf = total > chunk ? malloc(chunk) : NULL;
-    if (slots[0].buf == NULL || (total > chunk && slots[1].buf == NULL)) {
-        free(slots[0].buf);
-        free(slots[1].buf);
-        return cli_session_error(s, REMORA_ERR_NO_MEMORY, "cannot allocate %zu bytes", chunk);
+    if (rc != 0) {
+        cli_buffer_free(&slots[0].mem);
+        cli_buffer_free(&slots[1].mem);
     }
-    return 0;
+    return rc;
 }
 
 /* Release what is still in flight (after an error) and free the buffers. */
@@ -62,7 +64,7 @@ static void cli_slots_free(cli_slot_t slots[2])
         if (slots[i].req != NULL) {
             remora_request_release(slots[i].req);
         }
-        free(slots[i].buf);
+        cli_buffer_free(&slots[i].mem);
     }
 }
 
@@ -86,13 +88,13 @@ static int cli_read_post(const cli_session_t *s, cli_slot_t *slot, uint64_t *nex
 }
 
 /* Read [offset, offset+length) and hand it to sink in order, chunk by chunk. */
-static int cli_read_stream(const cli_session_t *s, uint64_t offset, uint64_t length,
+static int cli_read_stream(const cli_session_t *s, uint64_t offset, uint64_t length, int gpu,
                            cli_sink_fn sink, void *arg)
 {
     cli_slot_t slots[2];
     uint64_t next = offset;
     unsigned cur = 0;
-    int rc = cli_slots_alloc(s, slots, length);
+    int rc = cli_slots_alloc(s, slots, length, gpu);
 
     if (rc == 0) {
         rc = cli_read_post(s, &slots[0], &next, offset + length);
@@ -124,7 +126,7 @@ static int cli_write_stream(const cli_session_t *s, uint64_t offset, uint64_t li
     uint64_t done = 0;
     unsigned cur = 0;
     bool end = false;
-    int rc = cli_slots_alloc(s, slots, limit);
+    int rc = cli_slots_alloc(s, slots, limit, -1);
 
     while (rc == 0 && done < limit && !end) {
         cli_slot_t *slot = &slots[cur];
@@ -253,6 +255,7 @@ typedef struct cli_read_opts {
     cli_range_opts_t  range;
     const char       *output;
     bool              verify;
+    int               gpu;    /* read into GPU memory on this device; -1: host */
     cli_client_opts_t client;
 } cli_read_opts_t;
 
@@ -264,12 +267,21 @@ typedef struct cli_read_sink {
     bool                 verify;
     int64_t              mismatch; /* absolute offset of the first bad byte, or -1 */
     uint8_t              got;
+    void                *bounce;   /* --gpu: the chunk copied back from the GPU */
 } cli_read_sink_t;
 
 static int cli_read_sink(void *arg, const void *buf, uint64_t offset, size_t len)
 {
     cli_read_sink_t *k = arg;
 
+    if (k->bounce != NULL && (k->out != NULL || k->verify)) {
+        /* The bytes landed in GPU memory: check what is there. */
+        remora_status_t st = remora_copy(k->bounce, buf, len);
+        if (st != REMORA_OK) {
+            return cli_session_error(k->s, st, "cannot copy from the GPU");
+        }
+        buf = k->bounce;
+    }
     if (k->out != NULL && fwrite(buf, 1, len, k->out) != len) {
         return cli_session_error(k->s, REMORA_OK, "cannot write '%s': %s", k->out_name,
                                  strerror(errno));
@@ -311,6 +323,9 @@ static int cli_read_transfer(const cli_session_t *s, const cli_read_opts_t *o)
     double start;
     int rc;
 
+    if (o->gpu >= 0 && (k.bounce = malloc(CLI_CHUNK_MAX)) == NULL) {
+        return cli_session_error(s, REMORA_ERR_NO_MEMORY, NULL);
+    }
     if (o->output != NULL) {
         k.out = cli_open_stream(s, o->output, true);
         if (k.out == NULL) {
@@ -318,7 +333,8 @@ static int cli_read_transfer(const cli_session_t *s, const cli_read_opts_t *o)
         }
     }
     start = cli_now();
-    rc = cli_read_stream(s, o->range.offset, o->range.length, cli_read_sink, &k);
+    rc = cli_read_stream(s, o->range.offset, o->range.length, o->gpu, cli_read_sink, &k);
+    free(k.bounce);
     if (k.out != NULL) {
         int close_rc = cli_close_output(s, k.out, o->output);
         rc = rc != 0 ? rc : close_rc;
@@ -349,6 +365,8 @@ static int cli_read_option(const cli_command_t *cmd, int opt, const char *arg, v
     case CLI_OPT_VERIFY:
         o->verify = true;
         return CLI_CONTINUE;
+    case CLI_OPT_GPU:
+        return cli_opt_gpu(cmd, arg, &o->gpu);
     default:
         return cli_range_option(cmd, opt, arg, &o->range);
     }
@@ -361,9 +379,10 @@ static int cli_read_run(const cli_command_t *cmd, int argc, char **argv)
         {"length", required_argument, NULL, CLI_OPT_LENGTH},
         {"output", required_argument, NULL, 'o'},
         {"verify", no_argument, NULL, CLI_OPT_VERIFY},
+        {"gpu", required_argument, NULL, CLI_OPT_GPU},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
-    cli_read_opts_t o = {0};
+    cli_read_opts_t o = {.gpu = -1};
     cli_parser_t parser = {"o:", longopts, cli_read_option, &o, &o.client};
     cli_session_t s;
     const char *target;
@@ -390,7 +409,7 @@ const cli_command_t cli_cmd_read = {
     .summary = "read a byte range of a region to a file, stdout, or verify it",
     .usage   =
         "usage: remora read HOST:PORT/NAME [--offset N] [--length N] [-o FILE|-]\n"
-        "                   [--verify] [CLIENT OPTIONS]\n"
+        "                   [--verify] [--gpu N] [CLIENT OPTIONS]\n"
         "\n"
         "Read LENGTH bytes at OFFSET of region NAME. Without -o or --verify, print\n"
         "the bytes, time and GB/s (1e9 bytes/s) to stderr.\n"
@@ -400,6 +419,8 @@ const cli_command_t cli_cmd_read = {
         "  -o, --output F    write the bytes to file F, or to stdout for '-'\n"
         "  --verify          check the bytes against the test pattern at their\n"
         "                    offsets; exit 3 and name the first bad offset if not\n"
+        "  --gpu N           read into memory on GPU N (checked there by copying it\n"
+        "                    back for --verify and -o)\n"
         CLI_CLIENT_HELP,
     .run     = cli_read_run,
 };

@@ -580,6 +580,10 @@ remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length)
     if ((status = ctx_push(copy_device(dst, src))) != REMORA_OK)
         return status;
     status = cu_check(cu.Memcpy(dptr(dst), dptr(src), length), "cuMemcpy");
+    /* cuMemcpy returns before a device-to-device copy is done; callers are
+     * promised that it is (their buffer is theirs again). */
+    if (status == REMORA_OK)
+        status = cu_check(cu.StreamSynchronize(NULL), "cuStreamSynchronize");
     ctx_pop();
     return status;
 }

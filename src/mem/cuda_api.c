@@ -61,3 +61,24 @@ remora_status_t remora_cuda_can_access_peer(int device, int peer, int *can)
 {
     return rm_cuda_can_access_peer(device, peer, can);
 }
+
+remora_status_t remora_copy(void *dst, const void *src, size_t len)
+{
+    rm_ptr_kind_t kd = RM_PTR_HOST, ks = RM_PTR_HOST;
+    int dev;
+
+    if (len == 0)
+        return REMORA_OK;
+    if (dst == NULL || src == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    /* Without the driver loaded no pointer can be GPU memory. */
+    if (rm_cuda_in_process()) {
+        rm_cuda_ptr_kind(dst, &kd, &dev);
+        rm_cuda_ptr_kind(src, &ks, &dev);
+    }
+    if (kd == RM_PTR_DEVICE || ks == RM_PTR_DEVICE || kd == RM_PTR_MANAGED ||
+        ks == RM_PTR_MANAGED)
+        return rm_cuda_copy(dst, src, len);
+    memcpy(dst, src, len);
+    return REMORA_OK;
+}

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem/cuda.h"
 #include "remote/client.h"
 #include "ring/ring.h"
 #include "util/log.h"
@@ -56,6 +57,7 @@ struct remora_sub {
     uint8_t          *inline_body; /* owns cur's data when it came inline */
     uint8_t          *fbuf[2];     /* fetch buffers; cur uses fbuf[fcur] */
     int               fcur;
+    int               pinned;      /* fetch buffers registered with CUDA (count) */
 
     rm_fetch_stage_t  stage;       /* the fetch into fbuf[!fcur] */
     uint64_t          f_first, f_count;
@@ -353,6 +355,37 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
     }
 }
 
+/*
+ * Hand an element to the consumer's buffer; a GPU buffer gets a CUDA copy
+ * (camera-to-GPU). The fetch buffers are pinned on first such copy so that
+ * it runs at full PCIe speed.
+ */
+static remora_status_t sub_copy_out(remora_sub_h sub, void *buf, const void *elem)
+{
+    rm_ptr_kind_t kind = RM_PTR_HOST;
+    int dev;
+
+    if (rm_cuda_in_process())
+        rm_cuda_ptr_kind(buf, &kind, &dev);
+    if (kind == RM_PTR_HOST || kind == RM_PTR_PINNED_HOST) {
+        memcpy(buf, elem, sub->shape.elem_size);
+        return REMORA_OK;
+    }
+    if (kind == RM_PTR_MANAGED)
+        return REMORA_ERR_UNSUPPORTED;
+    for (int i = 0; i < 2 && !sub->pinned; i++)
+        if (sub->fbuf[i] == NULL)
+            sub->fbuf[i] = malloc(sub->batch_max * sub->shape.stride);
+    if (!sub->pinned && sub->fbuf[0] && sub->fbuf[1] &&
+        rm_cuda_host_register(sub->fbuf[0], sub->batch_max * sub->shape.stride) == REMORA_OK) {
+        if (rm_cuda_host_register(sub->fbuf[1], sub->batch_max * sub->shape.stride) == REMORA_OK)
+            sub->pinned = 2;
+        else
+            sub->pinned = 1;
+    }
+    return rm_cuda_copy(buf, elem, sub->shape.elem_size);
+}
+
 remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
                                 remora_elem_info_t *info, int timeout_ms)
 {
@@ -365,7 +398,8 @@ remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
     uint64_t deadline = rm_deadline_ns(timeout_ms < 0 ? sub->client->timeout_ms : timeout_ms);
     if ((st = sub_take(sub, &elem, &mine, deadline)) != REMORA_OK)
         return st;
-    memcpy(buf, elem, sub->shape.elem_size);
+    if ((st = sub_copy_out(sub, buf, elem)) != REMORA_OK)
+        return st;
     if (info)
         *info = mine;
     return REMORA_OK;
@@ -512,6 +546,8 @@ void remora_sub_destroy(remora_sub_h sub)
         rm_engine_unlock(sub->client->ctx);
     }
     free(sub->inline_body);
+    for (int i = 0; i < sub->pinned; i++)
+        rm_cuda_host_unregister(sub->fbuf[i]);
     free(sub->fbuf[0]);
     free(sub->fbuf[1]);
     free(sub);
