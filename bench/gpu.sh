@@ -58,7 +58,7 @@ for f in dtod ipc peer ipc_peer staged hosthost ring_host ring_gpu; do
   [ -f "$tmp/$f" ] && printf "  %-9s %s\n" "$f" "$(xargs printf '%.2f ' <"$tmp/$f")" >&2
 done
 row() {
-  local ratio; ratio=$(echo "$2 / $3" | bc -l)
+  local ratio; ratio=$(awk -v a="$2" -v b="$3" 'BEGIN { print a / b }')
   local ok; ok=$(echo "$ratio $4" | awk '{ print ($1 >= $2) ? "yes" : "NO" }')
   printf "%-52s %10.2f %10.2f %7.2fx   >= %sx  %s\n" "$1" "$2" "$3" "$ratio" "$4" "$ok"
 }
