@@ -11,6 +11,7 @@ B=${1:-build}
 REPS=${2:-5}
 RESULTS=${RESULTS:-$B/bench-results.jsonl}
 remora=$B/tools/remora
+[ -x .gpu-deps/usr/bin/ucx_perftest ] && ! command -v ucx_perftest >/dev/null && PATH=$PWD/.gpu-deps/usr/bin:$PATH
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 1; }
 [ -x "$remora" ] || { echo "build first: scripts/build.sh $B" >&2; exit 1; }
 : >"$RESULTS"
@@ -57,6 +58,7 @@ perftest() {
   echo "$line" | awk '{print $2, $3, $4, $5, $6, $7}'
 }
 
+calc() { awk "BEGIN { print $1 }"; }
 json_field() { grep -o "\"$2\":[0-9.e+-]*" <<<"$1" | head -1 | cut -d: -f2; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 record() { echo "$1" >>"$RESULTS"; }
@@ -69,22 +71,22 @@ echo "rounds: $REPS (each alternates ucx_perftest and remora)" >&2
 for r in $(seq "$REPS"); do
   # 1 MiB bandwidth over TCP
   read -r _ _ _ _ bw _ < <(perftest ucp_am_bw 1048576 2000)
-  echo "$bw * 1048576 / 1000000000" | bc -l >>"$tmp/pt_bw"
+  calc "$bw * 1048576 / 1000000000" >>"$tmp/pt_bw"
   # the same with UCX's peer-failure handling on (-e), as remora's endpoints have it
   read -r _ _ _ _ bw _ < <(perftest ucp_am_bw 1048576 2000 -e)
-  echo "$bw * 1048576 / 1000000000" | bc -l >>"$tmp/pt_bw_e"
+  calc "$bw * 1048576 / 1000000000" >>"$tmp/pt_bw_e"
   j=$(UCX_TLS=tcp "$remora" bench "$tcp_addr/a" --size 1M --depth 4 --seconds 1 --json)
   record "$j"; json_field "$j" gbps >>"$tmp/rm_bw"
   j=$(UCX_TLS=tcp "$remora" bench "$tcp_addr/a" --size 16M --depth 2 --seconds 1 --json)
   record "$j"; json_field "$j" gbps >>"$tmp/rm_bw16"
   # 64-byte round trip over TCP (perftest reports one-way latency)
   read -r _ lat50 _ _ _ _ < <(perftest ucp_am_lat 64 50000)
-  echo "$lat50 * 2" | bc -l >>"$tmp/pt_rtt"
+  calc "$lat50 * 2" >>"$tmp/pt_rtt"
   j=$(UCX_TLS=tcp "$remora" bench "$tcp_addr/a" --size 64 --depth 1 --seconds 1 --json)
   record "$j"; json_field "$j" lat_us_p50 >>"$tmp/rm_rtt"
   # UCX's own RMA get over TCP, for reference
   read -r _ _ _ _ gbw _ < <(perftest ucp_get 1048576 200)
-  echo "$gbw * 1048576 / 1000000000" | bc -l >>"$tmp/pt_get"
+  calc "$gbw * 1048576 / 1000000000" >>"$tmp/pt_get"
   # same host: 256 MiB read of a library-allocated region vs memcpy
   j=$("$B/bench/memcpy_bench" $((256 << 20)) 5)
   record "$j"; json_field "$j" gbps >>"$tmp/memcpy"
@@ -103,7 +105,7 @@ t0=$(ticks "$srv_pid"); s0=$(date +%s.%N)
 wait $ic
 t1=$(ticks "$srv_pid"); s1=$(date +%s.%N)
 hz=$(getconf CLK_TCK)
-srv_idle=$(echo "100 * ($t1 - $t0) / $hz / ($s1 - $s0)" | bc -l)
+srv_idle=$(calc "100 * ($t1 - $t0) / $hz / ($s1 - $s0)")
 cli_idle=$(json_field "$(cat "$tmp/idle.json")" cpu_pct)
 record "{\"op\":\"idle\",\"server_cpu_pct\":$(printf %.3f "$srv_idle"),\"client_cpu_pct\":$cli_idle}"
 
@@ -113,7 +115,7 @@ for f in pt_bw pt_bw_e rm_bw rm_bw16 pt_rtt rm_rtt pt_get memcpy rm_map; do
   printf "  %-8s %s\n" "$f" "$(xargs printf '%.2f ' <"$tmp/$f")" >&2
 done
 row() { # what remora reference ratio target-op target
-  local ratio; ratio=$(echo "$2 / $3" | bc -l)
+  local ratio; ratio=$(calc "$2 / $3")
   local ok; ok=$(echo "$ratio $4 $5" | awk '{ if (($2 == ">=" && $1 >= $3) || ($2 == "<=" && $1 <= $3)) print "yes"; else print "NO" }')
   printf "%-44s %10.3f %10.3f %7.2fx   %s %sx  %s\n" "$1" "$2" "$3" "$ratio" "$4" "$5" "$ok"
 }

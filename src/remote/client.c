@@ -687,7 +687,8 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
 
     if (ucp_context_query(c->ctx->ucp, &ua) == UCS_OK)
         c->ucx_cuda = (ua.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-    if ((c->stage = rm_stage_pool_create(RM_STAGE_CHUNK, RM_DEFAULT_WINDOW * 2)) == NULL)
+    /* Enough pinned chunks for many requests in flight: pinning costs ms. */
+    if ((c->stage = rm_stage_pool_create(RM_STAGE_CHUNK, 32)) == NULL)
         return REMORA_ERR_NO_MEMORY;
     c->timeout_ms  = REMORA_DEFAULT_TIMEOUT_MS;
     c->forced_path = path_from_env();

@@ -42,8 +42,9 @@
 #define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the bootstrap */
 #define RM_HELLO_TIMEOUT_NS (10ull * 1000000000u) /* to finish the handshake */
 #define RM_CM_LINGER_NS     (3ull * 1000000000u)  /* a detached listener's last breath */
-#define RM_STAGE_BUF        (16u << 20) /* pooled staging buffer; also the largest staged request */
-#define RM_STAGE_KEEP       8
+#define RM_STAGE_BUF        (16u << 20) /* the largest staged request */
+#define RM_STAGE_POOLED     (4u << 20)  /* pooled staging buffers (a client's chunk) */
+#define RM_STAGE_KEEP       32          /* kept pinned: enough for several clients' windows */
 
 /* ------------------------------------------------------------ regions */
 
@@ -839,7 +840,7 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_list_init(&s->cm_slots);
     rm_list_init(&s->waits);
     atomic_init(&s->drained, 1);
-    if ((s->stage = rm_stage_pool_create(RM_STAGE_BUF, RM_STAGE_KEEP)) == NULL) {
+    if ((s->stage = rm_stage_pool_create(RM_STAGE_POOLED, RM_STAGE_KEEP)) == NULL) {
         st = REMORA_ERR_NO_MEMORY;
         goto err_free;
     }

@@ -275,8 +275,12 @@ static void run_local(remora_request_h req, char *remote, int cuda)
     request_complete(req);
 }
 
-/* The region's allocation through its IPC handle, opened on first use. */
-static remora_status_t ipc_pointer(rm_rregion_t *r, char **p)
+/*
+ * The region's allocation through its IPC handle, opened on first use. A
+ * buffer on another GPU (buf_dev) gets peer access both ways, so the copy
+ * goes GPU to GPU (NVLink, PCIe peer) instead of through the host.
+ */
+static remora_status_t ipc_pointer(rm_rregion_t *r, char **p, int buf_dev)
 {
     remora_status_t st = REMORA_OK;
 
@@ -286,6 +290,10 @@ static remora_status_t ipc_pointer(rm_rregion_t *r, char **p)
         r->ipc_dev = r->device < rm_cuda_device_count() ? r->device : 0;
         st = rm_cuda_ipc_open(r->ipc_dev, &h, &r->ipc_base);
     }
+    if (st == REMORA_OK && buf_dev >= 0 && buf_dev != r->ipc_dev) {
+        rm_cuda_enable_peer_access(buf_dev, r->ipc_dev); /* without it: staged by the driver */
+        rm_cuda_enable_peer_access(r->ipc_dev, buf_dev);
+    }
     *p = (char *)r->ipc_base + r->ipc_offset;
     return st;
 }
@@ -293,12 +301,13 @@ static remora_status_t ipc_pointer(rm_rregion_t *r, char **p)
 /* What the caller's buffer is: *gpu_p for GPU memory, *dev_p when UCX
  * cannot reach it (then it is staged). */
 static remora_status_t classify_buffer(remora_client_h c, const void *buf, int *gpu_p,
-                                       int *dev_p)
+                                       int *dev_p, int *device_p)
 {
     rm_ptr_kind_t kind = RM_PTR_HOST;
-    int device;
+    int device = -1;
 
     *dev_p = *gpu_p = 0;
+    *device_p = -1;
     if (buf == NULL || !rm_cuda_in_process())
         return REMORA_OK; /* without the driver loaded, no pointer is GPU memory */
     if (rm_cuda_ptr_kind(buf, &kind, &device) != REMORA_OK)
@@ -309,6 +318,7 @@ static remora_status_t classify_buffer(remora_client_h c, const void *buf, int *
     }
     *gpu_p = kind == RM_PTR_DEVICE;
     *dev_p = *gpu_p && !c->ucx_cuda;
+    *device_p = *gpu_p ? device : -1;
     return REMORA_OK;
 }
 
@@ -328,9 +338,9 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         st = c->disc_status;
     else
         st = check_request(r, offset, length, write);
-    int dev_buf = 0, gpu_buf = 0;
+    int dev_buf = 0, gpu_buf = 0, buf_dev = -1;
     if (st == REMORA_OK)
-        st = classify_buffer(c, buf, &gpu_buf, &dev_buf);
+        st = classify_buffer(c, buf, &gpu_buf, &dev_buf, &buf_dev);
     if (st == REMORA_OK && (req = calloc(1, sizeof(*req))) == NULL)
         st = REMORA_ERR_NO_MEMORY;
     if (st != REMORA_OK) {
@@ -358,7 +368,7 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         /* Nothing for UCX to do: no need to wake the progress thread. */
         char *remote = NULL;
         if (length && req->path == REMORA_PATH_IPC &&
-            (req->status = ipc_pointer(r, &remote)) != REMORA_OK)
+            (req->status = ipc_pointer(r, &remote, buf_dev)) != REMORA_OK)
             request_complete(req);
         else if (length && req->path == REMORA_PATH_IPC)
             run_local(req, remote + offset, 1);
