@@ -46,7 +46,8 @@ struct remora_sub {
     remora_sub_mode_t mode;
     rm_ring_shape_t   shape;       /* elem_size, capacity, stride */
     uint64_t          region_size;
-    uint64_t          batch_max;   /* elements per fetch */
+    uint64_t          batch_max;   /* elements per fetch, at most */
+    uint64_t          batch;       /* elements per fetch now (adapts, see fetch_more) */
     uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
     uint64_t          next;        /* next sequence wanted */
@@ -226,6 +227,15 @@ static remora_status_t fetch_wait(remora_sub_h sub, uint64_t deadline)
     return REMORA_OK;
 }
 
+/* Adapt the batch to how much of the last fetch survived. */
+static void batch_adapt(remora_sub_h sub, uint64_t fetched, uint64_t intact)
+{
+    if (intact * 2 < fetched && sub->batch > 1)
+        sub->batch /= 2;
+    else if (intact == fetched && sub->batch < sub->batch_max)
+        sub->batch = sub->batch * 2 < sub->batch_max ? sub->batch * 2 : sub->batch_max;
+}
+
 /* The header read after the data: which copied elements are intact. */
 static remora_status_t fetch_validate(remora_sub_h sub)
 {
@@ -244,6 +254,7 @@ static remora_status_t fetch_validate(remora_sub_h sub)
     for (uint64_t seq = lo; seq < end; seq++) /* belt and braces: the stamps agree */
         if (rm_ring_get64(buf + (seq - sub->f_first) * s->stride) != rm_ring_stamp_done(seq))
             lo = seq + 1;
+    batch_adapt(sub, sub->f_count, end - lo);
     sub->fcur = !sub->fcur;
     sub->cur  = (rm_batch_t){.data  = buf + (lo - sub->f_first) * s->stride + RM_RING_STAMP_LEN,
                              .pitch = s->stride, .first = lo, .count = end - lo};
@@ -275,22 +286,24 @@ static remora_status_t fetch_finish(remora_sub_h sub, uint64_t deadline)
  * Start fetching what the ring holds from `from` on, if anything. A
  * subscriber that fell behind does not start at the oldest element: the
  * producer is about to overwrite it, and chasing the tail would lose every
- * batch. It skips to where a batch has time to land (the skipped elements
- * are drops).
+ * batch. It skips to the newest `batch` elements, which leaves the producer
+ * the rest of the ring to fill before any of them is touched (the skipped
+ * elements are drops). The batch adapts: it halves when most of a fetch was
+ * overwritten meanwhile (a producer faster than the network, a small ring)
+ * and doubles back when a fetch comes through whole.
  */
 static remora_status_t fetch_more(remora_sub_h sub, uint64_t from)
 {
-    uint64_t head = sub->known_head, cap = sub->shape.capacity;
-    uint64_t margin = cap / 2 < 2 * sub->batch_max ? cap / 2 : 2 * sub->batch_max;
+    uint64_t head = sub->known_head, cap = sub->shape.capacity, n = sub->batch;
 
     if (sub->mode == REMORA_SUB_LATEST)
         from = head - 1;
-    if (head > cap - margin && from < head - (cap - margin))
-        from = head - (cap - margin);
+    if (head > cap && from < head - cap + n) /* within a batch of being overwritten */
+        from = head - n;
     if (from >= head)
         return REMORA_OK;
     uint64_t count = head - from;
-    return fetch_start(sub, from, count < sub->batch_max ? count : sub->batch_max);
+    return fetch_start(sub, from, count < n ? count : n);
 }
 
 /* ------------------------------------------------------------ delivery */
@@ -487,6 +500,7 @@ static remora_status_t sub_apply_params(remora_sub_h sub, const remora_sub_param
         sub->batch_max = 1;
     if (sub->batch_max > sub->shape.capacity)
         sub->batch_max = sub->shape.capacity;
+    sub->batch = sub->batch_max;
     /* REMORA_RING_INLINE (bytes, 0: never) lets tests force the fetch path. */
     const char *env = getenv("REMORA_RING_INLINE");
     sub->inline_max = env ? strtoull(env, NULL, 0) : RM_SUB_INLINE_MAX;
