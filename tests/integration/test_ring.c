@@ -443,6 +443,44 @@ static void test_clone_api(void **state)
     local_ring_stop(&l);
 }
 
+/* Elements the producer pushes during ms milliseconds. */
+static uint64_t pushes_during(remora_ring_h ring, unsigned ms)
+{
+    uint64_t h0 = remora_ring_head(ring);
+    it_sleep_ms(ms);
+    return remora_ring_head(ring) - h0;
+}
+
+/* A subscriber that stops dead (SIGSTOP, its socket filling up) or crawls
+ * never holds the producer back: the producer never waits for anyone. */
+static void test_stopped_subscriber_never_slows_producer(void **state)
+{
+    local_ring_t l;
+    it_proc_t p[2];
+    char target[IT_ADDR_MAX + 8];
+    (void)state;
+
+    local_ring_start(&l, 4096, 256, 0);
+    it_sleep_ms(100);
+    uint64_t alone = pushes_during(l.prod.ring, 500);
+    snprintf(target, sizeof(target), "%s/r", l.addr);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(it_cli_spawn(&p[i], NULL, "stream", "read", target, "--seconds", "30",
+                                      NULL), 0);
+    it_sleep_ms(500);
+    assert_true(it_stop_process(p[0].pid, 5000)); /* one dead, one still reading */
+    it_sleep_ms(200);
+    uint64_t stopped = pushes_during(l.prod.ring, 500);
+    print_message("producer: %llu pushes/0.5 s alone, %llu with a stopped subscriber\n",
+                  (unsigned long long)alone, (unsigned long long)stopped);
+    /* Blocking on the stopped one would bring this to ~0; CPU sharing with the
+     * live subscriber may cost some. */
+    assert_true(stopped * 4 >= alone);
+    it_proc_kill(&p[0]);
+    it_proc_kill(&p[1]);
+    local_ring_stop(&l);
+}
+
 /* The producer dies: the subscriber knows within 2 s; after a restart it subscribes again. */
 static void test_producer_killed_then_back(void **state)
 {
@@ -498,6 +536,7 @@ int main(void)
         cmocka_unit_test_teardown(test_callback_form, it_teardown_reap),
         cmocka_unit_test_teardown(test_clone_api, it_teardown_reap),
         cmocka_unit_test_teardown(test_producer_killed_then_back, it_teardown_reap),
+        cmocka_unit_test_teardown(test_stopped_subscriber_never_slows_producer, it_teardown_reap),
     };
 
     it_init("ring");
