@@ -50,11 +50,15 @@ for r in $(seq "$REPS"); do
   rec "$(UCX_TLS=tcp "$remora" stream read "$a/f" --seconds 3 --json)" gbps ring_host
   rec "$(UCX_TLS=tcp "$remora" stream read "$a/f" --seconds 3 --gpu 0 --json)" gbps ring_gpu
   stop "$tmp/ring"
+  # a ring whose elements live in GPU memory, read into GPU memory (no target; for the record)
+  a=$(start "$tmp/gring" UCX_TLS=tcp -- stream serve --ring f=1Mx64 --rate 4000 --gpu 0)
+  rec "$(UCX_TLS=tcp "$remora" stream read "$a/f" --seconds 3 --gpu 0 --json)" gbps ring_gpu_res
+  stop "$tmp/gring"
   echo "  round $r done" >&2
 done
 m() { median <"$tmp/$1"; }
 echo "per-round values:" >&2
-for f in dtod ipc peer ipc_peer staged hosthost ring_host ring_gpu; do
+for f in dtod ipc peer ipc_peer staged hosthost ring_host ring_gpu ring_gpu_res; do
   [ -f "$tmp/$f" ] && printf "  %-9s %s\n" "$f" "$(xargs printf '%.2f ' <"$tmp/$f")" >&2
 done
 row() {

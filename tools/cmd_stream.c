@@ -82,6 +82,7 @@ typedef struct cli_stream_serve_opts {
     double           rate;      /* elements per second per ring; 0: max */
     const char      *source;    /* NULL: pattern; else a ring image file */
     bool             fixed;     /* --source fixed: payloads written once per slot */
+    int              gpu;       /* rings' elements in memory of this GPU; -1: host */
     size_t           nrings;
     cli_ring_spec_t  rings[CLI_STREAM_MAX_RINGS];
     /* From the source file: its elements' payloads, back to back. */
@@ -144,6 +145,8 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
         return CLI_CONTINUE;
     case CLI_OPT_TOKEN_FILE:
         return cli_load_token(cmd, arg, &o->token);
+    case CLI_OPT_GPU:
+        return cli_opt_gpu(cmd, arg, &o->gpu);
     default:
         return CLI_EXIT_USAGE;
     }
@@ -252,10 +255,11 @@ static void *cli_producer_main(void *arg)
     remora_ring_h ring = p->r->ring;
     size_t es = remora_ring_elem_size(ring), cap = remora_ring_capacity(ring);
     double next = cli_now(), period = o->rate > 0 ? 1.0 / o->rate : 0;
-    uint64_t *sums = o->fixed ? calloc(cap, sizeof(*sums)) : NULL;
+    uint64_t *sums = o->fixed && o->gpu < 0 ? calloc(cap, sizeof(*sums)) : NULL;
+    uint8_t *frame = o->gpu >= 0 ? malloc(es) : NULL; /* GPU ring: built here, then pushed */
 
     for (uint64_t n = 0; !atomic_load_explicit(&o->stop, memory_order_relaxed); n++) {
-        void *slot;
+        void *slot = frame;
         uint64_t seq = remora_ring_head(ring);
 
         if (period > 0) {
@@ -263,12 +267,15 @@ static void *cli_producer_main(void *arg)
             if (next > cli_now() + 1e-4)
                 cli_sleep_until(next);
         }
-        if (remora_ring_reserve(ring, &slot) != REMORA_OK)
+        if (frame == NULL && remora_ring_reserve(ring, &slot) != REMORA_OK)
             break;
         uint64_t partial = cli_produce_payload(o, slot, es, seq, n, sums, cap);
         remora_frame_seal(slot, es, seq, cli_realtime_ns(), partial);
-        remora_ring_commit(ring, NULL);
+        if (frame == NULL ? remora_ring_commit(ring, NULL) != REMORA_OK
+                          : remora_ring_push(ring, frame, es, NULL) != REMORA_OK)
+            break;
     }
+    free(frame);
     free(sums);
     free(p);
     return NULL;
@@ -283,6 +290,11 @@ static int cli_start_rings(cli_session_t *s, remora_server_h server, cli_stream_
         remora_ring_params_t rp = {
             .field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
             .elem_size = r->elem_size, .capacity = r->count};
+        if (o->gpu >= 0) {
+            rp.field_mask |= REMORA_RING_FIELD_MEM_TYPE | REMORA_RING_FIELD_DEVICE;
+            rp.mem_type = REMORA_MEM_CUDA;
+            rp.device   = o->gpu;
+        }
         remora_status_t st = remora_ring_create(s->context, &rp, &r->ring);
         cli_producer_t *p;
 
@@ -298,10 +310,11 @@ static int cli_start_rings(cli_session_t *s, remora_server_h server, cli_stream_
             return cli_session_error(s, REMORA_ERR_NO_MEMORY, "cannot start a producer");
         }
         r->running = true;
-        cli_stream_log("serve", "ring %s: %s x %llu, rate %s, source %s", r->name,
+        cli_stream_log("serve", "ring %s: %s x %llu, rate %s, source %s%s", r->name,
                        remora_format_size(r->elem_size, human, sizeof(human)),
                        (unsigned long long)r->count, o->rate > 0 ? "paced" : "max",
-                       o->source ? o->source : o->fixed ? "fixed" : "pattern");
+                       o->source ? o->source : o->fixed ? "fixed" : "pattern",
+                       o->gpu >= 0 ? ", elements on the GPU" : "");
     }
     return 0;
 }
@@ -323,6 +336,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
         {"rate", required_argument, NULL, CLI_OPT_RATE},
         {"source", required_argument, NULL, CLI_OPT_SOURCE},
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
+        {"gpu", required_argument, NULL, CLI_OPT_GPU},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     static cli_stream_serve_opts_t o; /* large; one per process */
@@ -337,6 +351,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     int rc;
 
     o.listen = CLI_STREAM_DEFAULT_LISTEN;
+    o.gpu    = -1;
     if ((rc = cli_parse_args(cmd, argc, argv, &parser, NULL)) != CLI_CONTINUE)
         return rc;
     sigemptyset(&signals);
@@ -684,6 +699,7 @@ static const cli_command_t cli_stream_serve_cmd = {
     .usage =
         "usage: remora stream serve [--listen HOST:PORT] [--ring NAME=ELEMSIZExCOUNT]...\n"
         "                           [--rate HZ|max] [--source pattern|fixed|FILE] [--token-file F]\n"
+        "                           [--gpu N]\n"
         "\n"
         "Produce stamped frames (sequence number, timestamp, checksum) into rings and\n"
         "serve them. Prints 'listening HOST:PORT' when ready; runs until SIGINT/SIGTERM.\n"
@@ -696,7 +712,9 @@ static const cli_command_t cli_stream_serve_cmd = {
         "                      only their 24-byte header (benchmarks: the producer then\n"
         "                      costs no memory bandwidth; a torn mix of two frames in\n"
         "                      one slot is no longer detectable); or the elements of a\n"
-        "                      ring image file (remora stream clone)\n",
+        "                      ring image file (remora stream clone)\n"
+        "  --gpu N             the rings' elements live in memory of GPU N (each frame\n"
+        "                      is built on the host and pushed there)\n",
     .run = cli_stream_serve,
 };
 

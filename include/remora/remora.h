@@ -468,13 +468,22 @@ REMORA_API const char *remora_path_string(remora_path_t path);
 
 enum remora_ring_field {
     REMORA_RING_FIELD_ELEM_SIZE = 1u << 0,
-    REMORA_RING_FIELD_CAPACITY  = 1u << 1
+    REMORA_RING_FIELD_CAPACITY  = 1u << 1,
+    REMORA_RING_FIELD_MEM_TYPE  = 1u << 2,
+    REMORA_RING_FIELD_DEVICE    = 1u << 3
 };
 
 typedef struct remora_ring_params {
-    uint64_t field_mask;
-    size_t   elem_size; /**< bytes per element, 1..2^40; required */
-    size_t   capacity;  /**< slots, 1..2^32; required */
+    uint64_t          field_mask;
+    size_t            elem_size; /**< bytes per element, 1..2^40; required */
+    size_t            capacity;  /**< slots, 1..2^32; required */
+    /** REMORA_MEM_CUDA: the elements live in GPU memory (a camera writing
+     *  straight into the GPU). The header and the slots' stamps stay in host
+     *  memory. Push copies whole elements from host or GPU memory; a reserved
+     *  slot is a GPU pointer, and the producer's GPU writes into it must be
+     *  complete (stream synchronized) before commit. Default host. */
+    remora_mem_type_t mem_type;
+    int               device;    /**< GPU ordinal for REMORA_MEM_CUDA; default 0 */
 } remora_ring_params_t;
 
 /** Create an empty ring in library-allocated memory (mappable by same-host peers). */
@@ -528,7 +537,8 @@ REMORA_API remora_status_t remora_ring_create_from_image(remora_context_h contex
 REMORA_API remora_mem_h remora_ring_mem(remora_ring_h ring);
 
 /** Expose a ring by name beside plain regions (read-only to clients). A ring
- *  is exposed by at most one server at a time (REMORA_ERR_BUSY). */
+ *  is exposed by at most one server at a time (REMORA_ERR_BUSY). A GPU ring's
+ *  elements are exposed too, as region NAME#data. */
 REMORA_API remora_status_t remora_server_expose_ring(remora_server_h server, const char *name,
                                                      remora_ring_h ring);
 
@@ -601,6 +611,7 @@ REMORA_API void remora_sub_destroy(remora_sub_h sub);
  * Copy a remote ring's whole current state into a new local ring of the same
  * shape (on the client's context): the same sequence numbers, the elements
  * the remote ring held (less any overwritten while they were copied).
+ * GPU rings: REMORA_ERR_UNSUPPORTED.
  */
 REMORA_API remora_status_t remora_client_clone_ring(remora_client_h client, const char *name,
                                                     remora_ring_h *ring_p);

@@ -876,6 +876,7 @@ void remora_server_destroy(remora_server_h s)
     if (s == NULL)
         return;
     rm_engine_lock(s->ctx);
+    s->destroying = 1;
     rm_engine_remove_ticker(s->ctx, &s->ticker);
     rm_engine_unwatch(s->ctx, &s->listener);
     close(s->listener.fd);
@@ -1016,24 +1017,31 @@ out:
     return st;
 }
 
-remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
+/* Take a region away (lock held): clients hear REMOVED, memory is retired. */
+remora_status_t rm_server_region_drop(remora_server_h s, const char *name)
 {
-    rm_region_t *r;
+    rm_region_t *r = region_by_name(s, name);
 
-    if (s == NULL || name == NULL)
-        return REMORA_ERR_INVALID_PARAM;
-    rm_engine_lock(s->ctx);
-    if ((r = region_by_name(s, name)) == NULL) {
-        rm_engine_unlock(s->ctx);
+    if (r == NULL)
         return REMORA_ERR_NOT_FOUND;
-    }
     s->epoch++;
     rm_list_del(&r->link);
     rm_server_ring_region_gone(s, r);
     broadcast_event(s, r, RM_EVENT_REMOVED);
     region_retire_mem(s, r);
     retired_sweep(s);
-    rm_engine_unlock(s->ctx);
     free(r);
     return REMORA_OK;
+}
+
+remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
+{
+    remora_status_t st;
+
+    if (s == NULL || name == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    rm_engine_lock(s->ctx);
+    st = rm_server_region_drop(s, name);
+    rm_engine_unlock(s->ctx);
+    return st;
 }

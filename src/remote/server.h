@@ -70,6 +70,7 @@ struct remora_server {
     rm_list_t        regions, conns, retired, cm_slots;
     rm_list_t        waits;  /* rm_ring_wait_t, server_ring.c */
     struct rm_stage_pool *stage; /* pinned buffers for GPU regions UCX cannot reach */
+    int              destroying; /* remora_server_destroy runs: regions go all at once */
     uint32_t         next_region_id;
     uint64_t         epoch;
     unsigned         nconns; /* allocated, dead or alive */
@@ -83,6 +84,9 @@ rm_region_t    *rm_server_region_by_id(remora_server_h s, uint32_t id);
 remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,
                                      size_t offset, size_t length, unsigned flags,
                                      remora_ring_h ring);
+
+/* Remove a region by name (lock held). */
+remora_status_t rm_server_region_drop(remora_server_h s, const char *name);
 
 /* server_ring.c */
 void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr);

@@ -15,7 +15,9 @@
  * - The producer never waits for any of this: a commit with waiters raises
  *   the ring's engine signal and returns; the progress thread answers.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mem/mem.h"
 #include "remote/server.h"
@@ -162,9 +164,15 @@ void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r)
         notify_error(w->conn, &req, REMORA_ERR_NOT_FOUND);
         wait_free(w);
     }
-    rm_engine_remove_signal(s->ctx, &r->ring->sig);
-    r->ring->server = NULL;
+    remora_ring_h ring = r->ring;
+    rm_engine_remove_signal(s->ctx, &ring->sig);
+    ring->server = NULL;
     r->ring = NULL;
+    if (ring->data_mem && !s->destroying) { /* its elements go with it */
+        char data_name[REMORA_NAME_MAX + sizeof(RM_RING_DATA_SUFFIX)];
+        snprintf(data_name, sizeof(data_name), "%s%s", ring->name, RM_RING_DATA_SUFFIX);
+        rm_server_region_drop(s, data_name);
+    }
 }
 
 remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
@@ -172,8 +180,13 @@ remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
 {
     remora_status_t st;
 
+    char data_name[REMORA_NAME_MAX + sizeof(RM_RING_DATA_SUFFIX)];
+
     if (s == NULL || ring == NULL || !rm_name_valid(name) || ring->ctx != s->ctx)
         return REMORA_ERR_INVALID_PARAM;
+    snprintf(data_name, sizeof(data_name), "%s%s", name, RM_RING_DATA_SUFFIX);
+    if (ring->data_mem && strlen(data_name) > REMORA_NAME_MAX)
+        return REMORA_ERR_INVALID_PARAM; /* no room for the data region's name */
     rm_engine_lock(s->ctx);
     if (ring->server) {
         rm_engine_unlock(s->ctx);
@@ -182,7 +195,18 @@ remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
     ring->server = s; /* claimed; undone below on failure */
     rm_engine_unlock(s->ctx);
 
-    st = rm_server_region_add(s, name, ring->mem, 0, remora_mem_length(ring->mem), 0, ring);
+    /* A GPU ring's elements first (a plain region), then the ring itself. */
+    st = ring->data_mem ? rm_server_region_add(s, data_name, ring->data_mem, 0,
+                                               remora_mem_length(ring->data_mem), 0, NULL)
+                        : REMORA_OK;
+    if (st == REMORA_OK) {
+        st = rm_server_region_add(s, name, ring->mem, 0, remora_mem_length(ring->mem), 0, ring);
+        if (st != REMORA_OK && ring->data_mem) {
+            rm_engine_lock(s->ctx);
+            rm_server_region_drop(s, data_name);
+            rm_engine_unlock(s->ctx);
+        }
+    }
     rm_engine_lock(s->ctx);
     if (st == REMORA_OK) {
         snprintf(ring->name, sizeof(ring->name), "%s", name);

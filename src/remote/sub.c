@@ -62,7 +62,9 @@ struct remora_sub {
 
     rm_fetch_stage_t  stage;       /* the fetch into fbuf[!fcur] */
     uint64_t          f_first, f_count;
-    remora_request_h  f_req[2];
+    remora_request_h  f_req[4];    /* slots (or stamps), and a GPU ring's element data */
+    uint8_t          *f_stamps;    /* a GPU ring's stamps for the fetch in flight */
+    char              data_name[REMORA_NAME_MAX + 8]; /* a GPU ring's "NAME#data" */
     uint8_t           f_hdr[RM_RING_HDR_LEN];
     rm_op_t          *wait_op;     /* a RING_WAIT awaiting its answer */
 
@@ -168,29 +170,65 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
 
 /* ------------------------------------------------------------ fetches */
 
-static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t count)
+/* Bytes from one element to the next in the fetch buffers. */
+static size_t sub_pitch(const remora_sub_h sub)
 {
-    const rm_ring_shape_t *s = &sub->shape;
-    uint64_t slot = first % s->capacity, n1 = s->capacity - slot;
-    remora_status_t st;
+    return sub->shape.data_stride ? sub->shape.data_stride : sub->shape.stride;
+}
 
-    if (sub->fbuf[!sub->fcur] == NULL &&
-        (sub->fbuf[!sub->fcur] = malloc(sub->batch_max * s->stride)) == NULL)
-        return REMORA_ERR_NO_MEMORY;
-    uint8_t *buf = sub->fbuf[!sub->fcur];
+/* Read count slots' worth of `unit` bytes each, from slot `slot` on, wrapping:
+ * one or two reads of region name at base, into dst; requests go to req[0..1]. */
+static remora_status_t read_slots(remora_sub_h sub, const char *name, uint64_t base,
+                                  uint64_t unit, uint64_t slot, uint64_t count, uint8_t *dst,
+                                  remora_request_h req[2])
+{
+    uint64_t n1 = sub->shape.capacity - slot;
+    remora_status_t st;
 
     if (n1 > count)
         n1 = count;
-    sub->f_req[0] = sub->f_req[1] = NULL;
-    st = remora_client_read_nb(sub->client, sub->name, RM_RING_HDR_LEN + slot * s->stride, buf,
-                               n1 * s->stride, &sub->f_req[0]);
+    st = remora_client_read_nb(sub->client, name, base + slot * unit, dst, n1 * unit, &req[0]);
     if (st == REMORA_OK && count > n1) /* the batch wraps: the rest from slot 0 */
-        st = remora_client_read_nb(sub->client, sub->name, RM_RING_HDR_LEN,
-                                   buf + n1 * s->stride, (count - n1) * s->stride,
-                                   &sub->f_req[1]);
+        st = remora_client_read_nb(sub->client, name, base, dst + n1 * unit,
+                                   (count - n1) * unit, &req[1]);
+    return st;
+}
+
+static void fetch_cancel(remora_sub_h sub)
+{
+    for (int i = 0; i < 4; i++) {
+        remora_request_release(sub->f_req[i]);
+        sub->f_req[i] = NULL;
+    }
+    sub->stage = FETCH_IDLE;
+}
+
+static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t count)
+{
+    const rm_ring_shape_t *s = &sub->shape;
+    uint64_t slot = first % s->capacity;
+    remora_status_t st;
+
+    if (sub->fbuf[!sub->fcur] == NULL &&
+        (sub->fbuf[!sub->fcur] = malloc(sub->batch_max * sub_pitch(sub))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    if (s->data_stride && sub->f_stamps == NULL &&
+        (sub->f_stamps = malloc(sub->batch_max * RM_RING_STAMP_LEN)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    uint8_t *buf = sub->fbuf[!sub->fcur];
+
+    memset(sub->f_req, 0, sizeof(sub->f_req));
+    if (s->data_stride == 0) { /* stamps and elements together, in the slots */
+        st = read_slots(sub, sub->name, RM_RING_HDR_LEN, s->stride, slot, count, buf, sub->f_req);
+    } else { /* a GPU ring: stamps from its control block, elements from NAME#data */
+        st = read_slots(sub, sub->name, RM_RING_HDR_LEN, RM_RING_STAMP_LEN, slot, count,
+                        sub->f_stamps, sub->f_req);
+        if (st == REMORA_OK)
+            st = read_slots(sub, sub->data_name, 0, s->data_stride, slot, count, buf,
+                            sub->f_req + 2);
+    }
     if (st != REMORA_OK) {
-        remora_request_release(sub->f_req[0]);
-        sub->f_req[0] = NULL;
+        fetch_cancel(sub);
         return st;
     }
     sub->f_first = first;
@@ -199,19 +237,10 @@ static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t co
     return REMORA_OK;
 }
 
-static void fetch_cancel(remora_sub_h sub)
-{
-    for (int i = 0; i < 2; i++) {
-        remora_request_release(sub->f_req[i]);
-        sub->f_req[i] = NULL;
-    }
-    sub->stage = FETCH_IDLE;
-}
-
 /* Wait for the fetch's requests; TIMED_OUT leaves them in flight. */
 static remora_status_t fetch_wait(remora_sub_h sub, uint64_t deadline)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         if (sub->f_req[i] == NULL)
             continue;
         remora_status_t st = remora_request_wait(sub->f_req[i], ms_left(deadline));
@@ -251,13 +280,16 @@ static remora_status_t fetch_validate(remora_sub_h sub)
         sub->known_head = now.head;
     if (now.claimed > s->capacity && now.claimed - s->capacity > lo)
         lo = now.claimed - s->capacity < end ? now.claimed - s->capacity : end;
+    const uint8_t *stamps = s->data_stride ? sub->f_stamps : buf;
+    size_t stamp_pitch    = s->data_stride ? RM_RING_STAMP_LEN : s->stride;
     for (uint64_t seq = lo; seq < end; seq++) /* belt and braces: the stamps agree */
-        if (rm_ring_get64(buf + (seq - sub->f_first) * s->stride) != rm_ring_stamp_done(seq))
+        if (rm_ring_get64(stamps + (seq - sub->f_first) * stamp_pitch) != rm_ring_stamp_done(seq))
             lo = seq + 1;
     batch_adapt(sub, sub->f_count, end - lo);
     sub->fcur = !sub->fcur;
-    sub->cur  = (rm_batch_t){.data  = buf + (lo - sub->f_first) * s->stride + RM_RING_STAMP_LEN,
-                             .pitch = s->stride, .first = lo, .count = end - lo};
+    size_t skip = s->data_stride ? 0 : RM_RING_STAMP_LEN;
+    sub->cur  = (rm_batch_t){.data  = buf + (lo - sub->f_first) * sub_pitch(sub) + skip,
+                             .pitch = sub_pitch(sub), .first = lo, .count = end - lo};
     return REMORA_OK;
 }
 
@@ -388,10 +420,10 @@ static remora_status_t sub_copy_out(remora_sub_h sub, void *buf, const void *ele
         return REMORA_ERR_UNSUPPORTED;
     for (int i = 0; i < 2 && !sub->pinned; i++)
         if (sub->fbuf[i] == NULL)
-            sub->fbuf[i] = malloc(sub->batch_max * sub->shape.stride);
+            sub->fbuf[i] = malloc(sub->batch_max * sub_pitch(sub));
     if (!sub->pinned && sub->fbuf[0] && sub->fbuf[1] &&
-        rm_cuda_host_register(sub->fbuf[0], sub->batch_max * sub->shape.stride) == REMORA_OK) {
-        if (rm_cuda_host_register(sub->fbuf[1], sub->batch_max * sub->shape.stride) == REMORA_OK)
+        rm_cuda_host_register(sub->fbuf[0], sub->batch_max * sub_pitch(sub)) == REMORA_OK) {
+        if (rm_cuda_host_register(sub->fbuf[1], sub->batch_max * sub_pitch(sub)) == REMORA_OK)
             sub->pinned = 2;
         else
             sub->pinned = 1;
@@ -495,7 +527,7 @@ static remora_status_t sub_apply_params(remora_sub_h sub, const remora_sub_param
     }
     if (p && (p->field_mask & REMORA_SUB_FIELD_BATCH_BYTES))
         batch = p->batch_bytes;
-    sub->batch_max = batch / sub->shape.stride;
+    sub->batch_max = batch / sub_pitch(sub);
     if (sub->batch_max == 0)
         sub->batch_max = 1;
     if (sub->batch_max > sub->shape.capacity)
@@ -522,6 +554,7 @@ remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
         return REMORA_ERR_NO_MEMORY;
     sub->client = c;
     snprintf(sub->name, sizeof(sub->name), "%s", name);
+    snprintf(sub->data_name, sizeof(sub->data_name), "%s%s", name, RM_RING_DATA_SUFFIX);
     if ((st = ring_header(c, name, &sub->region_size, &sub->shape)) != REMORA_OK ||
         (st = sub_apply_params(sub, params)) != REMORA_OK)
         goto err;
@@ -560,6 +593,7 @@ void remora_sub_destroy(remora_sub_h sub)
         rm_engine_unlock(sub->client->ctx);
     }
     free(sub->inline_body);
+    free(sub->f_stamps);
     for (int i = 0; i < sub->pinned; i++)
         rm_cuda_host_unregister(sub->fbuf[i]);
     free(sub->fbuf[0]);

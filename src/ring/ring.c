@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem/cuda.h"
 #include "mem/mem.h"
 #include "util/log.h"
 
@@ -35,7 +36,8 @@ uint64_t rm_ring_bytes(uint64_t elem_size, uint64_t capacity)
     return RM_RING_HDR_LEN + capacity * stride;
 }
 
-void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t first)
+void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t first,
+                      int separate)
 {
     uint8_t *h = hdr;
 
@@ -45,10 +47,11 @@ void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t
     h[RM_RING_OFF_HDRLEN]      = RM_RING_HDR_LEN;
     put64(h + RM_RING_OFF_ELEM, elem_size);
     put64(h + RM_RING_OFF_CAP, capacity);
-    put64(h + RM_RING_OFF_STRIDE, rm_ring_stride(elem_size));
+    put64(h + RM_RING_OFF_STRIDE, separate ? RM_RING_STAMP_LEN : rm_ring_stride(elem_size));
     put64(h + RM_RING_OFF_HEAD, first);
     put64(h + RM_RING_OFF_CLAIMED, first);
     put64(h + RM_RING_OFF_FIRST, first);
+    put64(h + RM_RING_OFF_DATA, separate ? rm_ring_stride(elem_size) - RM_RING_STAMP_LEN : 0);
 }
 
 static int hdr_parse(const void *hdr, size_t len, uint64_t avail, int live, rm_ring_shape_t *s)
@@ -65,8 +68,16 @@ static int hdr_parse(const void *hdr, size_t len, uint64_t avail, int live, rm_r
     s->head      = rm_ring_get64(h + RM_RING_OFF_HEAD);
     s->claimed   = rm_ring_get64(h + RM_RING_OFF_CLAIMED);
     s->first     = rm_ring_get64(h + RM_RING_OFF_FIRST);
+    s->data_stride = rm_ring_get64(h + RM_RING_OFF_DATA);
     uint64_t bytes = rm_ring_bytes(s->elem_size, s->capacity);
-    if (bytes == 0 || bytes > avail || s->stride != rm_ring_stride(s->elem_size))
+    if (bytes == 0)
+        return -1;
+    if (s->data_stride == 0 && (bytes > avail || s->stride != rm_ring_stride(s->elem_size)))
+        return -1;
+    /* A separate data block: slots are bare stamps, elements 8-aligned apart. */
+    if (s->data_stride != 0 &&
+        (s->data_stride != rm_ring_stride(s->elem_size) - RM_RING_STAMP_LEN ||
+         s->stride != RM_RING_STAMP_LEN || rm_ring_ctrl_bytes(s->capacity) > avail))
         return -1;
     /* Sequences stay far from wrapping (2^62 elements), so 2s+2 stamps never
      * overflow. */
@@ -93,11 +104,17 @@ int rm_ring_hdr_parse_live(const void *hdr, size_t len, uint64_t avail, rm_ring_
 
 /* ------------------------------------------------------------ lifetime */
 
+/* gpu >= 0: the elements live in memory of that GPU, the control block stays
+ * in host memory (the seqlock needs CPU atomics on the stamps). */
 static remora_status_t ring_alloc(remora_context_h ctx, uint64_t elem_size, uint64_t capacity,
-                                  uint64_t first, remora_ring_h *ring_p)
+                                  uint64_t first, int gpu, remora_ring_h *ring_p)
 {
     uint64_t bytes = rm_ring_bytes(elem_size, capacity);
-    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = bytes};
+    uint64_t ctrl  = gpu >= 0 ? rm_ring_ctrl_bytes(capacity) : bytes;
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = ctrl};
+    remora_mem_params_t dp = {.field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE |
+                                            REMORA_MEM_FIELD_DEVICE,
+                              .length = bytes - ctrl, .type = REMORA_MEM_CUDA, .device = gpu};
     remora_ring_h r;
     remora_status_t st;
 
@@ -105,16 +122,19 @@ static remora_status_t ring_alloc(remora_context_h ctx, uint64_t elem_size, uint
         return REMORA_ERR_INVALID_PARAM;
     if ((r = calloc(1, sizeof(*r))) == NULL)
         return REMORA_ERR_NO_MEMORY;
-    if ((st = remora_mem_create(ctx, &mp, &r->mem)) != REMORA_OK) {
+    if ((st = remora_mem_create(ctx, &mp, &r->mem)) != REMORA_OK ||
+        (gpu >= 0 && (st = remora_mem_create(ctx, &dp, &r->data_mem)) != REMORA_OK)) {
+        remora_mem_destroy(r->mem);
         free(r);
         return st;
     }
     r->ctx         = ctx;
     r->base        = remora_mem_address(r->mem);
+    r->data        = r->data_mem ? remora_mem_address(r->data_mem) : NULL;
     r->hdr_head    = (_Atomic uint64_t *)(void *)(r->base + RM_RING_OFF_HEAD);
     r->hdr_claimed = (_Atomic uint64_t *)(void *)(r->base + RM_RING_OFF_CLAIMED);
-    rm_ring_hdr_init(r->base, elem_size, capacity, first);
-    rm_ring_hdr_parse(r->base, RM_RING_HDR_LEN, bytes, &r->shape);
+    rm_ring_hdr_init(r->base, elem_size, capacity, first, gpu >= 0);
+    rm_ring_hdr_parse(r->base, RM_RING_HDR_LEN, ctrl, &r->shape);
     r->head = first;
     for (uint64_t i = 0; i < capacity; i++) /* the memory's content is undefined */
         atomic_init(rm_ring_stamp(r, i), 0);
@@ -127,10 +147,17 @@ remora_status_t remora_ring_create(remora_context_h ctx, const remora_ring_param
                                    remora_ring_h *ring_p)
 {
     uint64_t need = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY;
+    int gpu = -1;
 
     if (p == NULL || (p->field_mask & need) != need)
         return REMORA_ERR_INVALID_PARAM;
-    return ring_alloc(ctx, p->elem_size, p->capacity, 0, ring_p);
+    if ((p->field_mask & REMORA_RING_FIELD_MEM_TYPE) && p->mem_type == REMORA_MEM_CUDA)
+        gpu = (p->field_mask & REMORA_RING_FIELD_DEVICE) ? p->device : 0;
+    else if ((p->field_mask & REMORA_RING_FIELD_MEM_TYPE) && p->mem_type != REMORA_MEM_HOST)
+        return REMORA_ERR_INVALID_PARAM;
+    if (gpu < -1)
+        return REMORA_ERR_INVALID_PARAM;
+    return ring_alloc(ctx, p->elem_size, p->capacity, 0, gpu, ring_p);
 }
 
 void remora_ring_destroy(remora_ring_h r)
@@ -139,6 +166,7 @@ void remora_ring_destroy(remora_ring_h r)
         return;
     if (r->server)
         remora_server_unexpose(r->server, r->name);
+    remora_mem_destroy(r->data_mem);
     remora_mem_destroy(r->mem);
     free(r);
 }
@@ -147,7 +175,17 @@ void remora_ring_destroy(remora_ring_h r)
 
 static uint8_t *slot_data(remora_ring_h r, uint64_t seq)
 {
-    return r->base + rm_ring_slot_offset(&r->shape, seq) + RM_RING_STAMP_LEN;
+    return (r->data ? r->data : r->base) + rm_ring_data_offset(&r->shape, seq);
+}
+
+/* Element bytes in or out: a CUDA copy when either side is GPU memory. */
+static int elem_copy(remora_ring_h r, void *dst, const void *src, size_t len)
+{
+    if (r->data == NULL && !rm_cuda_in_process()) {
+        memcpy(dst, src, len);
+        return 0;
+    }
+    return remora_copy(dst, src, len) == REMORA_OK ? 0 : -1;
 }
 
 /* Announce that slot seq is about to change: claimed first, so that a remote
@@ -198,10 +236,13 @@ remora_status_t remora_ring_push(remora_ring_h r, const void *elem, size_t len, 
         return REMORA_ERR_INVALID_PARAM;
     if (r->reserved)
         return REMORA_ERR_BUSY;
+    if (r->data && len != r->shape.elem_size)
+        return REMORA_ERR_INVALID_PARAM; /* GPU rings take whole elements */
     uint8_t *dst = claim(r);
-    if (len)
-        memcpy(dst, elem, len);
-    memset(dst + len, 0, r->shape.elem_size - len);
+    if (len && elem_copy(r, dst, elem, len) != 0)
+        return REMORA_ERR_TRANSPORT; /* the slot stays "being written": never read */
+    if (r->data == NULL)
+        memset(dst + len, 0, r->shape.elem_size - len);
     uint64_t seq = publish(r);
     if (seq_p)
         *seq_p = seq;
@@ -248,7 +289,8 @@ static int read_elem(remora_ring_h r, uint64_t seq, void *buf)
 
     if (atomic_load_explicit(stamp, memory_order_acquire) != want)
         return -1;
-    memcpy(buf, slot_data(r, seq), r->shape.elem_size);
+    if (elem_copy(r, buf, slot_data(r, seq), r->shape.elem_size) != 0)
+        return -1;
     atomic_thread_fence(memory_order_acquire);
     return atomic_load_explicit(stamp, memory_order_relaxed) == want ? 0 : -1;
 }
@@ -356,6 +398,10 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
         rm_info("not a ring image, or a malformed ring header");
         return REMORA_ERR_PROTOCOL;
     }
+    if (s.data_stride != 0) {
+        rm_info("the image is a GPU ring's control block alone (no elements)");
+        return REMORA_ERR_UNSUPPORTED;
+    }
     /* Elements the producer may have been overwriting when the image was
      * taken (claimed > s + capacity) are not trusted either. */
     if (s.claimed > s.capacity && s.claimed - s.capacity > min_valid)
@@ -363,7 +409,7 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
     uint64_t lo = rm_ring_oldest_seq(&s);
     if (lo < min_valid)
         lo = min_valid < s.head ? min_valid : s.head;
-    if ((st = ring_alloc(ctx, s.elem_size, s.capacity, lo, &r)) != REMORA_OK)
+    if ((st = ring_alloc(ctx, s.elem_size, s.capacity, lo, -1, &r)) != REMORA_OK)
         return st;
     for (uint64_t seq = lo; seq < s.head; seq++) {
         uint64_t off = rm_ring_slot_offset(&s, seq);

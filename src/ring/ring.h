@@ -26,8 +26,10 @@
 
 struct remora_ring {
     remora_context_h  ctx;
-    remora_mem_h      mem;
+    remora_mem_h      mem;       /* header and slots (stamps only, for a GPU ring) */
     uint8_t          *base;
+    remora_mem_h      data_mem;  /* a GPU ring's elements; NULL otherwise */
+    uint8_t          *data;
     rm_ring_shape_t   shape;     /* elem_size, capacity, stride are fixed */
     uint64_t          head;      /* producer's copy */
     int               reserved;  /* a reserve() awaits its commit */

@@ -5,8 +5,11 @@
  *   header (RM_RING_HDR_LEN bytes, little-endian):
  *     0  u32 magic "RRNG"     4  u16 version     6  u16 header length
  *     8  u64 elem_size       16  u64 capacity   24  u64 stride
- *    32  u64 head            40  u64 claimed    48  u64 first   56  u64 0
+ *    32  u64 head            40  u64 claimed    48  u64 first   56  u64 data_stride
  *   slot i at RM_RING_HDR_LEN + i * stride: u64 stamp, elem_size bytes, padding
+ *   With data_stride != 0 (a GPU ring) the slots hold only their stamps
+ *   (stride 8) and element i lives at i * data_stride in a separate data
+ *   block (GPU memory; exposed as region "NAME#data").
  *
  * head: elements [0, head) are committed. claimed: the producer started
  * writing element claimed-1 (claimed == head or head + 1). first: the oldest
@@ -43,13 +46,18 @@ enum {
     RM_RING_OFF_STRIDE  = 24,
     RM_RING_OFF_HEAD    = 32,
     RM_RING_OFF_CLAIMED = 40,
-    RM_RING_OFF_FIRST   = 48
+    RM_RING_OFF_FIRST   = 48,
+    RM_RING_OFF_DATA    = 56
 };
+
+/* A GPU ring's data block is exposed beside its control block under NAME + this. */
+#define RM_RING_DATA_SUFFIX "#data"
 
 /* What a header says, once checked. */
 typedef struct rm_ring_shape {
     uint64_t elem_size, capacity, stride;
     uint64_t head, claimed, first;
+    uint64_t data_stride; /* 0: elements in the slots; else in a separate data block */
 } rm_ring_shape_t;
 
 static inline uint64_t rm_ring_stride(uint64_t elem_size)
@@ -71,10 +79,23 @@ static inline uint64_t rm_ring_oldest_seq(const rm_ring_shape_t *s)
     return lo > s->first ? lo : s->first;
 }
 
+/* Where element seq's bytes are: in its slot, or in the separate data block. */
+static inline uint64_t rm_ring_data_offset(const rm_ring_shape_t *s, uint64_t seq)
+{
+    return s->data_stride ? (seq % s->capacity) * s->data_stride
+                          : rm_ring_slot_offset(s, seq) + RM_RING_STAMP_LEN;
+}
+
 /* Bytes a ring of this shape occupies; 0 when the shape is out of bounds. */
 uint64_t rm_ring_bytes(uint64_t elem_size, uint64_t capacity);
-/* Write a fresh header (head = claimed = first). */
-void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t first);
+/* The control block (header and stamps) of a ring with a separate data block. */
+static inline uint64_t rm_ring_ctrl_bytes(uint64_t capacity)
+{
+    return RM_RING_HDR_LEN + capacity * RM_RING_STAMP_LEN;
+}
+/* Write a fresh header (head = claimed = first); separate: a GPU ring's. */
+void rm_ring_hdr_init(void *hdr, uint64_t elem_size, uint64_t capacity, uint64_t first,
+                      int separate);
 /*
  * Check a header copied from somewhere untrusted (a peer, a file): magic,
  * version, bounds, stride, counters in order, and that the ring fits in

@@ -77,6 +77,14 @@ remora_status_t remora_server_unexpose(remora_server_h server, const char *name)
     abort(); /* a ring made here is never exposed */
 }
 
+/* Rings made here are host rings and no CUDA driver is loaded. */
+int rm_cuda_in_process(void) { return 0; }
+remora_status_t remora_copy(void *dst, const void *src, size_t len)
+{
+    memcpy(dst, src, len);
+    return REMORA_OK;
+}
+
 /* Nobody waits on a ring made here: no engine call is ever reached. */
 void rm_engine_signal(remora_context_h ctx, rm_signal_t *sig) { abort(); }
 void rm_engine_lock(remora_context_h ctx) { abort(); }
@@ -430,7 +438,14 @@ static int spec_ring_valid(const uint8_t *in, size_t n, uint64_t avail)
         return 0;
     unsigned __int128 want_stride = 8 + ((unsigned __int128)elem + 7) / 8 * 8;
     unsigned __int128 bytes       = 64 + (unsigned __int128)cap * want_stride;
-    if (stride != want_stride || bytes > avail)
+    uint64_t data_stride          = le64(in + 56);
+    if (bytes > UINT64_MAX)
+        return 0;
+    if (data_stride == 0 && (stride != want_stride || bytes > avail))
+        return 0;
+    /* A GPU ring's control block: bare stamps, elements in a separate block. */
+    if (data_stride != 0 && (data_stride != want_stride - 8 || stride != 8 ||
+                             64 + (unsigned __int128)cap * 8 > avail))
         return 0;
     return first <= head && head <= claimed && claimed <= head + 1 && claimed < (1ull << 62);
 }
@@ -462,16 +477,23 @@ static void check_ring_shape(const rm_ring_shape_t *s, const uint8_t *in, uint64
           s->first == le64(in + 48));
     CHECK(s->elem_size >= 1 && s->elem_size <= RM_RING_ELEM_MAX);
     CHECK(s->capacity >= 1 && s->capacity <= RM_RING_CAP_MAX);
+    CHECK(s->data_stride == le64(in + 56));
+    CHECK(s->first <= s->head && s->head <= s->claimed);
+    uint64_t lo = rm_ring_oldest_seq(s);
+    CHECK(lo >= s->first && lo <= s->head && s->head - lo <= s->capacity);
+    if (s->data_stride) { /* a GPU ring's control block: bare stamps */
+        CHECK(s->stride == RM_RING_STAMP_LEN &&
+              s->data_stride == rm_ring_stride(s->elem_size) - RM_RING_STAMP_LEN);
+        CHECK(rm_ring_ctrl_bytes(s->capacity) <= avail);
+        return;
+    }
     CHECK(s->stride == rm_ring_stride(s->elem_size));
     CHECK(s->stride % 8 == 0 && s->stride >= s->elem_size + RM_RING_STAMP_LEN);
     uint64_t bytes = rm_ring_bytes(s->elem_size, s->capacity);
     CHECK(bytes != 0 && bytes <= avail);
     CHECK(bytes == RM_RING_HDR_LEN + s->capacity * s->stride);
-    CHECK(s->first <= s->head && s->head <= s->claimed);
-    if (!live) /* (live: see the report on heads >= 2^62) */
+    if (!live)
         CHECK(s->claimed <= s->head + 1 && s->claimed < (1ull << 62));
-    uint64_t lo = rm_ring_oldest_seq(s);
-    CHECK(lo >= s->first && lo <= s->head && s->head - lo <= s->capacity);
     if (s->head > lo) /* every held slot lies inside the ring */
         CHECK(rm_ring_slot_offset(s, s->head - 1) + s->stride <= bytes);
 }
@@ -518,6 +540,10 @@ static void ring_image(const uint8_t *in, size_t n, const rm_ring_shape_t *shape
 
     remora_ring_h r;
     remora_status_t st = rm_ring_from_image(ctx, in, n, 0, live, &r);
+    if (s.data_stride) { /* a GPU ring's control block carries no elements */
+        CHECK(st == REMORA_ERR_UNSUPPORTED);
+        return;
+    }
     if (st == REMORA_ERR_NO_MEMORY)
         return;
     CHECK(st == REMORA_OK);

@@ -189,6 +189,70 @@ static void test_ring_into_gpu(void **state)
     assert_int_equal(it_server_stop(&s), 0);
 }
 
+/* A ring whose elements live in GPU memory: the local API, then remote
+ * subscribers over IPC and over staging, into host and GPU buffers. */
+static void test_gpu_resident_ring(void **state)
+{
+    remora_context_h ctx;
+    remora_ring_h ring;
+    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE |
+                                             REMORA_RING_FIELD_CAPACITY |
+                                             REMORA_RING_FIELD_MEM_TYPE | REMORA_RING_FIELD_DEVICE,
+                               .elem_size = 4096, .capacity = 8, .mem_type = REMORA_MEM_CUDA};
+    uint8_t in[4096], out[4096];
+    uint64_t seq;
+    (void)state;
+
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    it_assert_ok(remora_ring_create(ctx, &rp, &ring));
+    for (uint64_t i = 0; i < 12; i++) {
+        remora_frame_seal(in, sizeof(in), i, 7, remora_frame_payload(in, sizeof(in), i, NULL));
+        it_assert_ok(remora_ring_push(ring, in, sizeof(in), &seq));
+        assert_int_equal(seq, i);
+    }
+    it_assert_status(remora_ring_push(ring, in, 100, NULL), REMORA_ERR_INVALID_PARAM);
+    it_assert_ok(remora_ring_get(ring, 9, out, sizeof(out)));
+    assert_int_equal(remora_frame_check(out, sizeof(out), 9), REMORA_FRAME_OK);
+    it_assert_status(remora_ring_get(ring, 3, out, sizeof(out)), REMORA_ERR_OUT_OF_RANGE);
+    it_assert_ok(remora_ring_newest(ring, out, sizeof(out), &seq));
+    assert_int_equal(seq, 11);
+    remora_ring_destroy(ring);
+    remora_context_destroy(ctx);
+
+    /* Remote: the producer's ring elements sit on GPU 0. */
+    it_server_t s;
+    it_must_start(&s, "stream", "serve", "--ring", "g=1Mx16", "--rate", "500", "--gpu", "0", NULL);
+    remora_path_t paths[] = {REMORA_PATH_AUTO, REMORA_PATH_STAGING};
+    for (int p = 0; p < 2; p++) {
+        remora_client_params_t cp = {.field_mask = REMORA_CLIENT_FIELD_PATH, .path = paths[p]};
+        it_client_t c;
+        remora_sub_h sub;
+        remora_elem_info_t info;
+        remora_region_info_t ri;
+        buf_t g;
+        uint8_t *host = malloc(1 << 20);
+
+        it_assert_ok(it_client_open(&c, s.addr, &cp));
+        it_assert_ok(remora_client_lookup(c.client, "g#data", &ri)); /* the elements' region */
+        assert_int_equal(ri.mem_type, REMORA_MEM_CUDA);
+        it_assert_ok(remora_client_subscribe(c.client, "g", NULL, &sub));
+        buf_alloc(&g, c.ctx, 0, 1 << 20);
+        for (int i = 0; i < 100; i++) {
+            void *dst = (i & 1) ? g.p : host; /* into GPU and host memory alike */
+            it_assert_ok(remora_sub_next(sub, dst, 1 << 20, &info, 5000));
+            it_assert_ok(remora_copy(host, dst, 1 << 20));
+            assert_int_equal(remora_frame_check(host, 1 << 20, info.seq), REMORA_FRAME_OK);
+        }
+        remora_ring_h copy;
+        it_assert_status(remora_client_clone_ring(c.client, "g", &copy), REMORA_ERR_UNSUPPORTED);
+        remora_sub_destroy(sub);
+        buf_free(&g);
+        free(host);
+        it_client_close(&c);
+    }
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
 /* The region is replaced while the client holds its IPC mapping: the next
  * reads see the new memory (new size, new handle), not the old. */
 static void test_replaced_under_ipc(void **state)
@@ -291,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_two_gpus),
         /* No reaping teardowns: the group's servers must live on. */
         cmocka_unit_test(test_ring_into_gpu),
+        cmocka_unit_test(test_gpu_resident_ring),
         cmocka_unit_test(test_replaced_under_ipc),
         cmocka_unit_test(test_server_killed_mid_copy),
     };

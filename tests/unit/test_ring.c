@@ -258,7 +258,7 @@ static void test_hdr_init_parse_round_trip(void **state)
         uint64_t bytes = rm_ring_bytes(cases[i].elem, cases[i].cap);
 
         memset(h, 0xcc, sizeof(h));
-        rm_ring_hdr_init(h, cases[i].elem, cases[i].cap, cases[i].first);
+        rm_ring_hdr_init(h, cases[i].elem, cases[i].cap, cases[i].first, 0);
         assert_int_equal(h[RM_RING_HDR_LEN], 0xcc); /* writes exactly 64 bytes */
         memset(&s, 0xa5, sizeof(s));
         assert_int_equal(parse_exact(h, RM_RING_HDR_LEN, bytes, &s), 0);
@@ -293,7 +293,7 @@ static void test_hdr_layout_literal(void **state)
     uint8_t h[64];
 
     memset(h, 0x77, sizeof(h));
-    rm_ring_hdr_init(h, 13, 3, 0x0102030405060708ull);
+    rm_ring_hdr_init(h, 13, 3, 0x0102030405060708ull, 0);
     assert_memory_equal(h, expect, 64);
     assert_int_equal(RM_RING_MAGIC, le_get64((const uint8_t[8]){'R', 'R', 'N', 'G'}));
     assert_int_equal(rm_ring_get64(expect + 32), 0x0102030405060708ull);
@@ -442,10 +442,20 @@ static void test_hdr_parse_rejects(void **state)
     hand_hdr(h, elem, cap, 24, UINT64_MAX, UINT64_MAX, UINT64_MAX);
     REJECT(64, bytes);
 
-    /* The reserved trailing word is not checked (only stated as 0). */
+    /* The last word, data_stride: 0 (elements in the slots), or the element
+     * pitch of a separate data block (a GPU ring), whose slots are bare stamps. */
     memcpy(h, good, 64);
     le_put64(h + 56, 0xdeadbeef);
-    ACCEPT(64, bytes);
+    REJECT(64, bytes);
+    hand_hdr(h, elem, cap, 8, 10, 10, 4);
+    le_put64(h + 56, (elem + 7) / 8 * 8);
+    ACCEPT(64, 64 + 8 * cap); /* the control block alone */
+    REJECT(64, 64 + 8 * cap - 1);
+    le_put64(h + 56, (elem + 7) / 8 * 8 + 8); /* wrong pitch */
+    REJECT(64, bytes);
+    hand_hdr(h, elem, cap, 24, 10, 10, 4); /* slots must be bare stamps */
+    le_put64(h + 56, (elem + 7) / 8 * 8);
+    REJECT(64, bytes);
 #undef REJECT
 #undef ACCEPT
 }
