@@ -89,6 +89,7 @@ typedef struct cli_stream_serve_opts {
     uint8_t         *src;
     size_t           src_count, src_elem;
     atomic_int       stop;
+    atomic_int       failed;    /* a producer gave up: serve exits non-zero */
 } cli_stream_serve_opts_t;
 
 /* NAME=ELEMSIZExCOUNT, e.g. "frames=1Mx64". */
@@ -257,8 +258,13 @@ static void *cli_producer_main(void *arg)
     double next = cli_now(), period = o->rate > 0 ? 1.0 / o->rate : 0;
     uint64_t *sums = o->fixed && o->gpu < 0 ? calloc(cap, sizeof(*sums)) : NULL;
     uint8_t *frame = o->gpu >= 0 ? malloc(es) : NULL; /* GPU ring: built here, then pushed */
+    remora_status_t st = REMORA_OK;
 
-    for (uint64_t n = 0; !atomic_load_explicit(&o->stop, memory_order_relaxed); n++) {
+    if (o->gpu >= 0 && frame == NULL)
+        st = REMORA_ERR_NO_MEMORY;
+
+    for (uint64_t n = 0; st == REMORA_OK && !atomic_load_explicit(&o->stop, memory_order_relaxed);
+         n++) {
         void *slot = frame;
         uint64_t seq = remora_ring_head(ring);
 
@@ -267,13 +273,17 @@ static void *cli_producer_main(void *arg)
             if (next > cli_now() + 1e-4)
                 cli_sleep_until(next);
         }
-        if (frame == NULL && remora_ring_reserve(ring, &slot) != REMORA_OK)
+        if (frame == NULL && (st = remora_ring_reserve(ring, &slot)) != REMORA_OK)
             break;
         uint64_t partial = cli_produce_payload(o, slot, es, seq, n, sums, cap);
         remora_frame_seal(slot, es, seq, cli_realtime_ns(), partial);
-        if (frame == NULL ? remora_ring_commit(ring, NULL) != REMORA_OK
-                          : remora_ring_push(ring, frame, es, NULL) != REMORA_OK)
-            break;
+        st = frame == NULL ? remora_ring_commit(ring, NULL) : remora_ring_push(ring, frame, es, NULL);
+    }
+    if (st != REMORA_OK) { /* no silent dead producer behind a live server */
+        cli_stream_log("serve", "ring %s: producer stopped: %s", p->r->name,
+                       remora_status_string(st));
+        atomic_store(&o->failed, 1);
+        kill(getpid(), SIGTERM);
     }
     free(frame);
     free(sums);
@@ -384,6 +394,8 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     while (sigwaitinfo(&signals, &info) < 0) {
     }
     cli_stream_log("serve", "got %s, shutting down", info.si_signo == SIGINT ? "SIGINT" : "SIGTERM");
+    if (atomic_load(&o.failed))
+        rc = CLI_EXIT_RUNTIME;
 out:
     cli_stop_rings(&o);
     remora_server_destroy(server);
@@ -589,6 +601,8 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     double idle_max = (o->client.timeout_ms > 0 ? o->client.timeout_ms : REMORA_DEFAULT_TIMEOUT_MS) / 1e3;
     while ((o->count == 0 || st->elements < o->count) && cli_now() < deadline) {
         double left = deadline - cli_now();
+        if (left < 0)
+            left = 0;
         /* Zero-copy: the frame is only looked at, in the subscription's buffer. */
         rs = cli_stream_next(sub, o, &gpu, host, &elem, &info,
                              left < 0.2 ? (int)(left * 1e3) + 1 : 200);
@@ -642,7 +656,7 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
     if (st.elements || rc == 0)
         cli_stream_summary(&st, &o);
     cli_session_close(&s);
-    if (rc == 0 && (st.torn || st.corrupt)) {
+    if (st.torn || st.corrupt) { /* a bad frame outranks how the stream ended */
         cli_error("stream read", target, REMORA_OK, "%llu torn, %llu corrupt elements",
                   (unsigned long long)st.torn, (unsigned long long)st.corrupt);
         rc = CLI_EXIT_MISMATCH;
@@ -679,9 +693,14 @@ static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
     }
     remora_mem_h mem = remora_ring_mem(ring);
     FILE *f = fopen(file, "wb");
-    if (f == NULL || fwrite(remora_mem_address(mem), 1, remora_mem_length(mem), f) !=
-                         remora_mem_length(mem) || fclose(f) != 0) {
+    bool ok = f != NULL &&
+              fwrite(remora_mem_address(mem), 1, remora_mem_length(mem), f) == remora_mem_length(mem);
+    if (f != NULL && fclose(f) != 0)
+        ok = false;
+    if (!ok) {
         rc = cli_error("stream clone", file, REMORA_ERR_IO, "cannot write: %s", strerror(errno));
+        if (f != NULL)
+            unlink(file); /* no partial image left behind */
     } else {
         printf("cloned %s: %zu x %zu bytes, head %llu, into %s\n", target,
                remora_ring_capacity(ring), remora_ring_elem_size(ring),
@@ -745,7 +764,7 @@ static const cli_command_t cli_stream_read_cmd = {
 static const cli_command_t cli_stream_clone_cmd = {
     .name  = "stream clone",
     .usage =
-        "usage: remora stream clone HOST:PORT/NAME FILE [CLIENT OPTIONS]\n"
+        "usage: remora stream clone [CLIENT OPTIONS] HOST:PORT/NAME FILE\n"
         "\n"
         "Copy a remote ring's current state into a ring image file (docs/ring.md),\n"
         "usable as 'remora stream serve --source FILE'.\n" CLI_CLIENT_HELP,

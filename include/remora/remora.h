@@ -604,7 +604,9 @@ REMORA_API remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t l
 REMORA_API remora_status_t remora_sub_next_ref(remora_sub_h sub, const void **elem_p,
                                                remora_elem_info_t *info, int timeout_ms);
 REMORA_API size_t remora_sub_elem_size(remora_sub_h sub);
-/** End a subscription (joins the callback thread; call it from another thread). */
+/** End a subscription (joins the callback thread; call it from another thread).
+ *  A client may be disconnected first: its subscriptions then fail with
+ *  REMORA_ERR_CANCELED, and the client's memory goes with the last of them. */
 REMORA_API void remora_sub_destroy(remora_sub_h sub);
 
 /**

@@ -41,9 +41,12 @@ void rm_client_op_free(rm_op_t *op)
 {
     remora_client_h c = op->client;
 
+    if (op->sub_owned)
+        c->nsubops--;
     free(op->reply);
     free(op);
-    if (--c->nops == 0)
+    /* A subscription's own wait does not hold up a disconnect. */
+    if (--c->nops == c->nsubops)
         rm_engine_complete(c->ctx, &c->drained);
 }
 
@@ -852,13 +855,33 @@ void remora_client_disconnect(remora_client_h c)
     rm_client_unmap_all(c);
     rm_list_for_each_safe(pos, tmp, &c->regions)
         region_detach(c, rm_container_of(pos, rm_rregion_t, link), 0);
-    if (c->nops || !atomic_load(&c->events_idle)) {
-        rm_warn("client closed with %u operation(s) still completing; leaking it", c->nops);
+    if (c->nops != c->nsubops || !atomic_load(&c->events_idle)) {
+        rm_warn("client closed with %u operation(s) still completing; leaking it",
+                c->nops - c->nsubops);
         rm_engine_unlock(c->ctx);
         return;
     }
+    c->closed = 1;
+    int keep = c->nsubs > 0; /* the last subscription destroyed frees it */
     rm_engine_unlock(c->ctx);
-    client_free(c);
+    if (!keep)
+        client_free(c);
+}
+
+void rm_client_sub_attach(remora_client_h c)
+{
+    rm_engine_lock(c->ctx);
+    c->nsubs++;
+    rm_engine_unlock(c->ctx);
+}
+
+void rm_client_sub_detach(remora_client_h c)
+{
+    rm_engine_lock(c->ctx);
+    int last = --c->nsubs == 0 && c->closed && c->nops == 0;
+    rm_engine_unlock(c->ctx);
+    if (last)
+        client_free(c);
 }
 
 remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **infos_p,

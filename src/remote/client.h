@@ -83,6 +83,9 @@ struct remora_client {
     rm_list_t         maps;        /* rm_map_t */
     int               disconnected;
     remora_status_t   disc_status;
+    unsigned          nsubs;       /* subscriptions (sub.c) still alive */
+    unsigned          nsubops;     /* of nops: RING_WAITs subscriptions own and free */
+    int               closed;      /* disconnected by the user; freed with the last sub */
 
     rm_list_t         events;      /* rm_event_item_t waiting for the progress thread */
     rm_deferred_t     event_task;
@@ -102,6 +105,7 @@ struct rm_op {
     remora_status_t  status;
     atomic_int       done;       /* control ops: set when finished */
     rm_hdr_t         reply_hdr;  /* control ops: the reply's header */
+    int              sub_owned;  /* a subscription's RING_WAIT: its owner frees it */
     void            *reply;      /* control ops: reply body copy */
     size_t           reply_len;
     remora_request_h req;        /* data ops: the request this chunk belongs to */
@@ -140,6 +144,10 @@ void     rm_client_op_abandon(rm_op_t *op);
 void     rm_client_region_put(remora_client_h c, rm_rregion_t *r);
 /* Look the region up (cached unless stale); returns with the lock held on success. */
 remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p);
+/* Subscriptions hold the client: the user's disconnect frees it only once the
+ * last of them is destroyed (lock not held). */
+void rm_client_sub_attach(remora_client_h c);
+void rm_client_sub_detach(remora_client_h c);
 /* Give up on the connection (without the lock): pending ops fail with op_status,
  * later calls with REMORA_ERR_DISCONNECTED. */
 void rm_client_abort(remora_client_h c, remora_status_t op_status);

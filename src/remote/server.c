@@ -941,7 +941,7 @@ static remora_status_t region_window(remora_mem_h mem, const remora_region_param
 
 remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,
                                      size_t offset, size_t length, unsigned flags,
-                                     remora_ring_h ring)
+                                     remora_ring_h ring, int ring_data)
 {
     rm_region_t *r = calloc(1, sizeof(*r));
 
@@ -953,6 +953,7 @@ remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora
     r->length     = length;
     r->flags      = flags;
     r->ring       = ring;
+    r->ring_data  = ring_data;
     r->generation = 1;
     rm_engine_lock(s->ctx);
     if (region_by_name(s, name) != NULL) {
@@ -978,7 +979,7 @@ remora_status_t remora_server_expose(remora_server_h s, const char *name, remora
         return REMORA_ERR_INVALID_PARAM;
     if ((st = region_window(mem, params, 0, &off, &len, &flags)) != REMORA_OK)
         return st;
-    return rm_server_region_add(s, name, mem, off, len, flags, NULL);
+    return rm_server_region_add(s, name, mem, off, len, flags, NULL, 0);
 }
 
 remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,
@@ -996,7 +997,7 @@ remora_status_t remora_server_replace(remora_server_h s, const char *name, remor
         st = REMORA_ERR_NOT_FOUND;
         goto out;
     }
-    if (r->ring) { /* a ring's memory is the ring: replace the ring, not its memory */
+    if (r->ring || r->ring_data) { /* a ring's memory is the ring: not replaceable */
         st = REMORA_ERR_INVALID_PARAM;
         goto out;
     }
@@ -1041,7 +1042,9 @@ remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
     if (s == NULL || name == NULL)
         return REMORA_ERR_INVALID_PARAM;
     rm_engine_lock(s->ctx);
-    st = rm_server_region_drop(s, name);
+    rm_region_t *r = region_by_name(s, name);
+    /* A GPU ring's elements go when the ring goes, not on their own. */
+    st = r && r->ring_data ? REMORA_ERR_INVALID_PARAM : rm_server_region_drop(s, name);
     rm_engine_unlock(s->ctx);
     return st;
 }

@@ -18,6 +18,7 @@ typedef struct rm_region {
     unsigned     flags;
     uint64_t     generation;
     remora_ring_h ring;      /* a ring's memory; NULL for plain regions */
+    int          ring_data;  /* a GPU ring's elements: it comes and goes with its ring */
 } rm_region_t;
 
 typedef struct rm_retired {
@@ -83,7 +84,7 @@ rm_region_t    *rm_server_region_by_id(remora_server_h s, uint32_t id);
 /* Add a region over [offset, offset+length) of mem (lock not held). */
 remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,
                                      size_t offset, size_t length, unsigned flags,
-                                     remora_ring_h ring);
+                                     remora_ring_h ring, int ring_data);
 
 /* Remove a region by name (lock held). */
 remora_status_t rm_server_region_drop(remora_server_h s, const char *name);

@@ -88,6 +88,8 @@ static void ring_fire(remora_server_h s, remora_ring_h ring)
     rm_list_t *pos, *tmp;
     rm_ring_shape_t now;
 
+    /* Pairs with the producer's store of head then load of armed. */
+    atomic_thread_fence(memory_order_seq_cst);
     rm_ring_snapshot(ring, &now);
     rm_list_for_each_safe(pos, tmp, &s->waits) {
         rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
@@ -103,6 +105,22 @@ static void ring_signaled(rm_signal_t *sig)
     remora_ring_h ring = rm_container_of(sig, struct remora_ring, sig);
     if (ring->server)
         ring_fire(ring->server, ring);
+}
+
+/* A connection at its limit of waits: answer (CANCELED) and drop its oldest. */
+static void evict_oldest_wait(rm_conn_t *c)
+{
+    rm_list_t *pos, *tmp;
+
+    rm_list_for_each_safe(pos, tmp, &c->server->waits) {
+        rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
+        if (w->conn != c)
+            continue;
+        rm_hdr_t req = {.req_id = w->req_id, .region_id = w->region->id};
+        notify_error(c, &req, REMORA_ERR_CANCELED);
+        wait_free(w);
+        return;
+    }
 }
 
 void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
@@ -121,8 +139,10 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
         notify(c, r, hdr->req_id, hdr->offset, hdr->kind, inline_max, &now);
         return;
     }
-    if (c->nwaits >= RM_RING_WAITS_MAX || (w = calloc(1, sizeof(*w))) == NULL) {
-        notify_error(c, hdr, REMORA_ERR_BUSY);
+    if (c->nwaits >= RM_RING_WAITS_MAX)
+        evict_oldest_wait(c); /* most likely a subscription long gone */
+    if ((w = calloc(1, sizeof(*w))) == NULL) {
+        notify_error(c, hdr, REMORA_ERR_NO_MEMORY);
         return;
     }
     w->conn       = c;
@@ -193,28 +213,37 @@ remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
         return REMORA_ERR_BUSY;
     }
     ring->server = s; /* claimed; undone below on failure */
+    snprintf(ring->name, sizeof(ring->name), "%s", name);
+    ring->sig.fn = ring_signaled; /* before any subscriber can see the ring */
+    rm_engine_add_signal(s->ctx, &ring->sig);
     rm_engine_unlock(s->ctx);
 
     /* A GPU ring's elements first (a plain region), then the ring itself. */
     st = ring->data_mem ? rm_server_region_add(s, data_name, ring->data_mem, 0,
-                                               remora_mem_length(ring->data_mem), 0, NULL)
+                                               remora_mem_length(ring->data_mem), 0, NULL, 1)
                         : REMORA_OK;
     if (st == REMORA_OK) {
-        st = rm_server_region_add(s, name, ring->mem, 0, remora_mem_length(ring->mem), 0, ring);
+        st = rm_server_region_add(s, name, ring->mem, 0, remora_mem_length(ring->mem), 0, ring,
+                                  0);
         if (st != REMORA_OK && ring->data_mem) {
             rm_engine_lock(s->ctx);
             rm_server_region_drop(s, data_name);
             rm_engine_unlock(s->ctx);
         }
     }
-    rm_engine_lock(s->ctx);
-    if (st == REMORA_OK) {
-        snprintf(ring->name, sizeof(ring->name), "%s", name);
-        ring->sig.fn = ring_signaled;
-        rm_engine_add_signal(s->ctx, &ring->sig);
-    } else {
+    if (st != REMORA_OK) {
+        rm_engine_lock(s->ctx);
+        rm_engine_remove_signal(s->ctx, &ring->sig);
         ring->server = NULL;
+        rm_engine_unlock(s->ctx);
     }
-    rm_engine_unlock(s->ctx);
     return st;
+}
+
+void rm_server_ring_detach(remora_ring_h ring)
+{
+    rm_engine_lock(ring->ctx);
+    if (ring->server) /* read under the lock: the server may be going too */
+        rm_server_region_drop(ring->server, ring->name);
+    rm_engine_unlock(ring->ctx);
 }

@@ -48,6 +48,7 @@ struct remora_sub {
     uint64_t          region_size;
     uint64_t          batch_max;   /* elements per fetch, at most */
     uint64_t          batch;       /* elements per fetch now (adapts, see fetch_more) */
+    uint32_t          region_id;   /* the ring's region, as first seen */
     uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
     uint64_t          next;        /* next sequence wanted */
@@ -95,11 +96,18 @@ static remora_status_t wait_send(remora_sub_h sub)
 
     if ((st = rm_client_region_get(c, sub->name, &r)) != REMORA_OK)
         return st; /* lock held only on success */
+    if (sub->region_id == 0)
+        sub->region_id = r->id;
     if (c->disconnected) {
         st = c->disc_status;
+    } else if (r->id != sub->region_id) {
+        st = REMORA_ERR_NOT_FOUND; /* the ring went; another took its name */
     } else if ((op = rm_client_op_new(c, RM_MSG_RING_NOTIFY)) == NULL) {
         st = REMORA_ERR_NO_MEMORY;
     } else {
+        op->sub_owned = 1;
+        if (++c->nsubops == c->nops) /* it never holds up a disconnect */
+            rm_engine_complete(c->ctx, &c->drained);
         rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .req_id = op->req_id, .region_id = r->id,
                       .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
                       .offset = sub->next,
@@ -136,9 +144,9 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     rm_engine_unlock(c->ctx);
     sub->wait_op = NULL;
 
-    if (st == REMORA_OK && (h.length > sub->shape.capacity ||
-                            len != h.length * sub->shape.elem_size ||
-                            h.offset + h.length > h.size || h.size >= (1ull << 62)))
+    if (st == REMORA_OK && (h.length > sub->shape.capacity || h.size >= (1ull << 62) ||
+                            len != h.length * sub->shape.elem_size || h.offset > h.size ||
+                            h.length > h.size - h.offset))
         st = REMORA_ERR_PROTOCOL;
     if (st != REMORA_OK) {
         free(body);
@@ -159,7 +167,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
              * means). */
             uint64_t saved = sub->next;
             sub->next = h.offset + h.length;
-            st = wait_send(sub);
+            if (wait_send(sub) != REMORA_OK)
+                sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
             sub->next = saved;
         }
     } else {
@@ -560,8 +569,10 @@ remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
         goto err;
     /* Follow from now on. */
     sub->next = sub->known_head = sub->shape.head;
+    rm_client_sub_attach(c);
     if (sub->cb) {
         if (pthread_create(&sub->thread, NULL, sub_thread, sub) != 0) {
+            rm_client_sub_detach(c);
             st = REMORA_ERR_NO_MEMORY;
             goto err;
         }
@@ -592,6 +603,7 @@ void remora_sub_destroy(remora_sub_h sub)
         rm_client_op_abandon(sub->wait_op);
         rm_engine_unlock(sub->client->ctx);
     }
+    rm_client_sub_detach(sub->client); /* may free a client already disconnected */
     free(sub->inline_body);
     free(sub->f_stamps);
     for (int i = 0; i < sub->pinned; i++)
@@ -625,8 +637,11 @@ remora_status_t remora_client_clone_ring(remora_client_h c, const char *name,
         if (rm_ring_hdr_parse_live(hdr, sizeof(hdr), size, &after) != 0) {
             st = REMORA_ERR_PROTOCOL;
         } else {
+            /* Elements the producer committed after we started copying may
+             * have been copied half before, half after: only those below the
+             * head seen before the copy count. */
             uint64_t min_valid = after.claimed > shape.capacity ? after.claimed - shape.capacity : 0;
-            st = rm_ring_from_image(c->ctx, image, size, min_valid, 1, ring_p);
+            st = rm_ring_from_image(c->ctx, image, size, min_valid, shape.head, 1, ring_p);
         }
     }
     free(image);

@@ -164,8 +164,7 @@ void remora_ring_destroy(remora_ring_h r)
 {
     if (r == NULL)
         return;
-    if (r->server)
-        remora_server_unexpose(r->server, r->name);
+    rm_server_ring_detach(r); /* unexposes it, if a server exposes it */
     remora_mem_destroy(r->data_mem);
     remora_mem_destroy(r->mem);
     free(r);
@@ -212,7 +211,10 @@ static void notify_waiters(remora_ring_h r)
         atomic_store(&r->sig.pending, 0);
         r->sig.fn(&r->sig);
         rm_engine_unlock(r->ctx);
-        rm_engine_kick(r->ctx); /* the progress thread completes the sends */
+        /* The progress thread completes the sends: make sure it looks even if
+         * it was just going to sleep (it re-checks `signaled` first). */
+        atomic_store(&r->ctx->signaled, 1);
+        rm_engine_kick(r->ctx);
     } else {
         rm_engine_signal(r->ctx, &r->sig);
     }
@@ -385,7 +387,8 @@ uint64_t remora_ring_head(remora_ring_h r)
 /* ------------------------------------------------------------ images */
 
 remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size_t len,
-                                   uint64_t min_valid, int live, remora_ring_h *ring_p)
+                                   uint64_t min_valid, uint64_t max_valid, int live,
+                                   remora_ring_h *ring_p)
 {
     const uint8_t *img = image;
     rm_ring_shape_t s;
@@ -411,7 +414,8 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
         lo = min_valid < s.head ? min_valid : s.head;
     if ((st = ring_alloc(ctx, s.elem_size, s.capacity, lo, -1, &r)) != REMORA_OK)
         return st;
-    for (uint64_t seq = lo; seq < s.head; seq++) {
+    uint64_t hi = s.head < max_valid ? s.head : max_valid;
+    for (uint64_t seq = lo; seq < hi; seq++) {
         uint64_t off = rm_ring_slot_offset(&s, seq);
         if (rm_ring_get64(img + off) != rm_ring_stamp_done(seq))
             continue; /* torn or missing in the image: not held */
@@ -428,5 +432,5 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
 remora_status_t remora_ring_create_from_image(remora_context_h ctx, const void *image,
                                               size_t len, remora_ring_h *ring_p)
 {
-    return rm_ring_from_image(ctx, image, len, 0, 0, ring_p);
+    return rm_ring_from_image(ctx, image, len, 0, UINT64_MAX, 0, ring_p);
 }

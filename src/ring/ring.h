@@ -22,6 +22,10 @@
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "rings store their little-endian header with native atomics: little-endian hosts only"
+/* Implemented by the server (remote/server_ring.c): take the ring out of the
+ * server exposing it, if any. Any thread; takes the context lock. */
+void rm_server_ring_detach(remora_ring_h ring);
+
 #endif
 
 struct remora_ring {
@@ -59,10 +63,16 @@ uint64_t rm_ring_copy_range(remora_ring_h r, uint64_t from, uint64_t to, uint8_t
 
 /*
  * Build a local ring from an image of a ring's memory (a clone, a file).
- * Elements below min_valid, or whose stamp does not match, are left out.
+ * Elements below min_valid or at/above max_valid, or whose stamp does not
+ * match, are left out.
  * live: the image was copied while its producer ran (rm_ring_hdr_parse_live).
  */
 remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size_t len,
-                                   uint64_t min_valid, int live, remora_ring_h *ring_p);
+                                   uint64_t min_valid, uint64_t max_valid, int live,
+                                   remora_ring_h *ring_p);
+
+/* Implemented by the server (remote/server_ring.c): take the ring out of the
+ * server exposing it, if any. Any thread; takes the context lock. */
+void rm_server_ring_detach(remora_ring_h ring);
 
 #endif

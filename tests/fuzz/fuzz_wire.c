@@ -72,10 +72,8 @@ void remora_mem_destroy(remora_mem_h m)
 
 void *remora_mem_address(remora_mem_h m) { return m->addr; }
 
-remora_status_t remora_server_unexpose(remora_server_h server, const char *name)
-{
-    abort(); /* a ring made here is never exposed */
-}
+/* A ring made here is never exposed: nothing to take out of a server. */
+void rm_server_ring_detach(remora_ring_h ring) {}
 
 /* Rings made here are host rings and no CUDA driver is loaded. */
 int rm_cuda_in_process(void) { return 0; }
@@ -539,7 +537,7 @@ static void ring_image(const uint8_t *in, size_t n, const rm_ring_shape_t *shape
     remora_context_h ctx = (remora_context_h)(uintptr_t)0x10; /* never dereferenced */
 
     remora_ring_h r;
-    remora_status_t st = rm_ring_from_image(ctx, in, n, 0, live, &r);
+    remora_status_t st = rm_ring_from_image(ctx, in, n, 0, UINT64_MAX, live, &r);
     if (s.data_stride) { /* a GPU ring's control block carries no elements */
         CHECK(st == REMORA_ERR_UNSUPPORTED);
         return;
