@@ -494,7 +494,9 @@ REMORA_API remora_status_t remora_ring_create(remora_context_h context,
 REMORA_API void remora_ring_destroy(remora_ring_h ring);
 
 /** Copy one element in (len <= elem_size; the rest of the slot is zeroed).
- *  Returns its sequence number in *seq_p (may be NULL). Never blocks. */
+ *  Returns its sequence number in *seq_p (may be NULL). Never blocks.
+ *  Buffers given to a host ring's push/get/newest/oldest are host memory; a
+ *  GPU ring's may be host or GPU memory. (Subscriptions take either.) */
 REMORA_API remora_status_t remora_ring_push(remora_ring_h ring, const void *elem, size_t len,
                                             uint64_t *seq_p);
 /**

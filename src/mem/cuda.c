@@ -263,24 +263,14 @@ remora_status_t rm_cuda_init(void)
     return cuda_state;
 }
 
-/*
- * Hot paths (every ring push) ask this, and dlopen takes the loader's global
- * lock: once the driver is seen it stays (it is never unloaded), and until
- * then the loader is asked at most every 10 ms.
- */
+/* Once the driver is seen it stays (it is never unloaded): later calls skip
+ * the loader and its global lock. */
 int rm_cuda_in_process(void)
 {
     static atomic_int seen;
-    static _Atomic uint64_t next_check;
-    struct timespec ts;
 
     if (atomic_load_explicit(&seen, memory_order_relaxed))
         return 1;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    if (now < atomic_load_explicit(&next_check, memory_order_relaxed))
-        return 0;
-    atomic_store_explicit(&next_check, now + 10000000u, memory_order_relaxed);
     void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     if (lib == NULL)
         return 0;

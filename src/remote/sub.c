@@ -60,6 +60,8 @@ struct remora_sub {
     uint8_t          *fbuf[2];     /* fetch buffers; cur uses fbuf[fcur] */
     int               fcur;
     int               pinned;      /* fetch buffers registered with CUDA (count) */
+    void             *last_buf;    /* the consumer's last buffer, and what memory it is */
+    rm_ptr_kind_t     last_kind;
 
     rm_fetch_stage_t  stage;       /* the fetch into fbuf[!fcur] */
     uint64_t          f_first, f_count;
@@ -419,8 +421,15 @@ static remora_status_t sub_copy_out(remora_sub_h sub, void *buf, const void *ele
     rm_ptr_kind_t kind = RM_PTR_HOST;
     int dev;
 
-    if (rm_cuda_in_process())
-        rm_cuda_ptr_kind(buf, &kind, &dev);
+    /* Consumers reuse one buffer: classify it once, not per element. */
+    if (buf == sub->last_buf) {
+        kind = sub->last_kind;
+    } else {
+        if (rm_cuda_in_process())
+            rm_cuda_ptr_kind(buf, &kind, &dev);
+        sub->last_buf  = buf;
+        sub->last_kind = kind;
+    }
     if (kind == RM_PTR_HOST || kind == RM_PTR_PINNED_HOST) {
         memcpy(buf, elem, sub->shape.elem_size);
         return REMORA_OK;

@@ -177,10 +177,11 @@ static uint8_t *slot_data(remora_ring_h r, uint64_t seq)
     return (r->data ? r->data : r->base) + rm_ring_data_offset(&r->shape, seq);
 }
 
-/* Element bytes in or out: a CUDA copy when either side is GPU memory. */
+/* Element bytes in or out. A host ring's buffers are host memory (the
+ * producer's hot path asks nothing of CUDA); a GPU ring's go through CUDA. */
 static int elem_copy(remora_ring_h r, void *dst, const void *src, size_t len)
 {
-    if (r->data == NULL && !rm_cuda_in_process()) {
+    if (r->data == NULL) {
         memcpy(dst, src, len);
         return 0;
     }
