@@ -990,6 +990,95 @@ static void test_handshake_timeout(void **state)
     free(ready);
 }
 
+/* RING_WAIT straight from a raw peer: wrong regions, a bad mode, absurd inline
+ * sizes, waits far in the future, more waits than a connection may keep. */
+static void wait_raw(raw_t *r, uint32_t region, uint8_t mode_byte, uint64_t want,
+                     uint64_t inline_bytes, uint64_t *id_p)
+{
+    rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .req_id = ++r->next_req, .region_id = region,
+                  .kind = RM_RING_EVERY, .offset = want, .length = inline_bytes};
+    uint8_t buf[RM_HDR_MAX];
+    size_t len = rm_hdr_encode(&h, buf);
+    buf[20] = mode_byte; /* raw: may be invalid */
+    raw_send(r, buf, len, NULL, 0);
+    *id_p = h.req_id;
+}
+
+static void test_ring_messages(void **state)
+{
+    it_server_t s;
+    raw_t *r = calloc(1, sizeof(*r));
+    const uint64_t ring_bytes = 64 + 16 * (8 + 64); /* r=64x16 */
+    uint64_t id, first_id = 0;
+    (void)state;
+
+    assert_non_null(r);
+    it_must_start(&s, "stream", "serve", "--ring", "r=64x16", "--rate", "100", NULL);
+    assert_int_equal(raw_open(r, s.addr), 0);
+    do_hello(r);
+    uint32_t ring = lookup(r, "r", ring_bytes, REMORA_ACCESS_READ);
+
+    wait_raw(r, 0, RM_RING_EVERY, 0, 0, &id);
+    expect_reply(r, "RING_WAIT of region 0", RM_MSG_RING_NOTIFY, REMORA_ERR_NOT_FOUND, id);
+    wait_raw(r, ring, 7, 0, 0, &id);
+    (void)id; /* an undecodable header: the answer cannot name the request */
+    expect_reply(r, "RING_WAIT with mode 7", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
+
+    /* Held already: answered at once; inline capped at 32 KiB, elements intact. */
+    wait_raw(r, ring, RM_RING_EVERY, 0, UINT64_MAX, &id);
+    reply_t *rp = expect_reply(r, "RING_WAIT for held elements", RM_MSG_RING_NOTIFY, REMORA_OK, id);
+    assert_true(rp->hdr.length >= 1 && rp->hdr.length <= 16);
+    assert_int_equal(rp->body_len, rp->hdr.length * 64);
+    assert_true(rp->hdr.offset + rp->hdr.length <= rp->hdr.size);
+    for (uint64_t i = 0; i < rp->hdr.length; i++)
+        assert_int_equal(remora_frame_check(rp->body + i * 64, 64, rp->hdr.offset + i),
+                         REMORA_FRAME_OK);
+    wait_raw(r, ring, RM_RING_LATEST, 0, 0, &id); /* no inline room: just the head */
+    rp = expect_reply(r, "RING_WAIT without inline room", RM_MSG_RING_NOTIFY, REMORA_OK, id);
+    assert_int_equal(rp->hdr.length, 0);
+    assert_int_equal(rp->body_len, 0);
+
+    /* Far in the future: armed, not answered; past the per-connection limit
+     * the oldest is answered CANCELED, and the connection stays usable. */
+    for (int i = 0; i < 1025; i++) {
+        wait_raw(r, ring, RM_RING_EVERY, 1ull << 61, 0, &id);
+        if (i == 0)
+            first_id = id;
+    }
+    expect_reply(r, "the 1025th wait evicts the first", RM_MSG_RING_NOTIFY,
+                 REMORA_ERR_CANCELED, first_id);
+    expect_no_reply(r, "armed waits", 300);
+    read_raw(r, "READ of the ring's header", ring, 0, 64, REMORA_OK);
+    assert_false(r->ep_failed);
+    raw_close(r);
+    free(r);
+
+    /* A plain region is no ring. */
+    r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    assert_int_equal(raw_open(r, g_w.addr), 0);
+    do_hello(r);
+    uint32_t plain = lookup(r, "a", A_SIZE, REMORA_ACCESS_READ | REMORA_ACCESS_WRITE);
+    wait_raw(r, plain, RM_RING_EVERY, 0, 64, &id);
+    expect_reply(r, "RING_WAIT of a plain region", RM_MSG_RING_NOTIFY, REMORA_ERR_INVALID_PARAM,
+                 id);
+    raw_close(r);
+    free(r);
+
+    /* Real subscribers are unaffected. */
+    it_client_t c;
+    remora_sub_h sub;
+    uint8_t elem[64];
+    remora_elem_info_t info;
+    it_assert_ok(it_client_open(&c, s.addr, NULL));
+    it_assert_ok(remora_client_subscribe(c.client, "r", NULL, &sub));
+    it_assert_ok(remora_sub_next(sub, elem, sizeof(elem), &info, 5000));
+    assert_int_equal(remora_frame_check(elem, sizeof(elem), info.seq), REMORA_FRAME_OK);
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
 /* The server said something about each kind of malformed input. */
 static void test_server_logged_the_junk(void **state)
 {
@@ -1017,6 +1106,7 @@ int main(void)
         cmocka_unit_test(test_peer_vanishes_mid_transfer),
         cmocka_unit_test(test_bytes_after_preamble),
         cmocka_unit_test(test_handshake_timeout),
+        cmocka_unit_test(test_ring_messages),
         cmocka_unit_test(test_server_logged_the_junk),
     };
 
