@@ -165,6 +165,7 @@ static const struct cu_sym {
 
 static pthread_once_t  cuda_once = PTHREAD_ONCE_INIT;
 static remora_status_t cuda_state = REMORA_ERR_UNSUPPORTED; /* written once, in cuda_load */
+static atomic_int      cuda_loaded; /* the same news for threads that skip pthread_once */
 static int             cuda_ndevices;
 static int             cuda_version;      /* cuDriverGetVersion, 0 if unknown */
 static char            cuda_reason[256] = "not probed yet";
@@ -251,6 +252,7 @@ static void cuda_load(void)
     cuda_ndevices = n < RM_CUDA_MAX_DEVICES ? n : RM_CUDA_MAX_DEVICES;
     cuda_reason[0] = '\0';
     cuda_state = REMORA_OK;
+    atomic_store(&cuda_loaded, 1);
     return; /* the library stays loaded for the life of the process */
 
 err_close:
@@ -303,7 +305,7 @@ int rm_cuda_in_process(void)
 
     if (atomic_load_explicit(&seen, memory_order_relaxed))
         return 1;
-    if (cuda_state == REMORA_OK) { /* loaded (and kept) by rm_cuda_init */
+    if (atomic_load(&cuda_loaded)) { /* loaded (and kept) by rm_cuda_init */
         atomic_store(&seen, 1);
         return 1;
     }
