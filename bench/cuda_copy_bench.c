@@ -10,20 +10,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #include "mem/cuda.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv)
 {
@@ -45,13 +35,13 @@ int main(int argc, char **argv)
     }
     rm_cuda_copy(dst, src, size); /* warm-up */
     for (int i = 0; i < reps; i++) {
-        double t = now_s();
+        double t = bench_now_s();
         rm_cuda_copy(dst, src, size); /* synchronous: returns when the copy is done */
-        gbps[i] = (double)size / (now_s() - t) / 1e9;
+        gbps[i] = (double)size / (bench_now_s() - t) / 1e9;
     }
-    qsort(gbps, (size_t)reps, sizeof(*gbps), cmp_double);
+    double median = bench_median(gbps, (size_t)reps);
     printf("{\"op\":\"%s\",\"size\":%zu,\"src\":%d,\"dst\":%d,\"gbps\":%.3f}\n",
-           from == to ? "cuda_dtod" : "cuda_peer", size, from, to, gbps[reps / 2]);
+           from == to ? "cuda_dtod" : "cuda_peer", size, from, to, median);
     rm_cuda_mem_free(from, src);
     rm_cuda_mem_free(to, dst);
     free(gbps);

@@ -6,18 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_util.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv)
 {
@@ -34,13 +24,13 @@ int main(int argc, char **argv)
         src[i] = (char)(i * 131u);
     memset(dst, 1, size);
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         memcpy(dst, src, size);
-        gbps[r] = (double)size / (now_s() - t0) / 1e9;
+        gbps[r] = (double)size / (bench_now_s() - t0) / 1e9;
         src[r] ^= dst[size - 1 - (size_t)r]; /* keep the copy observable */
     }
-    qsort(gbps, (size_t)reps, sizeof(*gbps), cmp_double);
-    printf("{\"op\":\"memcpy\",\"size\":%zu,\"reps\":%d,\"gbps\":%.3f}\n", size, reps, gbps[reps / 2]);
+    double median = bench_median(gbps, (size_t)reps);
+    printf("{\"op\":\"memcpy\",\"size\":%zu,\"reps\":%d,\"gbps\":%.3f}\n", size, reps, median);
     free(src);
     free(dst);
     free(gbps);
