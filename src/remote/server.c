@@ -168,7 +168,7 @@ remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t
     return rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
 }
 
-static void conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_status_t status,
+void rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_status_t status,
                        rm_wbuf_t *body)
 {
     rm_hdr_t hdr = {.type = (uint8_t)type, .req_id = req_id, .status = status};
@@ -268,7 +268,7 @@ static void handle_hello(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, si
 
     if (rm_hello_decode(body, len, &in) != 0) {
         rm_warn("malformed HELLO");
-        conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
+        rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
         return;
     }
     if (in.proto_min > RM_PROTO_VERSION || in.proto_max < RM_PROTO_VERSION) {
@@ -287,7 +287,7 @@ static void handle_hello(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, si
     if (status == REMORA_OK)
         c->state = s->token ? CONN_AUTH : CONN_READY;
     c->acked_epoch = s->epoch;
-    conn_reply(c, RM_MSG_HELLO_REPLY, hdr->req_id, status, &w);
+    rm_conn_reply(c, RM_MSG_HELLO_REPLY, hdr->req_id, status, &w);
 }
 
 static void handle_auth(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len)
@@ -301,7 +301,7 @@ static void handle_auth(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, siz
                       c->client_nonce, body) != 0) {
         rm_warn("client failed authentication");
         c->refused = REMORA_ERR_AUTH; /* the client closes; we answer nothing else */
-        conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_ERR_AUTH, NULL);
+        rm_conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_ERR_AUTH, NULL);
         return;
     }
     rm_auth_proof(RM_AUTH_SERVER_PROOF, s->token, s->token_len, c->server_nonce,
@@ -310,7 +310,7 @@ static void handle_auth(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, siz
     rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
     c->state       = CONN_READY;
     c->acked_epoch = s->epoch; /* it never saw earlier regions' keys */
-    conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_OK, &w);
+    rm_conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
 static void handle_list(rm_conn_t *c, const rm_hdr_t *hdr)
@@ -328,7 +328,7 @@ static void handle_list(rm_conn_t *c, const rm_hdr_t *hdr)
         region_describe(rm_container_of(pos, rm_region_t, link), 0, &d);
         rm_region_desc_encode(&w, &d);
     }
-    conn_reply(c, RM_MSG_LIST_REPLY, hdr->req_id, REMORA_OK, &w);
+    rm_conn_reply(c, RM_MSG_LIST_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
 static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len)
@@ -340,17 +340,17 @@ static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
 
     if (rm_name_decode(body, len, name) != 0) {
         rm_warn("malformed LOOKUP");
-        conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
+        rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
         return;
     }
     if ((r = region_by_name(c->server, name)) == NULL) {
-        conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_NOT_FOUND, NULL);
+        rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_NOT_FOUND, NULL);
         return;
     }
     region_describe(r, 1, &d);
     rm_wbuf_init(&w);
     rm_region_desc_encode(&w, &d);
-    conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_OK, &w);
+    rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
 /* The region and range a READ or WRITE names, or why not. */
@@ -414,7 +414,7 @@ static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_t *r
         if (sg && sg->buf)
             rm_stage_put(c->server->stage, sg->buf, hdr->length);
         free(sg);
-        conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
+        rm_conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
         return;
     }
     sg->pool = c->server->stage;
@@ -432,7 +432,7 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_hdr_t rh = {.type = RM_MSG_READ_REPLY, .req_id = hdr->req_id, .status = st};
 
     if (st != REMORA_OK) {
-        conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
+        rm_conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
         return;
     }
     if (region_staged(r) && hdr->length) {
@@ -470,7 +470,7 @@ static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
     rm_mem_unref(wc->mem);
     c->inflight--;
     if (!c->dead)
-        conn_reply(c, RM_MSG_WRITE_REPLY, wc->req_id, rm_status_from_ucs(status), NULL);
+        rm_conn_reply(c, RM_MSG_WRITE_REPLY, wc->req_id, rm_status_from_ucs(status), NULL);
     conn_free_if_idle(c);
     free(wc);
 }
@@ -494,7 +494,7 @@ static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t l
         st = REMORA_ERR_OUT_OF_RANGE;
     if (st != REMORA_OK || (wc = calloc(1, sizeof(*wc))) == NULL) {
         /* Returning from the handler drops a rendezvous payload unread. */
-        conn_reply(c, RM_MSG_WRITE_REPLY, hdr->req_id,
+        rm_conn_reply(c, RM_MSG_WRITE_REPLY, hdr->req_id,
                    st != REMORA_OK ? st : REMORA_ERR_NO_MEMORY, NULL);
         return;
     }
@@ -548,12 +548,12 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     case RM_MSG_LOOKUP:    handle_lookup(c, hdr, body, len); break;
     case RM_MSG_READ:      handle_read(c, hdr); break;
     case RM_MSG_WRITE:     handle_write(c, hdr, body, len, param); break;
-    case RM_MSG_PING:      conn_reply(c, RM_MSG_PONG, hdr->req_id, REMORA_OK, NULL); break;
+    case RM_MSG_PING:      rm_conn_reply(c, RM_MSG_PONG, hdr->req_id, REMORA_OK, NULL); break;
     case RM_MSG_EVENT_ACK: handle_event_ack(c, hdr); break;
     case RM_MSG_RING_WAIT: rm_server_ring_wait(c, hdr); break;
     default:
         rm_warn("unexpected %s from a client", rm_msg_type_name(hdr->type));
-        conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
+        rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
     }
 }
 
@@ -565,14 +565,14 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
     if (c->dead)
         return UCS_OK;
     if (c->refused) {
-        conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, c->refused, NULL);
+        rm_conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, c->refused, NULL);
         return UCS_OK;
     }
     if (hdr == NULL || ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
                         hdr->type != RM_MSG_WRITE)) {
         /* Only WRITE payloads may come by rendezvous; other bodies are parsed in place. */
         rm_warn("malformed message from a client");
-        conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, REMORA_ERR_PROTOCOL, NULL);
+        rm_conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, REMORA_ERR_PROTOCOL, NULL);
         return UCS_OK;
     }
     if (hdr->type == RM_MSG_HELLO && c->state == CONN_HELLO) {
@@ -583,7 +583,7 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
         dispatch_ready(c, hdr, body, len, param);
     } else {
         rm_warn("%s before the handshake finished", rm_msg_type_name(hdr->type));
-        conn_reply(c, RM_MSG_ERROR, hdr->req_id,
+        rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id,
                    c->state == CONN_AUTH ? REMORA_ERR_AUTH : REMORA_ERR_PROTOCOL, NULL);
     }
     return UCS_OK;

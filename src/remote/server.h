@@ -80,6 +80,9 @@ struct remora_server {
 
 /* server.c */
 remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp);
+/* A reply of type with a status and an optional body (freed here). */
+void            rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id,
+                              remora_status_t status, rm_wbuf_t *body);
 rm_region_t    *rm_server_region_by_id(remora_server_h s, uint32_t id);
 /* Add a region over [offset, offset+length) of mem (lock not held). */
 remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,

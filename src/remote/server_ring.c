@@ -44,14 +44,6 @@ static void wait_free(rm_ring_wait_t *w)
     free(w);
 }
 
-static void notify_error(rm_conn_t *c, const rm_hdr_t *req, remora_status_t st)
-{
-    rm_hdr_t h = {.type = RM_MSG_RING_NOTIFY, .req_id = req->req_id, .status = st,
-                  .region_id = req->region_id};
-    rm_send_params_t sp = {0};
-    rm_conn_send(c, &h, &sp);
-}
-
 /* Answer a wait whose element is there: the head, and what fits inline. */
 static void notify(rm_conn_t *c, rm_region_t *r, uint64_t req_id, uint64_t want,
                    uint8_t mode, uint64_t inline_max, const rm_ring_shape_t *now)
@@ -116,8 +108,7 @@ static void evict_oldest_wait(rm_conn_t *c)
         rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
         if (w->conn != c)
             continue;
-        rm_hdr_t req = {.req_id = w->req_id, .region_id = w->region->id};
-        notify_error(c, &req, REMORA_ERR_CANCELED);
+        rm_conn_reply(c, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_CANCELED, NULL);
         wait_free(w);
         return;
     }
@@ -131,7 +122,8 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_ring_wait_t *w;
 
     if (r == NULL || r->ring == NULL) {
-        notify_error(c, hdr, r ? REMORA_ERR_INVALID_PARAM : REMORA_ERR_NOT_FOUND);
+        rm_conn_reply(c, RM_MSG_RING_NOTIFY, hdr->req_id,
+                      r ? REMORA_ERR_INVALID_PARAM : REMORA_ERR_NOT_FOUND, NULL);
         return;
     }
     rm_ring_snapshot(r->ring, &now);
@@ -142,7 +134,7 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
     if (c->nwaits >= RM_RING_WAITS_MAX)
         evict_oldest_wait(c); /* most likely a subscription long gone */
     if ((w = calloc(1, sizeof(*w))) == NULL) {
-        notify_error(c, hdr, REMORA_ERR_NO_MEMORY);
+        rm_conn_reply(c, RM_MSG_RING_NOTIFY, hdr->req_id, REMORA_ERR_NO_MEMORY, NULL);
         return;
     }
     w->conn       = c;
@@ -180,8 +172,7 @@ void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r)
         rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
         if (w->region != r)
             continue;
-        rm_hdr_t req = {.req_id = w->req_id, .region_id = r->id};
-        notify_error(w->conn, &req, REMORA_ERR_NOT_FOUND);
+        rm_conn_reply(w->conn, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_NOT_FOUND, NULL);
         wait_free(w);
     }
     remora_ring_h ring = r->ring;
