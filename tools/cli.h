@@ -137,6 +137,10 @@ int cli_error(const char *cmd, const char *target, remora_status_t status, const
 int cli_usage_error(const cli_command_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/** A progress or status line of a long-running command on stderr:
+ *  "remora WHO: MESSAGE". */
+void cli_note(const char *who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /** Monotonic time in seconds. */
 double cli_now(void);
 

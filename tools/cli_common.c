@@ -412,3 +412,14 @@ void cli_buffer_free(cli_buffer_t *b)
     }
     memset(b, 0, sizeof(*b));
 }
+
+void cli_note(const char *who, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "remora %s: %s\n", who, line);
+}

@@ -14,7 +14,6 @@
  */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,18 +75,6 @@ typedef struct cli_server {
     remora_server_h   server;
     char              addr[REMORA_HOST_MAX + 8];
 } cli_server_t;
-
-__attribute__((format(printf, 1, 2)))
-static void cli_log(const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "remora serve: %s\n", line);
-}
 
 static const char *cli_fill_string(const cli_region_t *r)
 {
@@ -344,7 +331,7 @@ static int cli_expose_all(cli_server_t *sv)
         if (status != REMORA_OK) {
             return cli_session_error(&sv->s, status, "cannot expose region '%s'", r->name);
         }
-        cli_log("region %s: %s, %s, %s%s", r->name,
+        cli_note("serve", "region %s: %s, %s, %s%s", r->name,
                 remora_format_size(r->size, human, sizeof(human)), cli_fill_string(r),
                 sv->o->writable ? "rw" : "ro", sv->o->gpu >= 0 ? ", on the GPU" : "");
     }
@@ -372,7 +359,7 @@ static void cli_resize(cli_server_t *sv, const cli_resize_t *z)
     remora_mem_destroy(r->mem);
     r->mem = mem;
     r->size = z->size;
-    cli_log("region %s: resized to %s", r->name, remora_format_size(z->size, human, sizeof(human)));
+    cli_note("serve", "region %s: resized to %s", r->name, remora_format_size(z->size, human, sizeof(human)));
 }
 
 /* ---------------------------------------------------------------- serving */
@@ -509,7 +496,7 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
     if (rc == 0) {
         siginfo_t info;
         cli_wait_for_signal(&sv, &signals, &info);
-        cli_log("got %s from pid %ld, shutting down",
+        cli_note("serve", "got %s from pid %ld, shutting down",
                 info.si_signo == SIGINT ? "SIGINT" : "SIGTERM", (long)info.si_pid);
     }
     cli_server_stop(&sv);

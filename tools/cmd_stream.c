@@ -17,7 +17,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,18 +51,6 @@ static uint64_t cli_realtime_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-__attribute__((format(printf, 2, 3)))
-static void cli_stream_log(const char *sub, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "remora stream %s: %s\n", sub, line);
 }
 
 /* ================================================================ serve */
@@ -280,7 +267,7 @@ static void *cli_producer_main(void *arg)
         st = frame == NULL ? remora_ring_commit(ring, NULL) : remora_ring_push(ring, frame, es, NULL);
     }
     if (st != REMORA_OK) { /* no silent dead producer behind a live server */
-        cli_stream_log("serve", "ring %s: producer stopped: %s", p->r->name,
+        cli_note("stream serve", "ring %s: producer stopped: %s", p->r->name,
                        remora_status_string(st));
         atomic_store(&o->failed, 1);
         kill(getpid(), SIGTERM);
@@ -320,7 +307,7 @@ static int cli_start_rings(cli_session_t *s, remora_server_h server, cli_stream_
             return cli_session_error(s, REMORA_ERR_NO_MEMORY, "cannot start a producer");
         }
         r->running = true;
-        cli_stream_log("serve", "ring %s: %s x %llu, rate %s, source %s%s", r->name,
+        cli_note("stream serve", "ring %s: %s x %llu, rate %s, source %s%s", r->name,
                        remora_format_size(r->elem_size, human, sizeof(human)),
                        (unsigned long long)r->count, o->rate > 0 ? "paced" : "max",
                        o->source ? o->source : o->fixed ? "fixed" : "pattern",
@@ -393,7 +380,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     fflush(stdout);
     while (sigwaitinfo(&signals, &info) < 0) {
     }
-    cli_stream_log("serve", "got %s, shutting down", info.si_signo == SIGINT ? "SIGINT" : "SIGTERM");
+    cli_note("stream serve", "got %s, shutting down", info.si_signo == SIGINT ? "SIGINT" : "SIGTERM");
     if (atomic_load(&o.failed))
         rc = CLI_EXIT_RUNTIME;
 out:
