@@ -69,6 +69,25 @@ void rm_client_op_finish(rm_op_t *op)
     }
 }
 
+rm_op_t *rm_client_op_send(remora_client_h c, rm_hdr_t *hdr, uint8_t reply_type,
+                           rm_send_params_t *sp)
+{
+    rm_op_t *op = rm_client_op_new(c, reply_type);
+    remora_status_t st;
+
+    if (op == NULL) {
+        free(sp->body_free);
+        return NULL;
+    }
+    hdr->req_id = op->req_id;
+    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, hdr, sp)) != REMORA_OK) {
+        op->status  = st; /* finished now: its waiter sees why at once */
+        op->replied = 1;
+        rm_client_op_finish(op);
+    }
+    return op;
+}
+
 void rm_client_op_abandon(rm_op_t *op)
 {
     if (atomic_load(&op->done))
@@ -108,19 +127,13 @@ static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t repl
         rm_wbuf_free(body);
         return c->disc_status;
     }
-    if ((op = rm_client_op_new(c, reply_type)) == NULL) {
-        rm_engine_unlock(c->ctx);
-        rm_wbuf_free(body);
-        return REMORA_ERR_NO_MEMORY;
-    }
-    hdr.req_id = op->req_id;
     if (body) {
         sp.body = sp.body_free = body->data;
         sp.body_len = body->len;
     }
-    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp)) != REMORA_OK) {
-        op->status  = st;
-        op->replied = 1;
+    if ((op = rm_client_op_send(c, &hdr, reply_type, &sp)) == NULL) {
+        rm_engine_unlock(c->ctx);
+        return REMORA_ERR_NO_MEMORY;
     }
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);

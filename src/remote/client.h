@@ -137,6 +137,11 @@ struct remora_request {
 /* client.c */
 rm_op_t *rm_client_op_new(remora_client_h c, uint8_t reply_type);
 void     rm_client_op_finish(rm_op_t *op);
+/* Create a control op and send hdr (its req_id set here) with sp's body
+ * (lock held). A failed send finishes the op with the error; NULL (body
+ * freed) when no op could be made. */
+rm_op_t *rm_client_op_send(remora_client_h c, rm_hdr_t *hdr, uint8_t reply_type,
+                           rm_send_params_t *sp);
 /* Free a control op its waiter saw finish (lock held). */
 void     rm_client_op_free(rm_op_t *op);
 /* The waiter gives up on a control op: free it now if finished, else when it finishes. */

@@ -104,24 +104,20 @@ static remora_status_t wait_send(remora_sub_h sub)
         st = c->disc_status;
     } else if (r->id != sub->region_id) {
         st = REMORA_ERR_NOT_FOUND; /* the ring went; another took its name */
-    } else if ((op = rm_client_op_new(c, RM_MSG_RING_NOTIFY)) == NULL) {
-        st = REMORA_ERR_NO_MEMORY;
     } else {
-        op->sub_owned = 1;
-        if (++c->nsubops == c->nops) /* it never holds up a disconnect */
-            rm_engine_complete(c->ctx, &c->drained);
-        rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .req_id = op->req_id, .region_id = r->id,
+        rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .region_id = r->id,
                       .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
                       .offset = sub->next,
                       .length = sub->use_inline ? sub->inline_max : 0};
         rm_send_params_t sp = {0};
-        if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &h, &sp)) != REMORA_OK) {
-            op->status  = st;
-            op->replied = 1;
-            rm_client_op_finish(op);
+        if ((op = rm_client_op_send(c, &h, RM_MSG_RING_NOTIFY, &sp)) == NULL) {
+            st = REMORA_ERR_NO_MEMORY;
+        } else {
+            op->sub_owned = 1;
+            if (++c->nsubops == c->nops) /* it never holds up a disconnect */
+                rm_engine_complete(c->ctx, &c->drained);
+            sub->wait_op = op;
         }
-        sub->wait_op = op;
-        st = REMORA_OK;
     }
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);
