@@ -596,8 +596,15 @@ static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
     rm_cm_slot_t *slot = arg;
     rm_conn_t *c       = slot->conn;
 
-    if (c == NULL || c->state != CONN_CM_WAIT || rm_peer_accept_cm(&c->peer, req) != REMORA_OK) {
+    if (c == NULL || c->state != CONN_CM_WAIT) {
         ucp_listener_reject(slot->listener, req); /* late, a second request, or garbage */
+        return;
+    }
+    if (rm_peer_accept_cm(&c->peer, req) != REMORA_OK) {
+        /* UCX has released the request (rejecting it now would touch freed
+         * memory); the client is gone or going. */
+        rm_info("could not accept a client's connection");
+        conn_kill(c);
         return;
     }
     c->state = CONN_HELLO; /* the listener is detached at the next tick */
@@ -609,19 +616,20 @@ static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
  * TCP that a worker-address endpoint with peer-failure handling lacks (UCX
  * 1.13: about 1.6x the bandwidth); it only ever listens briefly, after a
  * valid bootstrap, because it aborts the process on some garbage. IPv4 only:
- * it also mishandles IPv6. Opt-in (REMORA_CM=1): UCX 1.13 can also crash
- * the server when a client dies in the middle of connecting this way.
+ * it also mishandles IPv6. REMORA_CM=0 turns it off (worker-address
+ * endpoints, as for IPv6 or when the listener cannot be opened).
  */
 static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     rm_cm_slot_t *slot;
-
     const char *opt = getenv("REMORA_CM");
 
-    if (opt == NULL || strcmp(opt, "1") != 0 || getsockname(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 ||
-        ss.ss_family != AF_INET || (slot = calloc(1, sizeof(*slot))) == NULL)
+    if (opt != NULL && strcmp(opt, "0") == 0)
+        return -1;
+    if (getsockname(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET ||
+        (slot = calloc(1, sizeof(*slot))) == NULL)
         return -1;
     ((struct sockaddr_in *)&ss)->sin_port = 0;
     ucp_listener_params_t lp = {
