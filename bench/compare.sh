@@ -2,8 +2,7 @@
 # remora side by side with ucx_perftest and memcpy, in one run on one machine,
 # alternating the two for REPS rounds and comparing medians.
 #   bench/compare.sh [BUILD_DIR] [REPS]        (defaults: build, 5)
-# REMORA_CM=0 runs the TCP server with worker-address endpoints instead of
-# connection-manager ones.
+# REMORA_CM=1 runs the TCP server with connection-manager endpoints.
 # Prints a table of ratios against the targets; JSON lines go to $RESULTS
 # (default: BUILD_DIR/bench-results.jsonl).
 set -euo pipefail

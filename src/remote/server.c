@@ -616,8 +616,9 @@ static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
  * TCP that a worker-address endpoint with peer-failure handling lacks (UCX
  * 1.13: about 1.6x the bandwidth); it only ever listens briefly, after a
  * valid bootstrap, because it aborts the process on some garbage. IPv4 only:
- * it also mishandles IPv6. REMORA_CM=0 turns it off (worker-address
- * endpoints, as for IPv6 or when the listener cannot be opened).
+ * it also mishandles IPv6. Opt-in (REMORA_CM=1): UCX 1.13's connection
+ * manager aborts the process on garbage from its peer, in either role, so a
+ * reachable server would die of one crafted connection (docs/protocol.md).
  */
 static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
 {
@@ -626,7 +627,7 @@ static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
     rm_cm_slot_t *slot;
     const char *opt = getenv("REMORA_CM");
 
-    if (opt != NULL && strcmp(opt, "0") == 0)
+    if (opt == NULL || strcmp(opt, "1") != 0)
         return -1;
     if (getsockname(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET ||
         (slot = calloc(1, sizeof(*slot))) == NULL)

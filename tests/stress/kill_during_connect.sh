@@ -5,8 +5,8 @@
 # later, so deaths land in the bootstrap, the UCX connection setup and the
 # handshake. Not part of CTest: with UCX 1.13 about 1 round in 800 trips an
 # assertion inside UCX's TCP transport (see docs/performance.md), which would
-# make the suite flaky. REMORA_CM=0 in the environment tests worker-address
-# endpoints. Exit 0 if the server survived every round and still answers.
+# make the suite flaky. REMORA_CM=1 in the environment tests connection-
+# manager endpoints. Exit 0 if the server survived every round and still answers.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build}
