@@ -473,6 +473,17 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name)
     /* A dead peer must become an error promptly even without a TCP reset. */
     if (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)
         ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+    /* With peer-failure handling, UCX gives worker-address endpoints no
+     * zero-copy lanes over TCP: rendezvous data goes as active-message
+     * fragments of one TCP segment each. UCX's 8 KiB segments cost a
+     * syscall and a header per 8 KiB; 256 KiB ones read 3x faster
+     * (docs/performance.md). The receive segment must hold a whole one.
+     * UCX takes transport settings here by their unprefixed names; only its
+     * TCP transport has these two. */
+    if (getenv("UCX_TCP_TX_SEG_SIZE") == NULL && getenv("UCX_TCP_RX_SEG_SIZE") == NULL) {
+        ucp_config_modify(config, "RX_SEG_SIZE", "512k");
+        ucp_config_modify(config, "TX_SEG_SIZE", "256k");
+    }
     ucp_params_t params = {
         .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                              UCP_PARAM_FIELD_NAME,
