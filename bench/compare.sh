@@ -3,12 +3,15 @@
 # alternating the two for REPS rounds and comparing medians.
 #   bench/compare.sh [BUILD_DIR] [REPS]        (defaults: build, 5)
 # REMORA_CM=1 runs the TCP server with connection-manager endpoints.
+# LANES (default 4): the TCP server serves that many lanes; TCP reads are
+# measured on one connection and again spread over LANES (docs/protocol.md 9.6).
 # Prints a table of ratios against the targets; JSON lines go to $RESULTS
 # (default: BUILD_DIR/bench-results.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
 REPS=${2:-5}
+LANES=${LANES:-4}
 RESULTS=${RESULTS:-$B/bench-results.jsonl}
 remora=$B/tools/remora
 [ -x .gpu-deps/usr/bin/ucx_perftest ] && ! command -v ucx_perftest >/dev/null && PATH=$PWD/.gpu-deps/usr/bin:$PATH
@@ -68,7 +71,7 @@ record() { echo "$1" >>"$RESULTS"; }
 # reads the one block again, from the region of exactly that size.
 # Region "a" (256 MiB) streams from memory instead, reported beside it.
 tcp_addr=$(start_server tcp UCX_TLS=tcp ${REMORA_CM:+REMORA_CM=$REMORA_CM} "$remora" serve --listen 127.0.0.1:0 \
-  --region a=256M --region hot=1M --region hot16=16M)
+  --lanes "$LANES" --region a=256M --region hot=1M --region hot16=16M)
 shm_addr=$(start_server shm "$remora" serve --listen 127.0.0.1:0 --region a=256M)
 [ -n "$tcp_addr" ] && [ -n "$shm_addr" ] || { echo "servers did not start" >&2; cat "$tmp"/*.err >&2; exit 1; }
 
@@ -86,6 +89,13 @@ for r in $(seq "$REPS"); do
   record "$j"; json_field "$j" gbps >>"$tmp/rm_bw16"
   j=$(UCX_TLS=tcp "$remora" bench "$tcp_addr/a" --size 1M --depth 4 --seconds 1 --json)
   record "$j"; json_field "$j" gbps >>"$tmp/rm_bw_cold"
+  # the same three spread over the server's lanes
+  j=$(UCX_TLS=tcp "$remora" bench "$tcp_addr/hot" --size 1M --depth 4 --seconds 1 --lanes "$LANES" --json)
+  record "$j"; json_field "$j" gbps >>"$tmp/rm_bw_l"
+  j=$(UCX_TLS=tcp "$remora" bench "$tcp_addr/hot16" --size 16M --depth 2 --seconds 1 --lanes "$LANES" --json)
+  record "$j"; json_field "$j" gbps >>"$tmp/rm_bw16_l"
+  j=$(UCX_TLS=tcp "$remora" bench "$tcp_addr/a" --size 1M --depth 4 --seconds 1 --lanes "$LANES" --json)
+  record "$j"; json_field "$j" gbps >>"$tmp/rm_bw_cold_l"
   # 64-byte round trip over TCP (perftest reports one-way latency)
   read -r _ lat50 _ _ _ _ < <(perftest ucp_am_lat 64 50000)
   calc "$lat50 * 2" >>"$tmp/pt_rtt"
@@ -118,7 +128,7 @@ record "{\"op\":\"idle\",\"server_cpu_pct\":$(printf %.3f "$srv_idle"),\"client_
 
 m() { median <"$tmp/$1"; }
 echo "per-round values (spread shows how noisy the machine is):" >&2
-for f in pt_bw pt_bw_e rm_bw rm_bw16 rm_bw_cold pt_rtt rm_rtt pt_get memcpy rm_map; do
+for f in pt_bw pt_bw_e rm_bw rm_bw16 rm_bw_cold rm_bw_l rm_bw16_l rm_bw_cold_l pt_rtt rm_rtt pt_get memcpy rm_map; do
   printf "  %-8s %s\n" "$f" "$(xargs printf '%.2f ' <"$tmp/$f")" >&2
 done
 row() { # what remora reference ratio target-op target
@@ -128,9 +138,12 @@ row() { # what remora reference ratio target-op target
 }
 echo
 printf "%-44s %10s %10s %8s   %s\n" "measure (medians of $REPS)" "remora" "reference" "ratio" "target"
-row "read 1 MiB TCP, GB/s (ref: ucp_am_bw)"       "$(m rm_bw)"   "$(m pt_bw)"  ">=" 1.0
-row "read 16 MiB TCP, GB/s (ref: ucp_am_bw 1MiB)" "$(m rm_bw16)" "$(m pt_bw)"  ">=" 1.0
-row "read 1 MiB TCP from 256 MiB (ref: am_bw)"    "$(m rm_bw_cold)" "$(m pt_bw)" ">=" 1.0
+row "read 1 MiB TCP, $LANES lanes (ref: ucp_am_bw)"    "$(m rm_bw_l)"   "$(m pt_bw)"  ">=" 1.0
+row "read 16 MiB TCP, $LANES lanes (ref: am_bw 1MiB)"  "$(m rm_bw16_l)" "$(m pt_bw)"  ">=" 1.0
+row "read 1 MiB from 256 MiB, $LANES lanes (am_bw)"    "$(m rm_bw_cold_l)" "$(m pt_bw)" ">=" 1.0
+row "read 1 MiB TCP, 1 lane (ref: ucp_am_bw)"       "$(m rm_bw)"   "$(m pt_bw)"  ">=" 1.0
+row "read 16 MiB TCP, 1 lane (ref: am_bw 1MiB)"     "$(m rm_bw16)" "$(m pt_bw)"  ">=" 1.0
+row "read 1 MiB from 256 MiB, 1 lane (am_bw)"       "$(m rm_bw_cold)" "$(m pt_bw)" ">=" 1.0
 row "read 1 MiB TCP, GB/s (ref: ucp_am_bw -e)"    "$(m rm_bw)"   "$(m pt_bw_e)" ">=" 1.0
 row "read 16 MiB TCP, GB/s (ref: ucp_am_bw -e)"   "$(m rm_bw16)" "$(m pt_bw_e)" ">=" 1.0
 row "read 1 MiB TCP vs ucp_get over TCP, GB/s"    "$(m rm_bw)"   "$(m pt_get)" ">=" 1.0

@@ -70,6 +70,7 @@ typedef struct cli_client_opts {
     bool          path_set;
     remora_path_t path;
     cli_token_t   token;
+    unsigned      lanes;      /**< 0: the library default */
 } cli_client_opts_t;
 
 /** getopt_long codes of long-only options; commands number theirs from CLI_OPT_CMD. */
@@ -77,6 +78,7 @@ enum cli_opt_code {
     CLI_OPT_TOKEN_FILE = 0x100,
     CLI_OPT_TIMEOUT,
     CLI_OPT_PATH,
+    CLI_OPT_LANES_CLIENT,
     CLI_OPT_CMD = 0x200
 };
 
@@ -84,7 +86,8 @@ enum cli_opt_code {
 #define CLI_CLIENT_LONGOPTS                                          \
     {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},     \
     {"timeout",    required_argument, NULL, CLI_OPT_TIMEOUT},        \
-    {"path",       required_argument, NULL, CLI_OPT_PATH}
+    {"path",       required_argument, NULL, CLI_OPT_PATH},           \
+    {"lanes",      required_argument, NULL, CLI_OPT_LANES_CLIENT}
 
 #define CLI_HELP_LONGOPT {"help", no_argument, NULL, 'h'}
 
@@ -93,6 +96,8 @@ enum cli_opt_code {
     "  --token-file F    shared token: the file's bytes less one trailing newline\n"        \
     "  --timeout MS      bound on connecting and on every request (default 10000)\n"        \
     "  --path P          data path: auto, am, rma or map ($REMORA_PATH, else auto)\n"     \
+    "  --lanes N         spread large transfers over N connections to a server\n"       \
+    "                    serving lanes (1..8; $REMORA_LANES, else 1)\n"                 \
     "  -h, --help        show this help\n"
 
 /** Handles one command-specific option; returns CLI_CONTINUE or an exit code. */
@@ -119,6 +124,8 @@ int cli_opt_number(const cli_command_t *cmd, const char *name, const char *arg, 
 
 /** Parse --gpu N (a CUDA device ordinal, 0..1023) into *gpu. */
 int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu);
+/** Parse --lanes N (1..8). */
+int cli_opt_lanes(const cli_command_t *cmd, const char *arg, unsigned *lanes);
 
 /** Read a token file: its bytes, one trailing newline stripped. */
 int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *token);

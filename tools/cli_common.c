@@ -155,6 +155,8 @@ static int cli_client_option(const cli_command_t *cmd, int opt, const char *arg,
     case CLI_OPT_PATH:
         client->path_set = true;
         return cli_parse_path(cmd, arg, &client->path);
+    case CLI_OPT_LANES_CLIENT:
+        return cli_opt_lanes(cmd, arg, &client->lanes);
     default:
         return 0;
     }
@@ -288,6 +290,10 @@ static remora_client_params_t cli_client_params(const cli_client_opts_t *opts)
         params.field_mask |= REMORA_CLIENT_FIELD_PATH;
         params.path        = opts->path;
     }
+    if (opts->lanes > 0) {
+        params.field_mask |= REMORA_CLIENT_FIELD_LANES;
+        params.lanes       = opts->lanes;
+    }
     return params;
 }
 
@@ -372,6 +378,17 @@ int cli_request_finish(const cli_session_t *s, remora_request_h *req, bool write
 }
 
 /* ---------------------------------------------------------------- buffers */
+
+int cli_opt_lanes(const cli_command_t *cmd, const char *arg, unsigned *lanes)
+{
+    uint64_t v = 0;
+    int rc = cli_opt_number(cmd, "--lanes", arg, 1, 8, &v);
+
+    if (rc == CLI_CONTINUE) {
+        *lanes = (unsigned)v;
+    }
+    return rc;
+}
 
 int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu)
 {

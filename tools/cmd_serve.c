@@ -31,6 +31,7 @@ enum {
     CLI_OPT_WRITABLE,
     CLI_OPT_RESIZE,
     CLI_OPT_GPU,
+    CLI_OPT_LANES,
 };
 
 typedef enum cli_fill {
@@ -61,6 +62,7 @@ typedef struct cli_serve_opts {
     const char  *listen;
     bool         writable;
     int          gpu;      /* regions in memory of this GPU; -1: host */
+    unsigned     lanes;    /* data lanes: UCX workers serving, 1..8 */
     cli_token_t  token;
     size_t       nregions;
     cli_region_t regions[CLI_SERVE_MAX_REGIONS];
@@ -212,6 +214,8 @@ static int cli_serve_option(const cli_command_t *cmd, int opt, const char *arg, 
         return cli_load_token(cmd, arg, &o->token);
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
+    case CLI_OPT_LANES:
+        return cli_opt_lanes(cmd, arg, &o->lanes);
     default:
         return cli_usage_error(cmd, "unexpected option");
     }
@@ -416,8 +420,9 @@ static void cli_wait_for_signal(cli_server_t *sv, const sigset_t *signals, sigin
 static int cli_server_start(cli_server_t *sv)
 {
     remora_server_params_t params = {
-        .field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR,
+        .field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR | REMORA_SERVER_FIELD_LANES,
         .listen_addr = sv->o->listen,
+        .lanes       = sv->o->lanes,
     };
     remora_status_t status;
     int rc;
@@ -468,9 +473,10 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
         {"resize", required_argument, NULL, CLI_OPT_RESIZE},
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
+        {"lanes", required_argument, NULL, CLI_OPT_LANES},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
-    cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN, .gpu = -1};
+    cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN, .gpu = -1, .lanes = 1};
     cli_parser_t parser = {"", longopts, cli_serve_option, &o, NULL};
     cli_server_t sv = {.o = &o};
     sigset_t signals;
@@ -509,7 +515,7 @@ const cli_command_t cli_cmd_serve = {
     .usage   =
         "usage: remora serve [--listen HOST:PORT] [--region NAME=SIZE[:FILL]]...\n"
         "                    [--writable] [--token-file F] [--resize NAME=SIZE@MS]...\n"
-        "                    [--gpu N]\n"
+        "                    [--gpu N] [--lanes N]\n"
         "\n"
         "Expose library-allocated regions (same-host clients can map them). When\n"
         "ready, print one line 'listening HOST:PORT' to stdout; serve until SIGINT\n"
@@ -530,6 +536,9 @@ const cli_command_t cli_cmd_serve = {
         "                      repeatable\n"
         "  --gpu N             allocate every region in the memory of GPU N (filled\n"
         "                      on the host, then copied there)\n"
+        "  --lanes N           serve on N UCX workers, each with its own thread and\n"
+        "                      port, so clients with --lanes move data on several\n"
+        "                      cores at once (1..8, default 1)\n"
         "  -h, --help          show this help\n",
     .run     = cli_serve_run,
 };

@@ -248,7 +248,8 @@ REMORA_API remora_status_t remora_cuda_can_access_peer(int device, int peer, int
 
 enum remora_server_field {
     REMORA_SERVER_FIELD_LISTEN_ADDR = 1u << 0,
-    REMORA_SERVER_FIELD_TOKEN       = 1u << 1
+    REMORA_SERVER_FIELD_TOKEN       = 1u << 1,
+    REMORA_SERVER_FIELD_LANES       = 1u << 2
 };
 
 typedef struct remora_server_params {
@@ -259,6 +260,12 @@ typedef struct remora_server_params {
      *  region is listed or touched. The bytes are copied. */
     const void *token;
     size_t      token_len;
+    /** Data lanes, 1..8 (default 1). Each lane past the first is one more UCX
+     *  worker with its own progress thread and listener (same host, a free
+     *  port) serving the same regions, so that clients asking for lanes move
+     *  data on several cores at once. Regions exposed, replaced or removed
+     *  here are on every lane; rings only on the first. */
+    unsigned    lanes;
 } remora_server_params_t;
 
 /** Start listening. The server serves from the context's progress thread. */
@@ -338,7 +345,8 @@ enum remora_client_field {
     REMORA_CLIENT_FIELD_TIMEOUT  = 1u << 0,
     REMORA_CLIENT_FIELD_TOKEN    = 1u << 1,
     REMORA_CLIENT_FIELD_EVENT_CB = 1u << 2,
-    REMORA_CLIENT_FIELD_PATH     = 1u << 3
+    REMORA_CLIENT_FIELD_PATH     = 1u << 3,
+    REMORA_CLIENT_FIELD_LANES    = 1u << 4
 };
 
 typedef struct remora_client_params {
@@ -354,6 +362,12 @@ typedef struct remora_client_params {
      *  GPU regions and buffers: AUTO takes UCX itself when it handles CUDA
      *  memory, else IPC on one host, else STAGING. */
     remora_path_t     path;
+    /** Connections to spread large transfers over, 1..8. Default 1, or the
+     *  REMORA_LANES environment variable. Past the first, each is a connection
+     *  to one of the server's extra lanes (as many as it has), with its own
+     *  worker and progress thread here; a read or write of the active-message
+     *  path of at least 512 KiB is split across them. */
+    unsigned          lanes;
 } remora_client_params_t;
 
 /** Connect to "HOST:PORT", say hello and (if needed) authenticate.
@@ -449,6 +463,10 @@ REMORA_API remora_status_t remora_client_unmap(remora_client_h client, const voi
 REMORA_API remora_status_t remora_client_region_path(remora_client_h client, const char *name,
                                                      remora_path_t *path_p);
 REMORA_API const char *remora_path_string(remora_path_t path);
+
+/** Connections this client spreads large transfers over, itself included
+ *  (1 without lanes). */
+REMORA_API unsigned remora_client_lanes(remora_client_h client);
 
 
 /* ---------------------------------------------------------------- rings */

@@ -488,7 +488,7 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name)
         .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                              UCP_PARAM_FIELD_NAME,
         .features          = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
-        .mt_workers_shared = 0,
+        .mt_workers_shared = 1, /* lane contexts' workers share it (rm_engine_lane_create) */
         .name              = name,
     };
     status = ucp_init(&params, config, &ctx->ucp);
@@ -546,6 +546,68 @@ static remora_status_t init_sync(remora_context_h ctx)
     return REMORA_OK;
 }
 
+/* A worker with its progress thread and event plumbing, on ctx->ucp. */
+static remora_status_t start_worker(remora_context_h ctx)
+{
+    ucs_status_t ustatus;
+    remora_status_t status;
+
+    if ((ustatus = create_worker(ctx)) != UCS_OK) {
+        rm_error("ucp worker setup failed: %s", ucs_status_string(ustatus));
+        status = rm_status_from_ucs(ustatus);
+        goto err;
+    }
+    if ((status = init_sync(ctx)) != REMORA_OK)
+        goto err;
+    if (pthread_create(&ctx->thread, NULL, progress_thread, ctx) != 0) {
+        status = REMORA_ERR_NO_MEMORY;
+        goto err;
+    }
+    return REMORA_OK;
+
+err:
+    if (ctx->epfd >= 0)
+        close(ctx->epfd);
+    if (ctx->watch_epfd >= 0)
+        close(ctx->watch_epfd);
+    if (ctx->worker_addr)
+        ucp_worker_release_address(ctx->worker, ctx->worker_addr);
+    if (ctx->worker)
+        ucp_worker_destroy(ctx->worker);
+    return status;
+}
+
+static remora_context_h context_alloc(void)
+{
+    remora_context_h ctx = calloc(1, sizeof(*ctx));
+
+    if (ctx != NULL) {
+        ctx->spin_us    = RM_DEFAULT_SPIN_US;
+        ctx->epfd       = -1;
+        ctx->watch_epfd = -1;
+    }
+    return ctx;
+}
+
+remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h *lane_p)
+{
+    remora_context_h ctx = context_alloc();
+    remora_status_t status;
+
+    if (ctx == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    ctx->ucp     = parent->ucp;
+    ctx->parent  = parent;
+    ctx->spin_us = parent->spin_us;
+    memcpy(ctx->host_id, parent->host_id, RM_HOST_ID_LEN);
+    if ((status = start_worker(ctx)) != REMORA_OK) {
+        free(ctx);
+        return status;
+    }
+    *lane_p = ctx;
+    return REMORA_OK;
+}
+
 remora_status_t remora_context_create(const remora_context_params_t *params,
                                       remora_context_h *context_p)
 {
@@ -559,12 +621,8 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
         return REMORA_ERR_INVALID_PARAM;
     if (sodium_init() < 0)
         return REMORA_ERR_UNSUPPORTED;
-    ctx = calloc(1, sizeof(*ctx));
-    if (ctx == NULL)
+    if ((ctx = context_alloc()) == NULL)
         return REMORA_ERR_NO_MEMORY;
-    ctx->spin_us    = RM_DEFAULT_SPIN_US;
-    ctx->epfd       = -1;
-    ctx->watch_epfd = -1;
     if (params && (params->field_mask & REMORA_CONTEXT_FIELD_NAME) && params->name)
         name = params->name;
     if (params && (params->field_mask & REMORA_CONTEXT_FIELD_SPIN_US))
@@ -575,37 +633,16 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
 
     if ((ustatus = create_ucp(ctx, name)) != UCS_OK) {
         rm_error("ucp_init failed: %s", ucs_status_string(ustatus));
-        status = rm_status_from_ucs(ustatus);
-        goto err_free;
+        free(ctx);
+        return rm_status_from_ucs(ustatus);
     }
-    if ((ustatus = create_worker(ctx)) != UCS_OK) {
-        rm_error("ucp worker setup failed: %s", ucs_status_string(ustatus));
-        status = rm_status_from_ucs(ustatus);
-        goto err_cleanup_ucp;
-    }
-    if ((status = init_sync(ctx)) != REMORA_OK)
-        goto err_destroy_worker;
-    if (pthread_create(&ctx->thread, NULL, progress_thread, ctx) != 0) {
-        status = REMORA_ERR_NO_MEMORY;
-        goto err_destroy_worker;
+    if ((status = start_worker(ctx)) != REMORA_OK) {
+        ucp_cleanup(ctx->ucp);
+        free(ctx);
+        return status;
     }
     *context_p = ctx;
     return REMORA_OK;
-
-err_destroy_worker:
-    if (ctx->epfd >= 0)
-        close(ctx->epfd);
-    if (ctx->watch_epfd >= 0)
-        close(ctx->watch_epfd);
-    if (ctx->worker_addr)
-        ucp_worker_release_address(ctx->worker, ctx->worker_addr);
-    if (ctx->worker)
-        ucp_worker_destroy(ctx->worker);
-err_cleanup_ucp:
-    ucp_cleanup(ctx->ucp);
-err_free:
-    free(ctx);
-    return status;
 }
 
 void remora_context_destroy(remora_context_h ctx)
@@ -620,7 +657,8 @@ void remora_context_destroy(remora_context_h ctx)
         rm_warn("context destroyed with %zu endpoint(s) still open", ctx->npeers);
     ucp_worker_release_address(ctx->worker, ctx->worker_addr);
     ucp_worker_destroy(ctx->worker);
-    ucp_cleanup(ctx->ucp);
+    if (ctx->parent == NULL)
+        ucp_cleanup(ctx->ucp);
     close(ctx->epfd);
     close(ctx->watch_epfd);
     pthread_cond_destroy(&ctx->wait_cv);

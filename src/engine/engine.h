@@ -84,7 +84,8 @@ typedef struct rm_deferred {
 } rm_deferred_t;
 
 struct remora_context {
-    ucp_context_h   ucp;
+    ucp_context_h   ucp;   /* a lane's is its parent's */
+    remora_context_h parent; /* lanes only (rm_engine_lane_create) */
     ucp_worker_h    worker;
     int             efd;   /* worker event fd */
     int             epfd;  /* what the progress thread sleeps on: efd and watch_epfd */
@@ -112,6 +113,14 @@ struct remora_context {
 
     uint8_t         host_id[RM_HOST_ID_LEN];
 };
+
+/*
+ * A lane: another worker with its own progress thread and lock, on the
+ * parent's UCX context (so memory registered there is usable here). Servers
+ * and clients run extra connections on lanes to move data on several cores
+ * at once. Destroy it with remora_context_destroy() before the parent.
+ */
+remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h *lane_p);
 
 /* Status mapping, once for the whole library. */
 remora_status_t rm_status_from_ucs(ucs_status_t status);

@@ -109,8 +109,8 @@ static rm_op_t *op_by_req_id(remora_client_h c, uint64_t req_id)
 
 /* Send a control message and wait for its reply. On REMORA_OK the reply body
  * (if any) is handed over in *body_p (free()) and the reply's status returned. */
-static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
-                                   rm_wbuf_t *body, void **body_p, size_t *len_p)
+remora_status_t rm_client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
+                               rm_wbuf_t *body, void **body_p, size_t *len_p)
 {
     rm_hdr_t hdr = {.type = type};
     rm_send_params_t sp = {0};
@@ -402,7 +402,7 @@ static remora_status_t lookup_call(remora_client_h c, const char *name, void **b
         return REMORA_ERR_INVALID_PARAM;
     rm_wbuf_init(&w);
     rm_wbuf_name(&w, name);
-    return client_call(c, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
+    return rm_client_call(c, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
 }
 
 /*
@@ -456,6 +456,11 @@ remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rre
             return cached;
     }
     return REMORA_ERR_BUSY; /* the region changes faster than we can look it up */
+}
+
+void rm_client_region_forget(remora_client_h c, rm_rregion_t *r)
+{
+    region_detach(c, r, 0);
 }
 
 static void handle_event(remora_client_h c, const rm_hdr_t *hdr, const void *body, size_t len)
@@ -615,7 +620,7 @@ static remora_status_t handshake_auth(remora_client_h c, const rm_hello_t *mine,
     rm_auth_proof(RM_AUTH_CLIENT_PROOF, c->token, c->token_len, theirs->nonce, mine->nonce, mac);
     rm_wbuf_init(&w);
     rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
-    if ((st = client_call(c, RM_MSG_AUTH, RM_MSG_AUTH_REPLY, &w, &body, &len)) != REMORA_OK)
+    if ((st = rm_client_call(c, RM_MSG_AUTH, RM_MSG_AUTH_REPLY, &w, &body, &len)) != REMORA_OK)
         return st;
     /* The server proves it knows the token too. */
     if (len != RM_MAC_LEN || rm_auth_check(RM_AUTH_SERVER_PROOF, c->token, c->token_len,
@@ -637,7 +642,7 @@ static remora_status_t handshake(remora_client_h c)
     rm_auth_nonce(mine.nonce);
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &mine);
-    if ((st = client_call(c, RM_MSG_HELLO, RM_MSG_HELLO_REPLY, &w, &body, &len)) != REMORA_OK)
+    if ((st = rm_client_call(c, RM_MSG_HELLO, RM_MSG_HELLO_REPLY, &w, &body, &len)) != REMORA_OK)
         return st;
     st = rm_hello_decode(body, len, &theirs) == 0 ? REMORA_OK : REMORA_ERR_PROTOCOL;
     free(body);
@@ -710,6 +715,7 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
     c->forced_path = path_from_env();
     c->chunk_size  = size_from_env("REMORA_CHUNK_SIZE", RM_DEFAULT_CHUNK, 4096, 1u << 30);
     c->window      = (unsigned)size_from_env("REMORA_WINDOW", RM_DEFAULT_WINDOW, 1, 64);
+    c->want_lanes  = (unsigned)size_from_env("REMORA_LANES", 1, 1, RM_LANES_MAX);
     if (p == NULL)
         return REMORA_OK;
     if (p->field_mask & REMORA_CLIENT_FIELD_TIMEOUT) {
@@ -726,6 +732,11 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
     if (p->field_mask & REMORA_CLIENT_FIELD_EVENT_CB) {
         c->event_cb  = p->event_cb;
         c->event_arg = p->event_arg;
+    }
+    if (p->field_mask & REMORA_CLIENT_FIELD_LANES) {
+        if (p->lanes < 1 || p->lanes > RM_LANES_MAX)
+            return REMORA_ERR_INVALID_PARAM;
+        c->want_lanes = p->lanes;
     }
     if (p->field_mask & REMORA_CLIENT_FIELD_TOKEN) {
         if (p->token == NULL || p->token_len == 0 || p->token_len > REMORA_TOKEN_MAX)
@@ -844,6 +855,7 @@ remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
         remora_client_disconnect(c);
         return st;
     }
+    rm_client_lanes_connect(c);
     *client_p = c;
     return REMORA_OK;
 }
@@ -854,6 +866,7 @@ void remora_client_disconnect(remora_client_h c)
 
     if (c == NULL)
         return;
+    rm_client_lanes_disconnect(c);
     rm_engine_lock(c->ctx);
     c->ready = 0; /* a user-initiated close raises no DISCONNECTED event */
     client_fail(c, REMORA_ERR_CANCELED, REMORA_ERR_CANCELED);
@@ -908,7 +921,7 @@ remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **inf
 
     if (c == NULL || infos_p == NULL || count_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = client_call(c, RM_MSG_LIST, RM_MSG_LIST_REPLY, NULL, &body, &len)) != REMORA_OK)
+    if ((st = rm_client_call(c, RM_MSG_LIST, RM_MSG_LIST_REPLY, NULL, &body, &len)) != REMORA_OK)
         return st;
     if (rm_list_decode(body, len, &descs, &count) != 0) {
         free(body);
@@ -973,7 +986,7 @@ remora_status_t remora_client_ping(remora_client_h c, double *rtt_us)
 
     if (c == NULL || rtt_us == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = client_call(c, RM_MSG_PING, RM_MSG_PONG, NULL, NULL, NULL)) != REMORA_OK)
+    if ((st = rm_client_call(c, RM_MSG_PING, RM_MSG_PONG, NULL, NULL, NULL)) != REMORA_OK)
         return st;
     *rtt_us = (double)(rm_now_ns() - t0) / 1000.0;
     return REMORA_OK;

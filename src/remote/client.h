@@ -92,6 +92,15 @@ struct remora_client {
     int               event_task_queued;
     atomic_int        events_idle;
     atomic_int        drained;     /* nops == 0 after disconnect */
+
+    /* Lanes (transfer.c): connections to the server's extra lanes, each on a
+     * lane context of ctx; large AM-path requests are split across them and
+     * this connection. Lane clients are plain clients with no lanes. */
+    unsigned          want_lanes;
+    remora_client_h   lane[RM_LANES_MAX - 1];
+    remora_context_h  lane_ctx[RM_LANES_MAX - 1];
+    unsigned          nlanes;
+    atomic_uint       lane_next;   /* the lane the next split request starts on */
 };
 
 typedef struct rm_op rm_op_t;
@@ -132,6 +141,15 @@ struct remora_request {
     size_t           issued;
     unsigned         inflight;
     int              flushed;
+
+    /* A request split across lanes has parts (requests of their own, on
+     * the lanes' clients) and no chunks; each part points to it. */
+    remora_request_h whole;
+    uint64_t         generation;   /* the whole's view: parts see it or newer */
+    remora_request_h part[RM_LANES_MAX];
+    unsigned         nparts;
+    atomic_int       parts_left;
+    atomic_int       parts_status; /* the first part's error */
 };
 
 /* client.c */
@@ -149,6 +167,8 @@ void     rm_client_op_abandon(rm_op_t *op);
 void     rm_client_region_put(remora_client_h c, rm_rregion_t *r);
 /* Look the region up (cached unless stale); returns with the lock held on success. */
 remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p);
+/* Drop a cached entry so that the next use looks the region up (lock held). */
+void rm_client_region_forget(remora_client_h c, rm_rregion_t *r);
 /* Subscriptions hold the client: the user's disconnect frees it only once the
  * last of them is destroyed (lock not held). */
 void rm_client_sub_attach(remora_client_h c);
@@ -156,6 +176,17 @@ void rm_client_sub_detach(remora_client_h c);
 /* Give up on the connection (without the lock): pending ops fail with op_status,
  * later calls with REMORA_ERR_DISCONNECTED. */
 void rm_client_abort(remora_client_h c, remora_status_t op_status);
+
+/* transfer.c: connect to the server's lanes, as many as c->want_lanes allows
+ * (lock not held). Without lanes on offer, or when one fails, it goes on with
+ * those it has. */
+void rm_client_lanes_connect(remora_client_h c);
+void rm_client_lanes_disconnect(remora_client_h c);
+
+/* client.c: one request/reply exchange (lock not held); *body_p is free()d by
+ * the caller. */
+remora_status_t rm_client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
+                               rm_wbuf_t *body, void **body_p, size_t *len_p);
 
 /* transfer.c: mappings handed out by remora_client_map (lock held) */
 void rm_client_unmap_all(remora_client_h c);

@@ -539,6 +539,15 @@ static void handle_event_ack(rm_conn_t *c, const rm_hdr_t *hdr)
     retired_sweep(c->server);
 }
 
+static void handle_lanes(rm_conn_t *c, const rm_hdr_t *hdr)
+{
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_lanes_encode(&w, c->server->lane_port, c->server->nlanes);
+    rm_conn_reply(c, RM_MSG_LANES_REPLY, hdr->req_id, REMORA_OK, &w);
+}
+
 /* Messages a READY connection may send. */
 static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
                            const ucp_am_recv_param_t *param)
@@ -551,6 +560,7 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     case RM_MSG_PING:      rm_conn_reply(c, RM_MSG_PONG, hdr->req_id, REMORA_OK, NULL); break;
     case RM_MSG_EVENT_ACK: handle_event_ack(c, hdr); break;
     case RM_MSG_RING_WAIT: rm_server_ring_wait(c, hdr); break;
+    case RM_MSG_LANES:     handle_lanes(c, hdr); break;
     default:
         rm_warn("unexpected %s from a client", rm_msg_type_name(hdr->type));
         rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
@@ -827,6 +837,60 @@ static remora_status_t copy_token(remora_server_h s, const remora_server_params_
     return REMORA_OK;
 }
 
+static void stop_lanes(remora_server_h s)
+{
+    for (unsigned i = 0; i < s->nlanes; i++) {
+        remora_server_destroy(s->lane[i]);
+        remora_context_destroy(s->lane_ctx[i]);
+    }
+    s->nlanes = 0;
+}
+
+/* One lane: a worker of its own and a server on it, listening on our host. */
+static remora_status_t start_lane(remora_server_h s, const remora_server_params_t *params,
+                                  unsigned i)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char addr[sizeof(s->addr)];
+    remora_server_params_t lp = *params;
+    remora_status_t st;
+
+    if ((st = rm_parse_addr(s->addr, &ss, &len)) != REMORA_OK)
+        return st;
+    ((struct sockaddr_in *)&ss)->sin_port = 0; /* same offset in sockaddr_in6 */
+    rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
+    lp.field_mask  = (params->field_mask & REMORA_SERVER_FIELD_TOKEN) | REMORA_SERVER_FIELD_LISTEN_ADDR;
+    lp.listen_addr = addr;
+    if ((st = rm_engine_lane_create(s->ctx, &s->lane_ctx[i])) != REMORA_OK)
+        return st;
+    if ((st = remora_server_create(s->lane_ctx[i], &lp, &s->lane[i])) != REMORA_OK ||
+        (st = rm_parse_addr(s->lane[i]->addr, &ss, &len)) != REMORA_OK) {
+        remora_server_destroy(s->lane[i]);
+        remora_context_destroy(s->lane_ctx[i]);
+        return st;
+    }
+    s->lane_port[i] = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return REMORA_OK;
+}
+
+static remora_status_t start_lanes(remora_server_h s, const remora_server_params_t *params)
+{
+    unsigned lanes = params && (params->field_mask & REMORA_SERVER_FIELD_LANES) ? params->lanes : 1;
+    remora_status_t st;
+
+    if (lanes < 1 || lanes > RM_LANES_MAX)
+        return REMORA_ERR_INVALID_PARAM;
+    for (unsigned i = 0; i + 1 < lanes; i++) {
+        if ((st = start_lane(s, params, i)) != REMORA_OK) {
+            stop_lanes(s);
+            return st;
+        }
+        s->nlanes = i + 1;
+    }
+    return REMORA_OK;
+}
+
 remora_status_t remora_server_create(remora_context_h ctx, const remora_server_params_t *params,
                                      remora_server_h *server_p)
 {
@@ -860,6 +924,10 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_engine_unlock(ctx);
     if (st != REMORA_OK)
         goto err_free;
+    if ((st = start_lanes(s, params)) != REMORA_OK) {
+        remora_server_destroy(s);
+        return st;
+    }
     *server_p = s;
     return REMORA_OK;
 
@@ -884,6 +952,7 @@ void remora_server_destroy(remora_server_h s)
 
     if (s == NULL)
         return;
+    stop_lanes(s);
     rm_engine_lock(s->ctx);
     s->destroying = 1;
     rm_engine_remove_ticker(s->ctx, &s->ticker);
@@ -988,10 +1057,15 @@ remora_status_t remora_server_expose(remora_server_h s, const char *name, remora
         return REMORA_ERR_INVALID_PARAM;
     if ((st = region_window(mem, params, 0, &off, &len, &flags)) != REMORA_OK)
         return st;
-    return rm_server_region_add(s, name, mem, off, len, flags, NULL, 0);
+    if ((st = rm_server_region_add(s, name, mem, off, len, flags, NULL, 0)) != REMORA_OK)
+        return st;
+    for (unsigned i = 0; i < s->nlanes; i++)
+        if (rm_server_region_add(s->lane[i], name, mem, off, len, flags, NULL, 0) != REMORA_OK)
+            rm_warn("region %s: not on lane %u", name, i + 1);
+    return REMORA_OK;
 }
 
-remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,
+static remora_status_t region_replace(remora_server_h s, const char *name, remora_mem_h mem,
                                       const remora_region_params_t *params)
 {
     rm_region_t *r;
@@ -999,8 +1073,6 @@ remora_status_t remora_server_replace(remora_server_h s, const char *name, remor
     size_t off, len;
     unsigned flags;
 
-    if (s == NULL || mem == NULL || name == NULL || mem->ctx != s->ctx)
-        return REMORA_ERR_INVALID_PARAM;
     rm_engine_lock(s->ctx);
     if ((r = region_by_name(s, name)) == NULL) {
         st = REMORA_ERR_NOT_FOUND;
@@ -1025,6 +1097,21 @@ remora_status_t remora_server_replace(remora_server_h s, const char *name, remor
 out:
     rm_engine_unlock(s->ctx);
     return st;
+}
+
+remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,
+                                      const remora_region_params_t *params)
+{
+    remora_status_t st;
+
+    if (s == NULL || mem == NULL || name == NULL || mem->ctx != s->ctx)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((st = region_replace(s, name, mem, params)) != REMORA_OK)
+        return st;
+    for (unsigned i = 0; i < s->nlanes; i++)
+        if (region_replace(s->lane[i], name, mem, params) != REMORA_OK)
+            rm_warn("region %s: not replaced on lane %u", name, i + 1);
+    return REMORA_OK;
 }
 
 /* Take a region away (lock held): clients hear REMOVED, memory is retired. */
@@ -1055,5 +1142,10 @@ remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
     /* A GPU ring's elements go when the ring goes, not on their own. */
     st = r && r->ring_data ? REMORA_ERR_INVALID_PARAM : rm_server_region_drop(s, name);
     rm_engine_unlock(s->ctx);
+    for (unsigned i = 0; st == REMORA_OK && i < s->nlanes; i++) {
+        rm_engine_lock(s->lane[i]->ctx);
+        rm_server_region_drop(s->lane[i], name); /* a ring is not on lanes: NOT_FOUND */
+        rm_engine_unlock(s->lane[i]->ctx);
+    }
     return st;
 }

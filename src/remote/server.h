@@ -76,6 +76,12 @@ struct remora_server {
     uint64_t         epoch;
     unsigned         nconns; /* allocated, dead or alive */
     atomic_int       drained;
+    /* Extra lanes: a server each, on a lane of ctx (rm_engine_lane_create),
+     * mirroring this one's plain regions. Empty on a lane's own server. */
+    remora_server_h  lane[RM_LANES_MAX - 1];
+    remora_context_h lane_ctx[RM_LANES_MAX - 1];
+    uint16_t         lane_port[RM_LANES_MAX - 1];
+    unsigned         nlanes;
 };
 
 /* server.c */

@@ -16,8 +16,10 @@
  *        CUDA IPC handle (once per region entry) and copied device-to-device
  *        (or to/from host) on the calling thread.
  */
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "mem/cuda.h"
 #include "mem/stage.h"
@@ -26,11 +28,32 @@
 #include "util/time.h"
 
 #define RM_ABORT_WAIT_MS 2000
+/* The least a lane is given of a split request: below this, one message
+ * costs about as much as the bytes. */
+#define RM_LANE_PART_MIN (512u << 10)
+
+/* A part of a split request finished (any thread, any lock). */
+static void part_done(remora_request_h whole, remora_status_t st)
+{
+    int ok = REMORA_OK;
+
+    if (st != REMORA_OK)
+        atomic_compare_exchange_strong(&whole->parts_status, &ok, (int)st);
+    if (atomic_fetch_sub(&whole->parts_left, 1) == 1) {
+        whole->status = (remora_status_t)atomic_load(&whole->parts_status);
+        rm_engine_complete(whole->ctx, &whole->done);
+    }
+}
 
 static void request_complete(remora_request_h req)
 {
+    remora_request_h whole = req->whole;
+    remora_status_t st     = req->status;
+
     rm_client_region_put(req->client, req->region);
     rm_engine_complete(req->ctx, &req->done);
+    if (whole) /* last: the whole may be freed once it hears from every part */
+        part_done(whole, st);
 }
 
 /* ------------------------------------------------------------ UCX callbacks */
@@ -324,15 +347,86 @@ static remora_status_t classify_buffer(remora_client_h c, const void *buf, int *
 
 static remora_status_t request_start(remora_client_h c, const char *name, uint64_t offset,
                                      void *buf, size_t length, int write,
-                                     remora_request_h *req_p)
+                                     remora_request_h whole, remora_request_h *req_p);
+
+/*
+ * Split a request across this connection and its lanes: up to one part per
+ * lane, none under RM_LANE_PART_MIN, starting one lane further on each time
+ * so that requests smaller than two parts take turns. Lock not held.
+ */
+static remora_status_t split_start(remora_client_h c, const char *name, uint64_t offset,
+                                   char *buf, size_t length, int write, uint64_t generation,
+                                   remora_request_h *req_p)
+{
+    unsigned lanes = c->nlanes + 1, parts = (unsigned)(length / RM_LANE_PART_MIN);
+    unsigned first = atomic_fetch_add(&c->lane_next, 1);
+    remora_request_h req = calloc(1, sizeof(*req));
+
+    if (req == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    parts           = parts > lanes ? lanes : parts;
+    req->client     = c;
+    req->ctx        = c->ctx;
+    req->timeout_ms = c->timeout_ms;
+    req->write      = write;
+    req->buf        = buf;
+    req->offset     = offset;
+    req->length     = length;
+    req->path       = REMORA_PATH_AM;
+    req->generation = generation;
+    atomic_init(&req->parts_left, (int)parts);
+    atomic_init(&req->parts_status, REMORA_OK);
+    size_t each = length / parts;
+    for (unsigned i = 0; i < parts; i++) {
+        size_t off = i * each, len = i + 1 == parts ? length - off : each;
+        unsigned k = (first + i) % lanes;
+        remora_status_t st = request_start(k ? c->lane[k - 1] : c, name, offset + off,
+                                           buf + off, len, write, req, &req->part[i]);
+        if (st != REMORA_OK && i == 0) {
+            free(req);
+            return st;
+        }
+        if (st != REMORA_OK) { /* the parts not started report the error */
+            while (i++ < parts)
+                part_done(req, st);
+            break;
+        }
+        req->nparts = i + 1;
+    }
+    *req_p = req;
+    return REMORA_OK;
+}
+
+/*
+ * A lane's view of a region for a part of a split request: no older than the
+ * whole's. A lane hears of a replacement from its own server, so it may not
+ * have yet; then it looks again. Returns with the lock held on success.
+ */
+static remora_status_t part_region(remora_client_h c, const char *name, uint64_t generation,
+                                   rm_rregion_t **r_p)
+{
+    for (int attempt = 0; attempt < 8; attempt++) {
+        remora_status_t st = rm_client_region_get(c, name, r_p);
+        if (st != REMORA_OK || (*r_p)->generation >= generation)
+            return st;
+        rm_client_region_forget(c, *r_p);
+        rm_engine_unlock(c->ctx);
+    }
+    return REMORA_ERR_BUSY;
+}
+
+static remora_status_t request_start(remora_client_h c, const char *name, uint64_t offset,
+                                     void *buf, size_t length, int write,
+                                     remora_request_h whole, remora_request_h *req_p)
 {
     rm_rregion_t *r;
-    remora_request_h req;
+    remora_request_h req = NULL;
     remora_status_t st;
 
     if (c == NULL || req_p == NULL || (buf == NULL && length))
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = rm_client_region_get(c, name, &r)) != REMORA_OK)
+    st = whole ? part_region(c, name, whole->generation, &r) : rm_client_region_get(c, name, &r);
+    if (st != REMORA_OK)
         return st; /* the lock is held only on success */
     if (c->disconnected)
         st = c->disc_status;
@@ -344,9 +438,18 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     if (st == REMORA_OK && (req = calloc(1, sizeof(*req))) == NULL)
         st = REMORA_ERR_NO_MEMORY;
     if (st != REMORA_OK) {
+        free(req);
         rm_engine_unlock(c->ctx);
         return st;
     }
+    if (whole == NULL && c->nlanes && r->path == REMORA_PATH_AM && !gpu_buf &&
+        length >= RM_LANE_PART_MIN) {
+        uint64_t generation = r->generation;
+        free(req);
+        rm_engine_unlock(c->ctx);
+        return split_start(c, name, offset, buf, length, write, generation, req_p);
+    }
+    req->whole      = whole;
     req->client     = c;
     req->ctx        = c->ctx;
     req->timeout_ms = c->timeout_ms;
@@ -390,14 +493,14 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
 remora_status_t remora_client_read_nb(remora_client_h c, const char *name, uint64_t offset,
                                       void *buf, size_t length, remora_request_h *req_p)
 {
-    return request_start(c, name, offset, buf, length, 0, req_p);
+    return request_start(c, name, offset, buf, length, 0, NULL, req_p);
 }
 
 remora_status_t remora_client_write_nb(remora_client_h c, const char *name, uint64_t offset,
                                        const void *buf, size_t length, remora_request_h *req_p)
 {
     /* The buffer is only read on a write; the cast keeps one request type. */
-    return request_start(c, name, offset, (void *)(uintptr_t)buf, length, 1, req_p);
+    return request_start(c, name, offset, (void *)(uintptr_t)buf, length, 1, NULL, req_p);
 }
 
 remora_status_t remora_request_test(remora_request_h req)
@@ -422,9 +525,21 @@ remora_status_t remora_request_wait(remora_request_h req, int timeout_ms)
  * still targets the caller's buffer, then wait for that. */
 static void request_abort(remora_request_h req)
 {
-    rm_client_abort(req->client, REMORA_ERR_TIMED_OUT);
+    for (unsigned i = 0; i < req->nparts; i++)
+        if (!atomic_load(&req->part[i]->done))
+            rm_client_abort(req->part[i]->client, REMORA_ERR_TIMED_OUT);
+    if (req->nparts == 0)
+        rm_client_abort(req->client, REMORA_ERR_TIMED_OUT);
     if (rm_engine_wait(req->ctx, &req->done, rm_deadline_ns(RM_ABORT_WAIT_MS)) != REMORA_OK)
         rm_error("request still in flight after its connection was closed");
+}
+
+/* A finished request, and its parts (all finished before it). */
+static void request_free(remora_request_h req)
+{
+    for (unsigned i = 0; i < req->nparts; i++)
+        free(req->part[i]);
+    free(req);
 }
 
 void remora_request_release(remora_request_h req)
@@ -435,7 +550,7 @@ void remora_request_release(remora_request_h req)
         request_abort(req);
     if (!atomic_load(&req->done))
         return; /* leaked rather than freed under UCX's feet */
-    free(req);
+    request_free(req);
 }
 
 static remora_status_t run_blocking(remora_status_t st, remora_request_h req)
@@ -446,7 +561,7 @@ static remora_status_t run_blocking(remora_status_t st, remora_request_h req)
     if (st == REMORA_ERR_TIMED_OUT && !atomic_load(&req->done))
         request_abort(req);
     if (atomic_load(&req->done))
-        free(req);
+        request_free(req);
     return st;
 }
 
@@ -537,5 +652,67 @@ void rm_client_unmap_all(remora_client_h c)
         rm_list_del(&m->link);
         ucp_rkey_destroy(m->rkey);
         free(m);
+    }
+}
+
+/* ------------------------------------------------------------ lanes */
+
+void rm_client_lanes_connect(remora_client_h c)
+{
+    uint16_t ports[RM_LANES_MAX - 1];
+    unsigned count = 0;
+    void *body     = NULL;
+    size_t len     = 0;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char addr[80];
+
+    if (c->want_lanes < 2)
+        return;
+    if (rm_client_call(c, RM_MSG_LANES, RM_MSG_LANES_REPLY, NULL, &body, &len) != REMORA_OK ||
+        rm_lanes_decode(body, len, ports, &count) != 0 ||
+        getpeername(c->peer.sock.fd, (struct sockaddr *)&ss, &sl) != 0) {
+        rm_info("the server offers no lanes");
+        count = 0;
+    }
+    free(body);
+    remora_client_params_t lp = {
+        .field_mask = REMORA_CLIENT_FIELD_TIMEOUT | REMORA_CLIENT_FIELD_PATH |
+                      REMORA_CLIENT_FIELD_LANES | (c->token ? REMORA_CLIENT_FIELD_TOKEN : 0),
+        .timeout_ms = c->timeout_ms,
+        .path       = REMORA_PATH_AM,
+        .lanes      = 1,
+        .token      = c->token,
+        .token_len  = c->token_len,
+    };
+    for (unsigned i = 0; i < count && i + 1 < c->want_lanes; i++) {
+        ((struct sockaddr_in *)&ss)->sin_port = htons(ports[i]); /* same place in v6 */
+        rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
+        if (rm_engine_lane_create(c->ctx, &c->lane_ctx[i]) != REMORA_OK)
+            break;
+        remora_status_t st = remora_client_connect(c->lane_ctx[i], addr, &lp, &c->lane[i]);
+        if (st != REMORA_OK) {
+            rm_warn("lane %u (%s): %s; going on with %u", i + 2, addr, remora_status_string(st),
+                    i + 1);
+            remora_context_destroy(c->lane_ctx[i]);
+            break;
+        }
+        c->nlanes = i + 1;
+    }
+}
+
+unsigned remora_client_lanes(remora_client_h c)
+{
+    return c ? c->nlanes + 1 : 0;
+}
+
+void rm_client_lanes_disconnect(remora_client_h c)
+{
+    unsigned n = c->nlanes;
+
+    c->nlanes = 0;
+    for (unsigned i = 0; i < n; i++) {
+        remora_client_disconnect(c->lane[i]);
+        remora_context_destroy(c->lane_ctx[i]);
     }
 }

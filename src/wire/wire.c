@@ -119,7 +119,8 @@ const char *rm_msg_type_name(unsigned type)
     static const char *names[] = {
         "?", "HELLO", "HELLO_REPLY", "AUTH", "AUTH_REPLY", "LIST", "LIST_REPLY",
         "LOOKUP", "LOOKUP_REPLY", "READ", "READ_REPLY", "WRITE", "WRITE_REPLY",
-        "PING", "PONG", "EVENT", "EVENT_ACK", "ERROR", "RING_WAIT", "RING_NOTIFY"};
+        "PING", "PONG", "EVENT", "EVENT_ACK", "ERROR", "RING_WAIT", "RING_NOTIFY",
+        "LANES", "LANES_REPLY"};
     return type <= RM_MSG_TYPE_MAX ? names[type] : "?";
 }
 
@@ -379,6 +380,32 @@ int rm_name_decode(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1])
     rm_rbuf_init(&r, buf, len);
     rm_rbuf_name(&r, out);
     return r.failed || r.left != 0 ? -1 : 0;
+}
+
+/* ------------------------------------------------------------- lanes */
+
+void rm_lanes_encode(rm_wbuf_t *w, const uint16_t *ports, unsigned count)
+{
+    rm_wbuf_u16(w, (uint16_t)count);
+    for (unsigned i = 0; i < count; i++)
+        rm_wbuf_u16(w, ports[i]);
+}
+
+int rm_lanes_decode(const void *buf, size_t len, uint16_t ports[RM_LANES_MAX - 1],
+                    unsigned *count_p)
+{
+    rm_rbuf_t r;
+    unsigned count;
+
+    rm_rbuf_init(&r, buf, len);
+    count = rm_rbuf_u16(&r);
+    if (r.failed || count >= RM_LANES_MAX || r.left != 2u * count)
+        return -1;
+    for (unsigned i = 0; i < count; i++)
+        if ((ports[i] = rm_rbuf_u16(&r)) == 0)
+            return -1;
+    *count_p = count;
+    return 0;
 }
 
 /* ------------------------------------------------------------- bootstrap */

@@ -49,7 +49,9 @@ typedef enum rm_msg_type {
     RM_MSG_ERROR        = 17,
     RM_MSG_RING_WAIT    = 18,
     RM_MSG_RING_NOTIFY  = 19,
-    RM_MSG_TYPE_MAX     = 19
+    RM_MSG_LANES        = 20,
+    RM_MSG_LANES_REPLY  = 21,
+    RM_MSG_TYPE_MAX     = 21
 } rm_msg_type_t;
 
 /* Event kinds carried by RM_MSG_EVENT. */
@@ -159,6 +161,15 @@ int rm_name_decode(const void *buf, size_t len, char out[REMORA_NAME_MAX + 1]);
 
 /* Checks a region name: 1..REMORA_NAME_MAX bytes, printable, no NUL. */
 int rm_name_valid(const char *name);
+
+/* Connections one client may spread its transfers over, its first included. */
+#define RM_LANES_MAX 8
+
+/* LANES_REPLY body: u16 count (< RM_LANES_MAX), then count u16 non-zero TCP
+ * ports: the server's lane listeners, on the host the client reached. */
+void rm_lanes_encode(rm_wbuf_t *w, const uint16_t *ports, unsigned count);
+int  rm_lanes_decode(const void *buf, size_t len, uint16_t ports[RM_LANES_MAX - 1],
+                     unsigned *count_p);
 
 /* ------------------------------------------------------------- bootstrap */
 

@@ -14,6 +14,7 @@
  *     7 ring     rm_ring_hdr_parse and rm_ring_hdr_parse_live (a ring header
  *                or whole image, src/ring/ring.c), rm_ring_from_image and the
  *                local readers on what parses
+ *     8 lanes    rm_lanes_decode
  * - The input handed to a decoder is a heap copy of exactly its bytes, so
  *   ASan reports any read past the end.
  * - Every successful decode is re-encoded, and the encoding must reproduce the
@@ -92,7 +93,7 @@ void rm_engine_kick(remora_context_h ctx) { abort(); }
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER, MODE_BOOT,
-       MODE_RING, MODE_COUNT };
+       MODE_RING, MODE_LANES, MODE_COUNT };
 
 #define CHECK(cond)                                                                    \
     do {                                                                               \
@@ -422,6 +423,28 @@ static void fuzz_boot(const uint8_t *in, size_t n)
     rm_wbuf_free(&w);
 }
 
+/* ------------------------------------------------------------- lanes */
+
+static void fuzz_lanes(const uint8_t *in, size_t n)
+{
+    uint16_t ports[RM_LANES_MAX - 1];
+    unsigned count = 0;
+    int ok   = rm_lanes_decode(in, n, ports, &count) == 0;
+    int spec = n >= 2 && le16(in) < RM_LANES_MAX && n == 2u + 2u * le16(in);
+
+    for (size_t i = 2; spec && i < n; i += 2)
+        spec = le16(in + i) != 0;
+    CHECK(ok == spec);
+    if (!ok)
+        return;
+    rm_wbuf_t w;
+    rm_wbuf_init(&w);
+    rm_lanes_encode(&w, ports, count);
+    if (!w.failed)
+        CHECK(w.len == n && memcmp(w.data, in, n) == 0);
+    rm_wbuf_free(&w);
+}
+
 /* ------------------------------------------------------------- ring */
 
 /* rm_ring_hdr_parse against its statement (ring_format.h), restated: the
@@ -605,6 +628,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case MODE_NAME:   fuzz_name(in, n); break;
     case MODE_BOOT:   fuzz_boot(in, n); break;
     case MODE_RING:   fuzz_ring(in, n); break;
+    case MODE_LANES:  fuzz_lanes(in, n); break;
     default:          fuzz_reader(in, n); break;
     }
     free(in);

@@ -14,7 +14,7 @@
 #include "wire/wire.h"
 
 enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER, MODE_BOOT,
-       MODE_RING };
+       MODE_RING, MODE_LANES };
 
 static const char *g_dir;
 static int g_errors;
@@ -129,6 +129,15 @@ int main(int argc, char **argv)
     hdr("hdr-event-removed", (rm_hdr_t){.type = RM_MSG_EVENT, .region_id = 9,
                                         .kind = RM_EVENT_REMOVED, .epoch = 6});
     hdr("hdr-event-ack", (rm_hdr_t){.type = RM_MSG_EVENT_ACK, .epoch = 6});
+
+    /* Lanes: none, and three ports. */
+    static const uint16_t lane_ports[] = {40001, 40002, 65535};
+    rm_wbuf_init(&w);
+    rm_lanes_encode(&w, lane_ports, 0);
+    put_wbuf("lanes-none", MODE_LANES, &w);
+    rm_wbuf_init(&w);
+    rm_lanes_encode(&w, lane_ports, 3);
+    put_wbuf("lanes-three", MODE_LANES, &w);
 
     /* Hellos: a client's, a server's that asks for auth, one with a tail. */
     rm_hello_t h = {.proto_min = 1, .proto_max = 1};

@@ -464,6 +464,13 @@ static int server_startv(it_server_t *s, const char *const *env, va_list ap)
         argv[n++] = "127.0.0.1:0";
         argv[n]   = NULL;
     }
+    /* A test run with lanes serves them (clients take REMORA_LANES). */
+    const char *lanes = getenv("REMORA_IT_SERVE_LANES");
+    if (lanes != NULL && strcmp(argv[1], "serve") == 0 && n + 2 < IT_MAX_ARGS) {
+        argv[n++] = "--lanes";
+        argv[n++] = lanes;
+        argv[n]   = NULL;
+    }
     snprintf(s->log_path, sizeof(s->log_path), "%s/server-%u.log", g_tmpdir, ++g_seq);
     if (pipe2(pipefd, O_CLOEXEC) != 0)
         return -1;

@@ -103,6 +103,9 @@ static void test_path_is_the_expected_one(void **state)
                  remora_path_string(path), remora_path_string(expected_path()),
                  getenv("UCX_TLS") ? getenv("UCX_TLS") : "-",
                  getenv("REMORA_PATH") ? getenv("REMORA_PATH") : "-");
+    /* Under REMORA_LANES (with servers serving as many), every lane is up. */
+    const char *lanes = getenv("REMORA_LANES");
+    assert_int_equal(remora_client_lanes(g_c.client), lanes ? (unsigned)atoi(lanes) : 1u);
 }
 
 /* The whole 24 MiB + 13 region (several default chunks) arrives exactly. */
