@@ -624,7 +624,7 @@ static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
  * Open a UCX listener for this one client on the address it reached us at.
  * UCX's connection manager gives the endpoint zero-copy rendezvous lanes over
  * TCP that a worker-address endpoint with peer-failure handling lacks (about
- * 1.8x the bandwidth, docs/performance.md). IPv4 only: UCX mishandles IPv6
+ * 1.2x the bandwidth of one connection, docs/performance.md). IPv4 only: UCX mishandles IPv6
  * there. Opt-in (REMORA_CM=1) and only after a valid bootstrap: UCX's
  * connection manager aborts the process on garbage from its peer, in either
  * role, so a reachable server could die of one crafted connection
