@@ -109,8 +109,8 @@ static rm_op_t *op_by_req_id(remora_client_h c, uint64_t req_id)
 
 /* Send a control message and wait for its reply. On REMORA_OK the reply body
  * (if any) is handed over in *body_p (free()) and the reply's status returned. */
-remora_status_t rm_client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
-                               rm_wbuf_t *body, void **body_p, size_t *len_p)
+static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
+                                   rm_wbuf_t *body, void **body_p, size_t *len_p)
 {
     rm_hdr_t hdr = {.type = type};
     rm_send_params_t sp = {0};
@@ -402,7 +402,7 @@ static remora_status_t lookup_call(remora_client_h c, const char *name, void **b
         return REMORA_ERR_INVALID_PARAM;
     rm_wbuf_init(&w);
     rm_wbuf_name(&w, name);
-    return rm_client_call(c, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
+    return client_call(c, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
 }
 
 /*
@@ -620,7 +620,7 @@ static remora_status_t handshake_auth(remora_client_h c, const rm_hello_t *mine,
     rm_auth_proof(RM_AUTH_CLIENT_PROOF, c->token, c->token_len, theirs->nonce, mine->nonce, mac);
     rm_wbuf_init(&w);
     rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
-    if ((st = rm_client_call(c, RM_MSG_AUTH, RM_MSG_AUTH_REPLY, &w, &body, &len)) != REMORA_OK)
+    if ((st = client_call(c, RM_MSG_AUTH, RM_MSG_AUTH_REPLY, &w, &body, &len)) != REMORA_OK)
         return st;
     /* The server proves it knows the token too. */
     if (len != RM_MAC_LEN || rm_auth_check(RM_AUTH_SERVER_PROOF, c->token, c->token_len,
@@ -642,7 +642,7 @@ static remora_status_t handshake(remora_client_h c)
     rm_auth_nonce(mine.nonce);
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &mine);
-    if ((st = rm_client_call(c, RM_MSG_HELLO, RM_MSG_HELLO_REPLY, &w, &body, &len)) != REMORA_OK)
+    if ((st = client_call(c, RM_MSG_HELLO, RM_MSG_HELLO_REPLY, &w, &body, &len)) != REMORA_OK)
         return st;
     st = rm_hello_decode(body, len, &theirs) == 0 ? REMORA_OK : REMORA_ERR_PROTOCOL;
     free(body);
@@ -669,6 +669,9 @@ static remora_status_t handshake(remora_client_h c)
 }
 
 /* ------------------------------------------------------------ public API */
+
+static void lanes_connect(remora_client_h c);
+static void lanes_disconnect(remora_client_h c);
 
 static remora_path_t path_from_env(void)
 {
@@ -855,7 +858,7 @@ remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
         remora_client_disconnect(c);
         return st;
     }
-    rm_client_lanes_connect(c);
+    lanes_connect(c);
     *client_p = c;
     return REMORA_OK;
 }
@@ -866,7 +869,7 @@ void remora_client_disconnect(remora_client_h c)
 
     if (c == NULL)
         return;
-    rm_client_lanes_disconnect(c);
+    lanes_disconnect(c);
     rm_engine_lock(c->ctx);
     c->ready = 0; /* a user-initiated close raises no DISCONNECTED event */
     client_fail(c, REMORA_ERR_CANCELED, REMORA_ERR_CANCELED);
@@ -921,7 +924,7 @@ remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **inf
 
     if (c == NULL || infos_p == NULL || count_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = rm_client_call(c, RM_MSG_LIST, RM_MSG_LIST_REPLY, NULL, &body, &len)) != REMORA_OK)
+    if ((st = client_call(c, RM_MSG_LIST, RM_MSG_LIST_REPLY, NULL, &body, &len)) != REMORA_OK)
         return st;
     if (rm_list_decode(body, len, &descs, &count) != 0) {
         free(body);
@@ -986,7 +989,7 @@ remora_status_t remora_client_ping(remora_client_h c, double *rtt_us)
 
     if (c == NULL || rtt_us == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = rm_client_call(c, RM_MSG_PING, RM_MSG_PONG, NULL, NULL, NULL)) != REMORA_OK)
+    if ((st = client_call(c, RM_MSG_PING, RM_MSG_PONG, NULL, NULL, NULL)) != REMORA_OK)
         return st;
     *rtt_us = (double)(rm_now_ns() - t0) / 1000.0;
     return REMORA_OK;
@@ -1018,4 +1021,68 @@ const char *remora_path_string(remora_path_t path)
     case REMORA_PATH_STAGING: return "staging";
     }
     return "?";
+}
+
+/* ------------------------------------------------------------ lanes */
+
+/* Connect to the server's lanes, as many as c->want_lanes allows (lock not
+ * held). Without lanes on offer, or when one fails, go on with those we have. */
+static void lanes_connect(remora_client_h c)
+{
+    uint16_t ports[RM_LANES_MAX - 1];
+    unsigned count = 0;
+    void *body     = NULL;
+    size_t len     = 0;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char addr[80];
+
+    if (c->want_lanes < 2)
+        return;
+    if (client_call(c, RM_MSG_LANES, RM_MSG_LANES_REPLY, NULL, &body, &len) != REMORA_OK ||
+        rm_lanes_decode(body, len, ports, &count) != 0 ||
+        getpeername(c->peer.sock.fd, (struct sockaddr *)&ss, &sl) != 0) {
+        rm_info("the server offers no lanes");
+        count = 0;
+    }
+    free(body);
+    remora_client_params_t lp = {
+        .field_mask = REMORA_CLIENT_FIELD_TIMEOUT | REMORA_CLIENT_FIELD_PATH |
+                      REMORA_CLIENT_FIELD_LANES | (c->token ? REMORA_CLIENT_FIELD_TOKEN : 0),
+        .timeout_ms = c->timeout_ms,
+        .path       = REMORA_PATH_AM,
+        .lanes      = 1,
+        .token      = c->token,
+        .token_len  = c->token_len,
+    };
+    for (unsigned i = 0; i < count && i + 1 < c->want_lanes; i++) {
+        ((struct sockaddr_in *)&ss)->sin_port = htons(ports[i]); /* same place in v6 */
+        rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
+        if (rm_engine_lane_create(c->ctx, &c->lane_ctx[i]) != REMORA_OK)
+            break;
+        remora_status_t st = remora_client_connect(c->lane_ctx[i], addr, &lp, &c->lane[i]);
+        if (st != REMORA_OK) {
+            rm_warn("lane %u (%s): %s; going on with %u", i + 2, addr, remora_status_string(st),
+                    i + 1);
+            remora_context_destroy(c->lane_ctx[i]);
+            break;
+        }
+        c->nlanes = i + 1;
+    }
+}
+
+unsigned remora_client_lanes(remora_client_h c)
+{
+    return c ? c->nlanes + 1 : 0;
+}
+
+static void lanes_disconnect(remora_client_h c)
+{
+    unsigned n = c->nlanes;
+
+    c->nlanes = 0;
+    for (unsigned i = 0; i < n; i++) {
+        remora_client_disconnect(c->lane[i]);
+        remora_context_destroy(c->lane_ctx[i]);
+    }
 }

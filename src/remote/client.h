@@ -93,7 +93,7 @@ struct remora_client {
     atomic_int        events_idle;
     atomic_int        drained;     /* nops == 0 after disconnect */
 
-    /* Lanes (transfer.c): connections to the server's extra lanes, each on a
+    /* Lanes: connections to the server's extra lanes, each on a
      * lane context of ctx; large AM-path requests are split across them and
      * this connection. Lane clients are plain clients with no lanes. */
     unsigned          want_lanes;
@@ -176,17 +176,6 @@ void rm_client_sub_detach(remora_client_h c);
 /* Give up on the connection (without the lock): pending ops fail with op_status,
  * later calls with REMORA_ERR_DISCONNECTED. */
 void rm_client_abort(remora_client_h c, remora_status_t op_status);
-
-/* transfer.c: connect to the server's lanes, as many as c->want_lanes allows
- * (lock not held). Without lanes on offer, or when one fails, it goes on with
- * those it has. */
-void rm_client_lanes_connect(remora_client_h c);
-void rm_client_lanes_disconnect(remora_client_h c);
-
-/* client.c: one request/reply exchange (lock not held); *body_p is free()d by
- * the caller. */
-remora_status_t rm_client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
-                               rm_wbuf_t *body, void **body_p, size_t *len_p);
 
 /* transfer.c: mappings handed out by remora_client_map (lock held) */
 void rm_client_unmap_all(remora_client_h c);

@@ -864,11 +864,15 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
     lp.listen_addr = addr;
     if ((st = rm_engine_lane_create(s->ctx, &s->lane_ctx[i])) != REMORA_OK)
         return st;
-    if ((st = remora_server_create(s->lane_ctx[i], &lp, &s->lane[i])) != REMORA_OK ||
-        (st = rm_parse_addr(s->lane[i]->addr, &ss, &len)) != REMORA_OK) {
-        remora_server_destroy(s->lane[i]);
+    if ((st = remora_server_create(s->lane_ctx[i], &lp, &s->lane[i])) != REMORA_OK) {
         remora_context_destroy(s->lane_ctx[i]);
         return st;
+    }
+    len = sizeof(ss);
+    if (getsockname(s->lane[i]->listener.fd, (struct sockaddr *)&ss, &len) != 0) {
+        remora_server_destroy(s->lane[i]);
+        remora_context_destroy(s->lane_ctx[i]);
+        return REMORA_ERR_IO;
     }
     s->lane_port[i] = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     return REMORA_OK;

@@ -16,10 +16,8 @@
  *        CUDA IPC handle (once per region entry) and copied device-to-device
  *        (or to/from host) on the calling thread.
  */
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "mem/cuda.h"
 #include "mem/stage.h"
@@ -349,6 +347,24 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
                                      void *buf, size_t length, int write,
                                      remora_request_h whole, remora_request_h *req_p);
 
+/* A request's fields every path sets; NULL when out of memory. */
+static remora_request_h request_new(remora_client_h c, void *buf, uint64_t offset, size_t length,
+                                    int write)
+{
+    remora_request_h req = calloc(1, sizeof(*req));
+
+    if (req != NULL) {
+        req->client     = c;
+        req->ctx        = c->ctx;
+        req->timeout_ms = c->timeout_ms;
+        req->write      = write;
+        req->buf        = buf;
+        req->offset     = offset;
+        req->length     = length;
+    }
+    return req;
+}
+
 /*
  * Split a request across this connection and its lanes: up to one part per
  * lane, none under RM_LANE_PART_MIN, starting one lane further on each time
@@ -360,18 +376,11 @@ static remora_status_t split_start(remora_client_h c, const char *name, uint64_t
 {
     unsigned lanes = c->nlanes + 1, parts = (unsigned)(length / RM_LANE_PART_MIN);
     unsigned first = atomic_fetch_add(&c->lane_next, 1);
-    remora_request_h req = calloc(1, sizeof(*req));
+    remora_request_h req = request_new(c, buf, offset, length, write);
 
     if (req == NULL)
         return REMORA_ERR_NO_MEMORY;
     parts           = parts > lanes ? lanes : parts;
-    req->client     = c;
-    req->ctx        = c->ctx;
-    req->timeout_ms = c->timeout_ms;
-    req->write      = write;
-    req->buf        = buf;
-    req->offset     = offset;
-    req->length     = length;
     req->path       = REMORA_PATH_AM;
     req->generation = generation;
     atomic_init(&req->parts_left, (int)parts);
@@ -420,7 +429,7 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
                                      remora_request_h whole, remora_request_h *req_p)
 {
     rm_rregion_t *r;
-    remora_request_h req = NULL;
+    remora_request_h req;
     remora_status_t st;
 
     if (c == NULL || req_p == NULL || (buf == NULL && length))
@@ -435,28 +444,19 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     int dev_buf = 0, gpu_buf = 0, buf_dev = -1;
     if (st == REMORA_OK)
         st = classify_buffer(c, buf, &gpu_buf, &dev_buf, &buf_dev);
-    if (st == REMORA_OK && (req = calloc(1, sizeof(*req))) == NULL)
-        st = REMORA_ERR_NO_MEMORY;
-    if (st != REMORA_OK) {
-        free(req);
-        rm_engine_unlock(c->ctx);
-        return st;
-    }
-    if (whole == NULL && c->nlanes && r->path == REMORA_PATH_AM && !gpu_buf &&
+    if (st == REMORA_OK && whole == NULL && c->nlanes && r->path == REMORA_PATH_AM && !gpu_buf &&
         length >= RM_LANE_PART_MIN) {
         uint64_t generation = r->generation;
-        free(req);
         rm_engine_unlock(c->ctx);
         return split_start(c, name, offset, buf, length, write, generation, req_p);
     }
+    if (st == REMORA_OK && (req = request_new(c, buf, offset, length, write)) == NULL)
+        st = REMORA_ERR_NO_MEMORY;
+    if (st != REMORA_OK) {
+        rm_engine_unlock(c->ctx);
+        return st;
+    }
     req->whole      = whole;
-    req->client     = c;
-    req->ctx        = c->ctx;
-    req->timeout_ms = c->timeout_ms;
-    req->write      = write;
-    req->buf        = buf;
-    req->offset     = offset;
-    req->length     = length;
     req->region     = r;
     req->path       = r->path;
     req->dev_buf    = dev_buf;
@@ -652,67 +652,5 @@ void rm_client_unmap_all(remora_client_h c)
         rm_list_del(&m->link);
         ucp_rkey_destroy(m->rkey);
         free(m);
-    }
-}
-
-/* ------------------------------------------------------------ lanes */
-
-void rm_client_lanes_connect(remora_client_h c)
-{
-    uint16_t ports[RM_LANES_MAX - 1];
-    unsigned count = 0;
-    void *body     = NULL;
-    size_t len     = 0;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    char addr[80];
-
-    if (c->want_lanes < 2)
-        return;
-    if (rm_client_call(c, RM_MSG_LANES, RM_MSG_LANES_REPLY, NULL, &body, &len) != REMORA_OK ||
-        rm_lanes_decode(body, len, ports, &count) != 0 ||
-        getpeername(c->peer.sock.fd, (struct sockaddr *)&ss, &sl) != 0) {
-        rm_info("the server offers no lanes");
-        count = 0;
-    }
-    free(body);
-    remora_client_params_t lp = {
-        .field_mask = REMORA_CLIENT_FIELD_TIMEOUT | REMORA_CLIENT_FIELD_PATH |
-                      REMORA_CLIENT_FIELD_LANES | (c->token ? REMORA_CLIENT_FIELD_TOKEN : 0),
-        .timeout_ms = c->timeout_ms,
-        .path       = REMORA_PATH_AM,
-        .lanes      = 1,
-        .token      = c->token,
-        .token_len  = c->token_len,
-    };
-    for (unsigned i = 0; i < count && i + 1 < c->want_lanes; i++) {
-        ((struct sockaddr_in *)&ss)->sin_port = htons(ports[i]); /* same place in v6 */
-        rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
-        if (rm_engine_lane_create(c->ctx, &c->lane_ctx[i]) != REMORA_OK)
-            break;
-        remora_status_t st = remora_client_connect(c->lane_ctx[i], addr, &lp, &c->lane[i]);
-        if (st != REMORA_OK) {
-            rm_warn("lane %u (%s): %s; going on with %u", i + 2, addr, remora_status_string(st),
-                    i + 1);
-            remora_context_destroy(c->lane_ctx[i]);
-            break;
-        }
-        c->nlanes = i + 1;
-    }
-}
-
-unsigned remora_client_lanes(remora_client_h c)
-{
-    return c ? c->nlanes + 1 : 0;
-}
-
-void rm_client_lanes_disconnect(remora_client_h c)
-{
-    unsigned n = c->nlanes;
-
-    c->nlanes = 0;
-    for (unsigned i = 0; i < n; i++) {
-        remora_client_disconnect(c->lane[i]);
-        remora_context_destroy(c->lane_ctx[i]);
     }
 }
