@@ -46,6 +46,8 @@ extern "C" {
 #define REMORA_DEFAULT_TIMEOUT_MS 10000
 /** Longest shared token accepted, in bytes. */
 #define REMORA_TOKEN_MAX 1024
+/** Shortest shared token accepted, in bytes. */
+#define REMORA_TOKEN_MIN 16
 
 /* ---------------------------------------------------------------- status */
 
@@ -92,9 +94,27 @@ typedef struct remora_sub     *remora_sub_h;
 /* ---------------------------------------------------------------- context */
 
 enum remora_context_field {
-    REMORA_CONTEXT_FIELD_NAME    = 1u << 0,
-    REMORA_CONTEXT_FIELD_SPIN_US = 1u << 1
+    REMORA_CONTEXT_FIELD_NAME      = 1u << 0,
+    REMORA_CONTEXT_FIELD_SPIN_US   = 1u << 1,
+    REMORA_CONTEXT_FIELD_HEARTBEAT = 1u << 2,
+    REMORA_CONTEXT_FIELD_BIND_HOST = 1u << 3,
+    REMORA_CONTEXT_FIELD_RMA       = 1u << 4
 };
+
+/** One-sided access (the `rma` data path); see docs/security.md. */
+typedef enum remora_rma_mode {
+    /** Off: UCX's RMA feature is not enabled, so no peer can read or write
+     *  this process's memory one-sidedly. Every path but `rma` works. */
+    REMORA_RMA_OFF    = 0,
+    /** On, but rkeys are handed out only on endpoints whose RMA lanes are
+     *  verbs (InfiniBand/RoCE), where the NIC enforces their bounds and
+     *  rights; and UCX's TCP transport is left out of this context, as UCX
+     *  emulates RMA over it without checking any address. */
+    REMORA_RMA_VERBS  = 1,
+    /** On over any transport, including the emulated ones that check
+     *  nothing: for tests and trusted machines only. */
+    REMORA_RMA_UNSAFE = 2
+} remora_rma_mode_t;
 
 typedef struct remora_context_params {
     uint64_t    field_mask;
@@ -103,6 +123,19 @@ typedef struct remora_context_params {
     /** How long the progress thread spins after the last event before it sleeps
      *  on the worker's event fd. Default 50 µs; 0 sleeps at once. */
     unsigned    spin_us;
+    /** Heartbeats on every connection: one each way every heartbeat_ms (default
+     *  500, env REMORA_HEARTBEAT_MS; 0 turns them off), and a peer silent for
+     *  peer_timeout_ms (default 2000, env REMORA_PEER_TIMEOUT_MS; at least
+     *  2 x heartbeat_ms) is dead: every call and subscription on it fails with
+     *  REMORA_ERR_DISCONNECTED. */
+    unsigned    heartbeat_ms;
+    unsigned    peer_timeout_ms;
+    /** A host or IP address: UCX's own network listeners are opened only on the
+     *  interface that owns it (a loopback address: the loopback interface).
+     *  Servers pass the host they listen on. Default: every interface. */
+    const char *bind_host;
+    /** Default REMORA_RMA_OFF (env REMORA_RMA=0|1|unsafe). */
+    remora_rma_mode_t rma;
 } remora_context_params_t;
 
 /**
@@ -249,15 +282,17 @@ REMORA_API remora_status_t remora_cuda_can_access_peer(int device, int peer, int
 enum remora_server_field {
     REMORA_SERVER_FIELD_LISTEN_ADDR = 1u << 0,
     REMORA_SERVER_FIELD_TOKEN       = 1u << 1,
-    REMORA_SERVER_FIELD_LANES       = 1u << 2
+    REMORA_SERVER_FIELD_LANES       = 1u << 2,
+    REMORA_SERVER_FIELD_MAX_CONNS   = 1u << 3
 };
 
 typedef struct remora_server_params {
     uint64_t    field_mask;
     /** "HOST:PORT" (IPv4); port 0 picks a free port. Default "127.0.0.1:60010". */
     const char *listen_addr;
-    /** Shared secret; when set, clients must prove they know it before any
-     *  region is listed or touched. The bytes are copied. */
+    /** Shared secret of REMORA_TOKEN_MIN..REMORA_TOKEN_MAX bytes; when set,
+     *  clients must prove they know it before the server creates any UCX
+     *  endpoint for them, lists a region or touches memory. The bytes are copied. */
     const void *token;
     size_t      token_len;
     /** Data lanes, 1..8 (default 1). Each lane past the first is one more UCX
@@ -266,6 +301,11 @@ typedef struct remora_server_params {
      *  data on several cores at once. Regions exposed, replaced or removed
      *  here are on every lane; rings only on the first. */
     unsigned    lanes;
+    /** Connection caps: at most max_conns connections at once (default 4096)
+     *  and max_conns_per_host from one peer address (default 1024); a client
+     *  past either is refused with REMORA_ERR_BUSY during the handshake. */
+    unsigned    max_conns;
+    unsigned    max_conns_per_host;
 } remora_server_params_t;
 
 /** Start listening. The server serves from the context's progress thread. */

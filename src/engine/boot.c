@@ -1,16 +1,20 @@
 /*
- * Bootstrap: how two processes find each other's UCX worker.
+ * Bootstrap: the TCP socket that comes before, and then beside, a UCX endpoint.
  *
- * The client opens a TCP connection to the server's HOST:PORT; each side
- * writes one preamble (wire.h: magic, version, its worker address) and reads
- * the other's. Both then create a UCX endpoint to the other's worker address;
- * UCX pairs the two into one connection and picks every transport both
- * workers share (shared memory and CMA on one host, verbs, TCP).
- *
- * The socket then stays open and carries nothing: its end (EOF or reset)
- * tells either side at once that the other process is gone. Nothing about
- * regions crosses it, so garbage on the port costs the server a socket and a
- * few bytes of buffer, and is cut at the first wrong magic byte.
+ * Design notes
+ * - The client connects to the server's HOST:PORT. The whole handshake runs
+ *   here, in bootstrap frames (wire.h): HELLO, AUTH when the server has a
+ *   token, and only then CONNECT, which carries the worker addresses (or a
+ *   connection-manager port). So no UCX endpoint exists for a peer, and no
+ *   UCX code parses anything it sent, before it has authenticated
+ *   (docs/security.md). The sequencing lives in the remote layer (client.c,
+ *   server.c); this file moves frames.
+ * - Afterwards the socket carries heartbeats both ways (the live list
+ *   below). Its end (EOF or reset) says at once that the other process is
+ *   gone; silence for peer_timeout says so for a cut link or a hung peer,
+ *   which TCP would notice only after minutes.
+ * - Garbage costs the server a socket and a small buffer, and is cut at the
+ *   first byte that cannot start a valid frame.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +29,9 @@
 #include "engine/engine.h"
 #include "util/log.h"
 #include "util/time.h"
+
+#define RX_INITIAL 256u
+#define RX_MAX     (RM_BOOT_HDR_LEN + RM_BOOT_PAYLOAD_MAX)
 
 static int socket_for(const struct sockaddr_storage *ss)
 {
@@ -49,7 +56,7 @@ remora_status_t rm_boot_listen(const char *addr, int *fd_p)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 128) != 0) {
         int err = errno;
-        rm_error("cannot listen on %s: %s", addr, strerror(err));
+        rm_debug("cannot listen on %s: %s", addr, strerror(err));
         close(fd);
         return err == EADDRINUSE ? REMORA_ERR_BUSY
                : err == EADDRNOTAVAIL || err == EACCES ? REMORA_ERR_ADDRESS : REMORA_ERR_IO;
@@ -62,9 +69,10 @@ int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len
 {
     const uint8_t *mine = ctx->worker_addr;
 
-    /* The low nibble of the first byte is UCX's address format version. This
-     * stops garbage, not a crafted address: UCX trusts the rest. */
-    return len >= 8 && (addr[0] & 0x0f) == (mine[0] & 0x0f);
+    /* The low nibble of the first byte is UCX's address format version; UCX
+     * aborts on another. Only authenticated peers get this far (see the
+     * design notes): this stops mistakes, not a peer that holds the token. */
+    return len >= 8 && len <= RM_WORKER_ADDR_MAX && (addr[0] & 0x0f) == (mine[0] & 0x0f);
 }
 
 int rm_boot_send(int fd, const void *buf, size_t len)
@@ -83,7 +91,76 @@ int rm_boot_send(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* Wait for events on fd until the deadline; 0 when they came. */
+int rm_boot_send_frame(int fd, unsigned type, unsigned flags, const void *payload, size_t len)
+{
+    rm_wbuf_t w;
+    int rc;
+
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, type, flags, payload, (uint32_t)len);
+    rc = w.failed ? -1 : rm_boot_send(fd, w.data, w.len);
+    rm_wbuf_free(&w);
+    return rc;
+}
+
+int rm_boot_send_reply(int fd, unsigned type, unsigned flags, remora_status_t status,
+                       const void *payload, size_t len)
+{
+    rm_wbuf_t w;
+    int rc;
+
+    rm_wbuf_init(&w);
+    rm_boot_reply_encode(&w, type, flags, status, payload, (uint32_t)len);
+    rc = w.failed ? -1 : rm_boot_send(fd, w.data, w.len);
+    rm_wbuf_free(&w);
+    return rc;
+}
+
+/* ------------------------------------------------------------ receiving */
+
+void rm_boot_rx_free(rm_boot_rx_t *rx)
+{
+    free(rx->buf);
+    memset(rx, 0, sizeof(*rx));
+}
+
+int rm_boot_rx_fill(rm_boot_rx_t *rx, int fd)
+{
+    if (rx->len == rx->cap) {
+        size_t cap = rx->cap ? rx->cap * 2 : RX_INITIAL;
+        uint8_t *buf;
+        if (cap > RX_MAX)
+            cap = RX_MAX;
+        if (cap == rx->cap || (buf = realloc(rx->buf, cap)) == NULL)
+            return -1; /* a frame cannot be this long */
+        rx->buf = buf;
+        rx->cap = cap;
+    }
+    ssize_t n = recv(fd, rx->buf + rx->len, rx->cap - rx->len, 0);
+    if (n > 0) {
+        rx->len += (size_t)n;
+        return 0;
+    }
+    return n < 0 && (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+}
+
+int rm_boot_rx_next(rm_boot_rx_t *rx, rm_boot_frame_t *f)
+{
+    size_t used;
+    int r;
+
+    if (rx->used) { /* the frame handed out last time is done with */
+        memmove(rx->buf, rx->buf + rx->used, rx->len - rx->used);
+        rx->len -= rx->used;
+        rx->used = 0;
+    }
+    r = rm_boot_parse(rx->buf, rx->len, f, &used);
+    if (r == 0)
+        rx->used = used;
+    return r;
+}
+
+/* Wait for events on fd until the deadline; REMORA_OK when they came. */
 static remora_status_t wait_fd(int fd, short events, uint64_t deadline)
 {
     struct pollfd pfd = {.fd = fd, .events = events};
@@ -101,7 +178,25 @@ static remora_status_t wait_fd(int fd, short events, uint64_t deadline)
     }
 }
 
-static remora_status_t connect_socket(const char *addr, uint64_t deadline, int *fd_p)
+remora_status_t rm_boot_recv_frame(int fd, rm_boot_rx_t *rx, uint64_t deadline,
+                                   rm_boot_frame_t *f)
+{
+    remora_status_t st;
+
+    for (;;) {
+        int r = rm_boot_rx_next(rx, f);
+        if (r == 0)
+            return REMORA_OK;
+        if (r < 0)
+            return REMORA_ERR_PROTOCOL; /* not a remora server */
+        if ((st = wait_fd(fd, POLLIN, deadline)) != REMORA_OK)
+            return st;
+        if (rm_boot_rx_fill(rx, fd) != 0)
+            return REMORA_ERR_DISCONNECTED;
+    }
+}
+
+remora_status_t rm_boot_dial(const char *addr, uint64_t deadline, int *fd_p)
 {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -112,7 +207,7 @@ static remora_status_t connect_socket(const char *addr, uint64_t deadline, int *
     if (st != REMORA_OK)
         return st;
     if ((fd = socket_for(&ss)) < 0)
-        return REMORA_ERR_IO;
+        return errno == EMFILE || errno == ENFILE ? REMORA_ERR_NO_MEMORY : REMORA_ERR_IO;
     if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS)
         err = errno;
     else if ((st = wait_fd(fd, POLLOUT, deadline)) != REMORA_OK) {
@@ -132,71 +227,75 @@ static remora_status_t connect_socket(const char *addr, uint64_t deadline, int *
     return REMORA_OK;
 }
 
-/* Read the server's preamble; returns its payload (malloc'd). */
-static remora_status_t read_preamble(remora_context_h ctx, int fd, uint64_t deadline,
-                                     uint16_t *flags_p, void **payload_p, size_t *len_p)
-{
-    size_t cap = RM_BOOT_HDR_LEN + RM_WORKER_ADDR_MAX, have = 0, used;
-    uint8_t *buf = malloc(cap);
-    const uint8_t *payload;
-    uint32_t plen;
-    uint16_t flags;
-    remora_status_t st;
+/* ------------------------------------------------------------ liveness */
 
-    if (buf == NULL)
-        return REMORA_ERR_NO_MEMORY;
-    for (;;) {
-        int r = rm_boot_parse(buf, have, &flags, &payload, &plen, &used);
-        if (r == 0 && ((flags & RM_BOOT_CM) ? plen != 2 : !rm_boot_addr_plausible(ctx, payload, plen)))
-            r = -1;
-        if (r < 0) {
-            st = REMORA_ERR_PROTOCOL; /* not a remora server */
-            break;
-        }
-        if (r == 0) {
-            memmove(buf, payload, plen);
-            *flags_p   = flags;
-            *payload_p = buf;
-            *len_p     = plen;
-            return REMORA_OK;
-        }
-        if ((st = wait_fd(fd, POLLIN, deadline)) != REMORA_OK)
-            break;
-        ssize_t n = recv(fd, buf + have, cap - have, 0);
-        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-            st = REMORA_ERR_DISCONNECTED;
-            break;
-        }
-        if (n > 0)
-            have += (size_t)n;
-    }
-    free(buf);
-    return st;
+void rm_peer_live_start(rm_peer_t *peer)
+{
+    uint64_t now = rm_now_ns();
+
+    if (peer->live.next != NULL && !rm_list_empty(&peer->live))
+        return;
+    peer->last_rx_ns = peer->last_tx_ns = now;
+    rm_list_push_back(&peer->ctx->live, &peer->live);
 }
 
-remora_status_t rm_boot_connect(remora_context_h ctx, const char *addr, int timeout_ms,
-                                int *fd_p, uint16_t *flags_p, void **payload_p, size_t *len_p)
+void rm_peer_live_stop(rm_peer_t *peer)
 {
-    uint64_t deadline = rm_deadline_ns(timeout_ms);
-    rm_wbuf_t w;
-    remora_status_t st;
-    int fd = -1; /* set by connect_socket; gcc 13 cannot see that */
+    if (peer->live.next != NULL)
+        rm_list_del(&peer->live);
+}
 
-    if ((st = connect_socket(addr, deadline, &fd)) != REMORA_OK)
-        return st;
-    rm_wbuf_init(&w);
-    rm_boot_encode(&w, RM_BOOT_CM, ctx->worker_addr, (uint32_t)ctx->worker_addr_len);
-    if (w.failed)
-        st = REMORA_ERR_NO_MEMORY;
-    else if (rm_boot_send(fd, w.data, w.len) != 0)
-        st = REMORA_ERR_DISCONNECTED;
-    else
-        st = read_preamble(ctx, fd, deadline, flags_p, payload_p, len_p);
-    rm_wbuf_free(&w);
-    if (st != REMORA_OK) {
-        close(fd);
-        return st;
+int rm_peer_sock_read(rm_peer_t *peer)
+{
+    rm_boot_frame_t f;
+    int r;
+
+    if (rm_boot_rx_fill(&peer->rx, peer->sock.fd) != 0)
+        return -1; /* the other process is gone */
+    while ((r = rm_boot_rx_next(&peer->rx, &f)) == 0) {
+        if (f.type != RM_BOOT_HEARTBEAT || f.len != 0) {
+            rm_warn("unexpected bytes on a bootstrap socket; closing it");
+            return -1;
+        }
+        peer->last_rx_ns = rm_now_ns();
     }
-    *fd_p = fd;
-    return REMORA_OK;
+    if (r < 0)
+        rm_warn("garbage on a bootstrap socket; closing it");
+    return r < 0 ? -1 : 0;
+}
+
+/* Every tick: a heartbeat to each peer that is due one; a peer silent for
+ * longer than peer_timeout is dead. A heartbeat that does not fit in the
+ * socket buffer is skipped: the peer is not reading, and silence will tell. */
+static void live_tick(rm_ticker_t *t)
+{
+    remora_context_h ctx = rm_container_of(t, struct remora_context, live_ticker);
+    static const uint8_t hb[RM_BOOT_HDR_LEN] = {
+        (uint8_t)RM_BOOT_MAGIC, (uint8_t)(RM_BOOT_MAGIC >> 8), (uint8_t)(RM_BOOT_MAGIC >> 16),
+        (uint8_t)(RM_BOOT_MAGIC >> 24), RM_BOOT_VERSION, 0, RM_BOOT_HEARTBEAT, 0, 0, 0, 0, 0};
+    uint64_t now = rm_now_ns();
+    rm_list_t *pos, *tmp;
+
+    if (ctx->hb_interval_ns == 0)
+        return;
+    rm_list_for_each_safe(pos, tmp, &ctx->live) {
+        rm_peer_t *peer = rm_container_of(pos, rm_peer_t, live);
+        if (now - peer->last_rx_ns > ctx->peer_timeout_ns) {
+            rm_info("peer silent for %llu ms; taking it for dead",
+                    (unsigned long long)((now - peer->last_rx_ns) / 1000000u));
+            rm_peer_live_stop(peer);
+            peer->ops->on_error(peer, REMORA_ERR_DISCONNECTED);
+            continue;
+        }
+        if (now - peer->last_tx_ns >= ctx->hb_interval_ns &&
+            send(peer->sock.fd, hb, sizeof(hb), MSG_NOSIGNAL | MSG_DONTWAIT) == sizeof(hb))
+            peer->last_tx_ns = now;
+    }
+}
+
+void rm_engine_live_init(remora_context_h ctx)
+{
+    rm_list_init(&ctx->live);
+    ctx->live_ticker.fn = live_tick;
+    rm_engine_add_ticker(ctx, &ctx->live_ticker);
 }

@@ -3,6 +3,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,8 @@
 #include "util/time.h"
 
 #define RM_DEFAULT_SPIN_US   50
+#define RM_DEFAULT_HEARTBEAT_MS    500
+#define RM_DEFAULT_PEER_TIMEOUT_MS 2000
 #define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
 #define RM_STAND_ASIDE_NS    1000000ull /* how often a standing-aside progress thread looks again */
 
@@ -463,13 +469,83 @@ static void compute_host_id(uint8_t out[RM_HOST_ID_LEN])
     crypto_generichash(out, RM_HOST_ID_LEN, (const uint8_t *)buf, sizeof(buf), NULL, 0);
 }
 
-static ucs_status_t create_ucp(remora_context_h ctx, const char *name)
+/* The network interface that owns host (an IP address or name), for UCX's
+ * NET_DEVICES; 0 when host is a wildcard or no interface has it. */
+static int interface_of(const char *host, char *ifname, size_t len)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_flags = AI_NUMERICSERV}, *res;
+    struct ifaddrs *ifs, *i;
+    int found = 0;
+
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    if (getifaddrs(&ifs) == 0) {
+        for (i = ifs; i && !found; i = i->ifa_next) {
+            if (i->ifa_addr == NULL || i->ifa_addr->sa_family != res->ai_family)
+                continue;
+            if (res->ai_family == AF_INET
+                    ? ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr ==
+                          ((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr.s_addr
+                    : memcmp(&((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr,
+                             &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr,
+                             sizeof(struct in6_addr)) == 0) {
+                snprintf(ifname, len, "%s", i->ifa_name);
+                found = 1;
+            }
+        }
+        freeifaddrs(ifs);
+    }
+    freeaddrinfo(res);
+    return found;
+}
+
+/* Keep UCX's network transports to the interface of bind_host, so that the
+ * TCP listeners UCX opens for its own connections are where the server was
+ * told to listen, and nowhere else. Shared-memory devices are not network
+ * devices and stay. */
+static void config_bind(ucp_config_t *config, const char *bind_host)
+{
+    char ifname[IF_NAMESIZE + 1];
+
+    if (bind_host == NULL || getenv("UCX_NET_DEVICES") != NULL)
+        return;
+    if (!interface_of(bind_host, ifname, sizeof(ifname))) {
+        rm_debug("%s is no interface's own address; UCX keeps every interface", bind_host);
+        return;
+    }
+    ucp_config_modify(config, "NET_DEVICES", ifname);
+}
+
+/* RMA: off by default. When on for verbs only, UCX's TCP transport is left
+ * out of the context: UCX emulates RMA over it and the emulation checks no
+ * address, so any peer reaching UCX's TCP port could read and write all of
+ * this process (docs/security.md). */
+static int config_rma(ucp_config_t *config, int rma)
+{
+    const char *tls = getenv("UCX_TLS");
+
+    if (rma != REMORA_RMA_VERBS)
+        return rma;
+    if (tls == NULL) {
+        ucp_config_modify(config, "TLS", "^tcp");
+        return rma;
+    }
+    if (strstr(tls, "tcp") != NULL && tls[0] != '^') {
+        rm_warn("REMORA_RMA=1 with UCX_TLS=%s, which has tcp: RMA stays off", tls);
+        return REMORA_RMA_OFF;
+    }
+    return rma;
+}
+
+static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const char *bind_host)
 {
     ucp_config_t *config;
     ucs_status_t status = ucp_config_read(NULL, NULL, &config);
 
     if (status != UCS_OK)
         return status;
+    config_bind(config, bind_host);
+    ctx->rma = config_rma(config, ctx->rma);
     /* A dead peer must become an error promptly even without a TCP reset. */
     if (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)
         ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
@@ -487,7 +563,10 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name)
     ucp_params_t params = {
         .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                              UCP_PARAM_FIELD_NAME,
-        .features          = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+        /* Without UCP_FEATURE_RMA, UCX installs no handlers for its software
+         * RMA, so no peer can read or write memory it was not sent. */
+        .features          = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP |
+                             (ctx->rma ? UCP_FEATURE_RMA : 0),
         .mt_workers_shared = 1, /* lane contexts' workers share it (rm_engine_lane_create) */
         .name              = name,
     };
@@ -531,6 +610,7 @@ static remora_status_t init_sync(remora_context_h ctx)
     rm_list_init(&ctx->deferred);
     rm_list_init(&ctx->signals);
     rm_list_init(&ctx->tickers);
+    rm_engine_live_init(ctx);
 
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = ctx->efd};
     struct epoll_event wev = {.events = EPOLLIN, .data.fd = -1};
@@ -599,6 +679,10 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     ctx->ucp     = parent->ucp;
     ctx->parent  = parent;
     ctx->spin_us = parent->spin_us;
+    ctx->rma     = parent->rma;
+    ctx->shm_ok  = parent->shm_ok;
+    ctx->hb_interval_ns  = parent->hb_interval_ns;
+    ctx->peer_timeout_ns = parent->peer_timeout_ns;
     memcpy(ctx->host_id, parent->host_id, RM_HOST_ID_LEN);
     if ((status = start_worker(ctx)) != REMORA_OK) {
         free(ctx);
@@ -608,11 +692,72 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     return REMORA_OK;
 }
 
+static unsigned env_unsigned(const char *name, unsigned dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long n;
+
+    if (v == NULL)
+        return dflt;
+    n = strtoul(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || n > 3600000u) {
+        rm_warn("%s=%s is not a number of ms up to 3600000; using %u", name, v, dflt);
+        return dflt;
+    }
+    return (unsigned)n;
+}
+
+static int rma_from_env(void)
+{
+    const char *v = getenv("REMORA_RMA");
+
+    if (v == NULL || strcmp(v, "0") == 0)
+        return REMORA_RMA_OFF;
+    if (strcmp(v, "1") == 0)
+        return REMORA_RMA_VERBS;
+    if (strcmp(v, "unsafe") == 0)
+        return REMORA_RMA_UNSAFE;
+    rm_warn("REMORA_RMA=%s not understood (0, 1 or unsafe); RMA stays off", v);
+    return REMORA_RMA_OFF;
+}
+
+static int context_has_shm(remora_context_h ctx);
+
+static remora_status_t context_apply_params(remora_context_h ctx,
+                                            const remora_context_params_t *p)
+{
+    uint64_t fm   = p ? p->field_mask : 0;
+    unsigned hb   = env_unsigned("REMORA_HEARTBEAT_MS", RM_DEFAULT_HEARTBEAT_MS);
+    unsigned dead = env_unsigned("REMORA_PEER_TIMEOUT_MS", RM_DEFAULT_PEER_TIMEOUT_MS);
+
+    ctx->spin_us = env_unsigned("REMORA_SPIN_US", RM_DEFAULT_SPIN_US);
+    ctx->rma     = rma_from_env();
+    if (fm & REMORA_CONTEXT_FIELD_SPIN_US)
+        ctx->spin_us = p->spin_us;
+    if (fm & REMORA_CONTEXT_FIELD_HEARTBEAT) {
+        hb   = p->heartbeat_ms;
+        dead = p->peer_timeout_ms;
+    }
+    if (fm & REMORA_CONTEXT_FIELD_RMA) {
+        if (p->rma < REMORA_RMA_OFF || p->rma > REMORA_RMA_UNSAFE)
+            return REMORA_ERR_INVALID_PARAM;
+        ctx->rma = p->rma;
+    }
+    if (hb != 0 && dead < 2 * hb) {
+        rm_error("peer timeout %u ms is shorter than two heartbeats of %u ms", dead, hb);
+        return REMORA_ERR_INVALID_PARAM;
+    }
+    ctx->hb_interval_ns  = (uint64_t)hb * 1000000u;
+    ctx->peer_timeout_ns = (uint64_t)dead * 1000000u;
+    return REMORA_OK;
+}
+
 remora_status_t remora_context_create(const remora_context_params_t *params,
                                       remora_context_h *context_p)
 {
     remora_context_h ctx;
-    const char *name = "remora";
+    const char *name = "remora", *bind_host = NULL;
     ucs_status_t ustatus;
     remora_status_t status;
 
@@ -623,15 +768,17 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
         return REMORA_ERR_UNSUPPORTED;
     if ((ctx = context_alloc()) == NULL)
         return REMORA_ERR_NO_MEMORY;
+    if ((status = context_apply_params(ctx, params)) != REMORA_OK) {
+        free(ctx);
+        return status;
+    }
     if (params && (params->field_mask & REMORA_CONTEXT_FIELD_NAME) && params->name)
         name = params->name;
-    if (params && (params->field_mask & REMORA_CONTEXT_FIELD_SPIN_US))
-        ctx->spin_us = params->spin_us;
-    else if (getenv("REMORA_SPIN_US"))
-        ctx->spin_us = (unsigned)strtoul(getenv("REMORA_SPIN_US"), NULL, 10);
+    if (params && (params->field_mask & REMORA_CONTEXT_FIELD_BIND_HOST))
+        bind_host = params->bind_host;
     compute_host_id(ctx->host_id);
 
-    if ((ustatus = create_ucp(ctx, name)) != UCS_OK) {
+    if ((ustatus = create_ucp(ctx, name, bind_host)) != UCS_OK) {
         rm_error("ucp_init failed: %s", ucs_status_string(ustatus));
         free(ctx);
         return rm_status_from_ucs(ustatus);
@@ -641,6 +788,7 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
         free(ctx);
         return status;
     }
+    ctx->shm_ok = context_has_shm(ctx);
     *context_p = ctx;
     return REMORA_OK;
 }
@@ -710,6 +858,17 @@ static void query_transports(remora_context_h ctx, char *out, size_t cap)
         append_transport(out, cap, dd);
     }
     free(dump);
+}
+
+/* The `map` path counts as shared memory: allowed where UCX may use shared
+ * memory itself (so UCX_TLS=tcp means network only, as UCX users expect). */
+static int context_has_shm(remora_context_h ctx)
+{
+    char tls[256];
+
+    query_transports(ctx, tls, sizeof(tls));
+    return strstr(tls, "posix") != NULL || strstr(tls, "sysv") != NULL ||
+           strstr(tls, "xpmem") != NULL;
 }
 
 remora_status_t remora_context_query(remora_context_h ctx, remora_context_attr_t *attr)

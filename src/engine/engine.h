@@ -58,11 +58,21 @@ typedef struct rm_peer_ops {
     void (*on_error)(rm_peer_t *peer, remora_status_t status);
 } rm_peer_ops_t;
 
+/* Bytes read from a bootstrap socket and not yet parsed into frames (boot.c). */
+typedef struct rm_boot_rx {
+    uint8_t *buf;
+    size_t   len, cap;
+    size_t   used; /* the frame last handed out, dropped at the next call */
+} rm_boot_rx_t;
+
 /* Embedded in a server connection or a client. */
 struct rm_peer {
     remora_context_h     ctx;
     ucp_ep_h             ep;
-    rm_watch_t           sock;   /* the bootstrap socket, kept as a liveness line */
+    rm_watch_t           sock;   /* the bootstrap socket: handshake, then heartbeats */
+    rm_boot_rx_t         rx;     /* what arrived on it */
+    rm_list_t            live;   /* ctx->live while heartbeats run */
+    uint64_t             last_rx_ns, last_tx_ns;
     const rm_peer_ops_t *ops;
     int                  failed; /* on_error was delivered; ep is closed */
     rm_list_t            sends;  /* sends UCX still holds (ep.c) */
@@ -112,6 +122,14 @@ struct remora_context {
     size_t          peers_cap, npeers;
 
     uint8_t         host_id[RM_HOST_ID_LEN];
+
+    /* Liveness (boot.c): peers whose handshake is done, guarded by lock. */
+    rm_list_t       live;
+    rm_ticker_t     live_ticker;
+    uint64_t        hb_interval_ns;  /* 0: no heartbeats */
+    uint64_t        peer_timeout_ns; /* silence after which a peer is dead */
+    int             rma;             /* RMA enabled: 0 no, 1 verbs only, 2 any transport */
+    int             shm_ok;          /* same-host mappings allowed (UCX may use shared memory) */
 };
 
 /*
@@ -167,6 +185,12 @@ remora_status_t rm_peer_attach(rm_peer_t *peer);
 /* Unregister and close the ep (forcefully: pending operations are canceled). */
 void rm_peer_close(rm_peer_t *peer);
 
+/* Which kinds of transport carry the endpoint's RMA lanes: UCX emulates RMA
+ * over TCP (no address checks), verbs NICs enforce keys, the rest (shared
+ * memory, CMA) are same-host and same-user. */
+enum { RM_RMA_LANE_TCP = 1u << 0, RM_RMA_LANE_VERBS = 1u << 1, RM_RMA_LANE_OTHER = 1u << 2 };
+unsigned rm_peer_rma_lanes(rm_peer_t *peer);
+
 /* Create the peer's endpoint to a UCX worker address (from the bootstrap)
  * and attach it. UCX pairs it with the endpoint the other side creates. */
 remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr);
@@ -176,18 +200,39 @@ remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr);
 remora_status_t rm_peer_connect_cm(rm_peer_t *peer, const struct sockaddr *sa, socklen_t len);
 remora_status_t rm_peer_accept_cm(rm_peer_t *peer, ucp_conn_request_h conn_request);
 
-/* Bootstrap (boot.c): a TCP connection over which both sides exchange how to
- * reach each other's worker; it stays open, so a peer's death is seen at once. */
+/* Bootstrap (boot.c): a TCP connection over which the handshake runs and the
+ * two sides then learn how to reach each other's worker; it stays open and
+ * carries heartbeats, so a peer's death or silence is seen promptly. */
 remora_status_t rm_boot_listen(const char *addr, int *fd_p);
-/* Blocking, bounded by timeout_ms. On success *payload_p (free(), *len_p bytes)
- * and *flags_p are the server's preamble (wire.h: rm_boot_parse). */
-remora_status_t rm_boot_connect(remora_context_h ctx, const char *addr, int timeout_ms,
-                                int *fd_p, uint16_t *flags_p, void **payload_p, size_t *len_p);
+/* Connect a non-blocking TCP socket, bounded by the deadline. */
+remora_status_t rm_boot_dial(const char *addr, uint64_t deadline, int *fd_p);
 /* Whether a peer's worker address is one this UCX can unpack (UCX asserts,
  * killing the process, on an address of another format version). */
 int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len);
-/* Write all of buf on a fresh non-blocking socket; -1 if it would block or fails. */
+/* Write all of buf on a non-blocking socket; -1 if it would block or fails. */
 int rm_boot_send(int fd, const void *buf, size_t len);
+/* Encode and send one frame (rm_boot_send_reply: with a leading status). */
+int rm_boot_send_frame(int fd, unsigned type, unsigned flags, const void *payload, size_t len);
+int rm_boot_send_reply(int fd, unsigned type, unsigned flags, remora_status_t status,
+                       const void *payload, size_t len);
+/* One recv() into rx: -1 when the peer closed or failed (EAGAIN is 0). */
+int  rm_boot_rx_fill(rm_boot_rx_t *rx, int fd);
+/* The next whole frame, valid until the next call: 0, 1 (need more bytes)
+ * or -1 (garbage). */
+int  rm_boot_rx_next(rm_boot_rx_t *rx, rm_boot_frame_t *f);
+void rm_boot_rx_free(rm_boot_rx_t *rx);
+/* Blocking: the next frame, bounded by the deadline. */
+remora_status_t rm_boot_recv_frame(int fd, rm_boot_rx_t *rx, uint64_t deadline,
+                                   rm_boot_frame_t *f);
+
+/* Heartbeats (lock held). start: the handshake is done, send and expect them;
+ * a peer silent for peer_timeout gets on_error(REMORA_ERR_DISCONNECTED).
+ * sock_read: the socket is readable; -1 means the peer is gone or sent
+ * something other than heartbeats. */
+void rm_peer_live_start(rm_peer_t *peer);
+void rm_peer_live_stop(rm_peer_t *peer);
+int  rm_peer_sock_read(rm_peer_t *peer);
+void rm_engine_live_init(remora_context_h ctx);
 
 /*
  * Send a message. hdr is encoded into storage that lives with the send. When

@@ -146,6 +146,36 @@ remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr)
     return create_ep(peer, &p);
 }
 
+/* UCX 1.13 has no endpoint transport query: read the lanes off its dump
+ * ("lane[N]: IDX:TRANSPORT/DEVICE ... rma_bw#0"). */
+unsigned rm_peer_rma_lanes(rm_peer_t *peer)
+{
+    char *dump = NULL, *line, *save = NULL;
+    size_t n = 0;
+    unsigned kinds = 0;
+    FILE *f;
+
+    if (peer->ep == NULL || (f = open_memstream(&dump, &n)) == NULL)
+        return 0;
+    ucp_ep_print_info(peer->ep, f);
+    fclose(f);
+    for (line = strtok_r(dump, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(line, "lane["))
+            continue;
+        rm_debug("%s", line);
+        if (!strstr(line, "rma_bw") && !strstr(line, "rma#"))
+            continue;
+        if (strstr(line, "tcp/"))
+            kinds |= RM_RMA_LANE_TCP;
+        else if (strstr(line, ":rc_") || strstr(line, ":dc_") || strstr(line, ":ud_"))
+            kinds |= RM_RMA_LANE_VERBS;
+        else
+            kinds |= RM_RMA_LANE_OTHER;
+    }
+    free(dump);
+    return kinds;
+}
+
 static void cancel_sends(rm_peer_t *peer);
 
 void rm_peer_close(rm_peer_t *peer)
@@ -154,6 +184,8 @@ void rm_peer_close(rm_peer_t *peer)
                              .flags        = UCP_EP_CLOSE_FLAG_FORCE};
     void *req;
 
+    rm_peer_live_stop(peer);
+    rm_boot_rx_free(&peer->rx);
     if (peer->sock.fd >= 0) {
         rm_engine_unwatch(peer->ctx, &peer->sock);
         close(peer->sock.fd);

@@ -2,8 +2,11 @@
  * Memory handles.
  *
  * Design notes
- * - Host memory is registered with UCX (or allocated by it, so that same-host
- *   peers can map it) and gets a packed remote key.
+ * - Host memory is registered with UCX. Memory allocated here is a memory
+ *   file (shm.c) that same-host peers can map; caller memory is not.
+ * - Remote keys exist only where RMA is enabled (engine.c): one over the
+ *   whole registration, and for read-only regions one of a second
+ *   registration without remote write access, so the NIC refuses writes.
  * - CUDA memory goes to UCX only when the loaded UCX handles CUDA memory;
  *   otherwise it has no UCX registration (memh, rkey NULL) and the remote
  *   layer moves it through CUDA IPC or host staging. Device memory always
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "mem/shm.h"
 #include "util/log.h"
 
 /* What the caller asked for, after defaults. */
@@ -36,44 +40,69 @@ static int ucx_handles_cuda(remora_context_h ctx)
            (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
-static remora_status_t mem_map(remora_mem_h mem, void *addr, size_t length)
+/* Register [addr, addr+length) with UCX; prot 0 means UCX's default (all). */
+static remora_status_t mem_map(remora_mem_h mem, unsigned prot, ucp_mem_h *memh_p)
 {
     ucp_mem_map_params_t p = {
-        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_FLAGS,
-        .address    = addr,
-        .length     = length,
-        .flags      = addr ? 0 : UCP_MEM_MAP_ALLOCATE,
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address    = mem->addr,
+        .length     = mem->length,
     };
-    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
     ucs_status_t status;
 
     if (mem->type == REMORA_MEM_CUDA) {
         p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
         p.memory_type = UCS_MEMORY_TYPE_CUDA;
     }
-    if ((status = ucp_mem_map(mem->ctx->ucp, &p, &mem->memh)) != UCS_OK) {
-        rm_error("ucp_mem_map of %zu bytes failed: %s", length, ucs_status_string(status));
+    if (prot) {
+        p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_PROT;
+        p.prot = prot;
+    }
+    if ((status = ucp_mem_map(mem->ctx->ucp, &p, memh_p)) != UCS_OK) {
+        rm_error("ucp_mem_map of %zu bytes failed: %s", mem->length, ucs_status_string(status));
         return rm_status_from_ucs(status);
     }
-    if ((status = ucp_mem_query(mem->memh, &attr)) != UCS_OK) {
-        ucp_mem_unmap(mem->ctx->ucp, mem->memh);
-        mem->memh = NULL;
-        return rm_status_from_ucs(status);
-    }
-    mem->addr      = addr ? addr : attr.address;
-    mem->allocated = addr == NULL;
     return REMORA_OK;
 }
 
-static remora_status_t mem_pack(remora_mem_h mem)
+static remora_status_t mem_pack(remora_mem_h mem, ucp_mem_h memh, void **rkey_p, size_t *len_p)
 {
-    ucs_status_t status = ucp_rkey_pack(mem->ctx->ucp, mem->memh, &mem->rkey, &mem->rkey_len);
+    ucs_status_t status = ucp_rkey_pack(mem->ctx->ucp, memh, rkey_p, len_p);
 
     if (status != UCS_OK) {
         rm_error("ucp_rkey_pack failed: %s", ucs_status_string(status));
         return rm_status_from_ucs(status);
     }
+    return REMORA_OK;
+}
+
+remora_status_t rm_mem_rkey(remora_mem_h mem, int writable, const void **rkey_p, size_t *len_p)
+{
+    remora_status_t st;
+
+    if (mem->memh == NULL || !mem->ctx->rma)
+        return REMORA_ERR_UNSUPPORTED;
+    if (writable) {
+        if (mem->rkey == NULL &&
+            (st = mem_pack(mem, mem->memh, &mem->rkey, &mem->rkey_len)) != REMORA_OK)
+            return st;
+        *rkey_p = mem->rkey;
+        *len_p  = mem->rkey_len;
+        return REMORA_OK;
+    }
+    if (mem->memh_ro == NULL) {
+        unsigned prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                        UCP_MEM_MAP_PROT_REMOTE_READ;
+        if ((st = mem_map(mem, prot, &mem->memh_ro)) != REMORA_OK)
+            return st;
+        if ((st = mem_pack(mem, mem->memh_ro, &mem->rkey_ro, &mem->rkey_ro_len)) != REMORA_OK) {
+            ucp_mem_unmap(mem->ctx->ucp, mem->memh_ro);
+            mem->memh_ro = NULL;
+            return st;
+        }
+    }
+    *rkey_p = mem->rkey_ro;
+    *len_p  = mem->rkey_ro_len;
     return REMORA_OK;
 }
 
@@ -155,16 +184,18 @@ static remora_status_t mem_alloc_cuda(mem_request_t *req)
     return REMORA_OK;
 }
 
-/* Map (or allocate, addr NULL) and pack; undoes the map if packing fails. */
-static remora_status_t mem_register(remora_mem_h mem, void *addr)
+/* Host memory: allocate a shareable memory file when the caller gave none,
+ * then register. */
+static remora_status_t mem_setup_host(remora_mem_h mem)
 {
     remora_status_t status;
 
-    if ((status = mem_map(mem, addr, mem->length)) != REMORA_OK)
+    if (mem->addr == NULL &&
+        (status = rm_shm_create(mem->length, &mem->shm_fd, &mem->addr)) != REMORA_OK)
         return status;
-    if ((status = mem_pack(mem)) != REMORA_OK) {
-        ucp_mem_unmap(mem->ctx->ucp, mem->memh);
-        mem->memh = NULL;
+    if ((status = mem_map(mem, 0, &mem->memh)) != REMORA_OK && mem->shm_fd >= 0) {
+        rm_shm_destroy(mem->shm_fd, mem->addr, mem->length);
+        mem->shm_fd = -1;
     }
     return status;
 }
@@ -180,7 +211,7 @@ static remora_status_t mem_setup_cuda(remora_mem_h mem)
         rm_debug("UCX has no CUDA support: %p is not registered with UCX", mem->addr);
         return REMORA_OK;
     }
-    return mem_register(mem, mem->addr);
+    return mem_map(mem, 0, &mem->memh);
 }
 
 remora_status_t remora_mem_create(remora_context_h ctx, const remora_mem_params_t *params,
@@ -210,13 +241,14 @@ remora_status_t remora_mem_create(remora_context_h ctx, const remora_mem_params_
     mem->addr      = req.addr;
     mem->length    = req.length;
     mem->owns_cuda = req.owns_cuda;
+    mem->shm_fd    = -1;
     atomic_init(&mem->refs, 1);
 
     rm_engine_lock(ctx);
     if (mem->type == REMORA_MEM_CUDA)
         status = mem_setup_cuda(mem);
     else
-        status = mem_register(mem, req.addr);
+        status = mem_setup_host(mem);
     rm_engine_unlock(ctx);
     if (status != REMORA_OK)
         goto err_free_mem;
@@ -239,8 +271,14 @@ void rm_mem_unref(remora_mem_h mem)
         return;
     if (mem->rkey != NULL)
         ucp_rkey_buffer_release(mem->rkey);
+    if (mem->rkey_ro != NULL)
+        ucp_rkey_buffer_release(mem->rkey_ro);
+    if (mem->memh_ro != NULL)
+        ucp_mem_unmap(mem->ctx->ucp, mem->memh_ro);
     if (mem->memh != NULL)
         ucp_mem_unmap(mem->ctx->ucp, mem->memh);
+    if (mem->shm_fd >= 0)
+        rm_shm_destroy(mem->shm_fd, mem->addr, mem->length);
     if (mem->owns_cuda)
         rm_cuda_mem_free(mem->device, mem->addr);
     free(mem);

@@ -22,10 +22,15 @@ struct remora_mem {
     size_t            length;
     remora_mem_type_t type;
     int               device;    /* CUDA device ordinal; -1 for host memory */
-    int               allocated; /* by UCX: mappable by same-host peers */
+    int               shm_fd;    /* a memory file allocated here (shm.h): mappable by
+                                    same-host peers; -1 for caller and CUDA memory */
+    int               sealed;    /* shm_fd sealed against writable mappings */
     int               owns_cuda; /* device memory cuMemAlloc'd here, freed with the last ref */
-    void             *rkey;      /* packed remote key, made once; NULL without memh */
+    void             *rkey;      /* packed remote keys, made on first use (rm_mem_rkey) */
     size_t            rkey_len;
+    ucp_mem_h         memh_ro;   /* a registration without remote write, for read-only keys */
+    void             *rkey_ro;
+    size_t            rkey_ro_len;
     /* CUDA IPC: a handle for the allocation holding addr, and addr's offset in
      * it. has_ipc is 0 for host memory and for device memory the driver
      * cannot share (e.g. from the virtual memory management API). */
@@ -37,6 +42,9 @@ struct remora_mem {
 
 /* Any thread. */
 void rm_mem_ref(remora_mem_h mem);
+/* A packed remote key for mem, writable or not; REMORA_ERR_UNSUPPORTED when
+ * the context has RMA off or mem has no UCX registration. Lock held. */
+remora_status_t rm_mem_rkey(remora_mem_h mem, int writable, const void **rkey_p, size_t *len_p);
 /* With the context lock held: the last reference unmaps through UCX and
  * frees what the library allocated. */
 void rm_mem_unref(remora_mem_h mem);

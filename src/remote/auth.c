@@ -30,3 +30,10 @@ int rm_auth_check(rm_auth_role_t role, const void *token, size_t token_len,
 }
 
 void rm_auth_nonce(uint8_t nonce[RM_NONCE_LEN]) { randombytes_buf(nonce, RM_NONCE_LEN); }
+
+uint64_t rm_auth_random_u64(void)
+{
+    uint64_t v;
+    randombytes_buf(&v, sizeof(v));
+    return v;
+}

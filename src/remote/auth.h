@@ -19,5 +19,6 @@ int rm_auth_check(rm_auth_role_t role, const void *token, size_t token_len,
                   const uint8_t server_nonce[RM_NONCE_LEN],
                   const uint8_t client_nonce[RM_NONCE_LEN], const uint8_t mac[RM_MAC_LEN]);
 void rm_auth_nonce(uint8_t nonce[RM_NONCE_LEN]);
+uint64_t rm_auth_random_u64(void);
 
 #endif

@@ -12,6 +12,7 @@
 #include "mem/cuda.h"
 #include "mem/stage.h"
 #include "remote/auth.h"
+#include "mem/shm.h"
 #include "remote/client.h"
 #include "util/log.h"
 #include "util/time.h"
@@ -257,7 +258,7 @@ static void region_free(remora_client_h c, rm_rregion_t *r)
         rm_cuda_ipc_close(r->ipc_dev, r->ipc_base);
     if (r->rkey)
         ucp_rkey_destroy(r->rkey);
-    free(r->rkey_buf);
+    rm_shm_unmap(&r->map);
     free(r);
 }
 
@@ -307,20 +308,22 @@ static rm_rregion_t *region_by_id(remora_client_h c, uint32_t id)
     return NULL;
 }
 
-/* Unpack the remote key and, on the same host, map the memory. */
-static void region_attach_rkey(remora_client_h c, rm_rregion_t *r, const rm_region_desc_t *d)
+/* The remote key, where the server gave one; on the same host, a mapping of
+ * the server's memory file, read-write only where the region is writable. */
+static void region_attach(remora_client_h c, rm_rregion_t *r, const rm_region_desc_t *d)
 {
-    void *ptr;
-
-    if (d->rkey_len == 0 || ucp_ep_rkey_unpack(c->peer.ep, d->rkey, &r->rkey) != UCS_OK) {
+    if (d->rkey_len == 0 || ucp_ep_rkey_unpack(c->peer.ep, d->rkey, &r->rkey) != UCS_OK)
         r->rkey = NULL;
+    if (!c->same_host || !c->ctx->shm_ok || !(d->flags & RM_REGION_WIRE_MAPPABLE) || d->size == 0)
         return;
-    }
-    if ((r->rkey_buf = malloc(d->rkey_len)) != NULL)
-        memcpy(r->rkey_buf, d->rkey, d->rkey_len);
-    if (c->same_host && (d->flags & RM_REGION_WIRE_MAPPABLE) &&
-        ucp_rkey_ptr(r->rkey, r->remote_addr, &ptr) == UCS_OK)
-        r->mapped = ptr;
+    r->map_pid    = d->map_pid;
+    r->map_fd     = d->map_fd;
+    r->map_offset = d->map_offset;
+    if (rm_shm_map(d->map_pid, d->map_fd, d->map_offset, d->size,
+                   (d->access & REMORA_ACCESS_WRITE) != 0, &r->map, &r->map_writable) == REMORA_OK)
+        r->mapped = r->map.ptr;
+    else
+        rm_debug("cannot map region %s of the same-host server; using active messages", d->name);
 }
 
 /* A GPU region: UCX itself when it handles CUDA memory, CUDA IPC on one host,
@@ -385,7 +388,7 @@ static remora_status_t region_install(remora_client_h c, const void *body, size_
     memcpy(r->ipc, d.ipc, sizeof(r->ipc));
     r->ipc_offset  = d.ipc_offset;
     snprintf(r->name, sizeof(r->name), "%s", d.name);
-    region_attach_rkey(c, r, &d);
+    region_attach(c, r, &d);
     r->path = region_choose_path(c, r);
     if ((old = region_cached(c, r->name)) != NULL)
         region_detach(c, old, 0);
@@ -578,39 +581,46 @@ void rm_client_abort(remora_client_h c, remora_status_t op_status)
 static const rm_peer_ops_t client_ops = {.on_message = client_on_message,
                                          .on_error   = client_on_error};
 
-/* ------------------------------------------------------------ handshake */
-
-/* UCX 1.13 has no endpoint transport query: read the lanes off its dump.
- * A lane used for RMA by a transport other than TCP (shared memory, CMA,
- * verbs) means one-sided operations are native there. */
-static int ep_has_native_rma(ucp_ep_h ep)
+/* The bootstrap socket after the handshake: heartbeats, or its end. */
+static void client_sock_cb(rm_watch_t *w, uint32_t events)
 {
-    char *dump = NULL, *line, *save = NULL;
-    size_t n = 0;
-    int native = 0;
-    FILE *f = open_memstream(&dump, &n);
+    remora_client_h c = rm_container_of(w, struct remora_client, peer.sock);
 
-    if (f == NULL)
-        return 0;
-    ucp_ep_print_info(ep, f);
-    fclose(f);
-    for (line = strtok_r(dump, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (strstr(line, "lane["))
-            rm_debug("%s", line);
-        if (strstr(line, "lane[") && strstr(line, "rma_bw") && !strstr(line, "tcp/"))
-            native = 1;
-    }
-    free(dump);
-    return native;
+    if (rm_peer_sock_read(&c->peer) != 0)
+        client_on_error(&c->peer, REMORA_ERR_DISCONNECTED);
 }
 
-static remora_status_t handshake_auth(remora_client_h c, const rm_hello_t *mine,
-                                      const rm_hello_t *theirs)
+/* ------------------------------------------------------------ handshake */
+
+/* One handshake step on the bootstrap socket: send a frame, read the reply
+ * of the expected type, split off its status. */
+static remora_status_t boot_call(remora_client_h c, uint64_t deadline, unsigned type,
+                                 unsigned flags, const void *payload, size_t len,
+                                 unsigned reply_type, rm_boot_frame_t *reply,
+                                 const uint8_t **rest_p, uint32_t *rest_len_p)
+{
+    int fd = c->peer.sock.fd;
+    remora_status_t st, status;
+
+    if (rm_boot_send_frame(fd, type, flags, payload, len) != 0)
+        return REMORA_ERR_DISCONNECTED;
+    if ((st = rm_boot_recv_frame(fd, &c->peer.rx, deadline, reply)) != REMORA_OK)
+        return st;
+    if (reply->type != reply_type ||
+        rm_boot_reply_split(reply, &status, rest_p, rest_len_p) != 0) {
+        rm_info("server answered the handshake out of turn");
+        return REMORA_ERR_PROTOCOL;
+    }
+    return status;
+}
+
+static remora_status_t handshake_auth(remora_client_h c, uint64_t deadline,
+                                      const rm_hello_t *mine, const rm_hello_t *theirs)
 {
     uint8_t mac[RM_MAC_LEN];
-    rm_wbuf_t w;
-    void *body = NULL;
-    size_t len = 0;
+    rm_boot_frame_t f;
+    const uint8_t *proof;
+    uint32_t len;
     remora_status_t st;
 
     if (c->token == NULL) {
@@ -618,53 +628,122 @@ static remora_status_t handshake_auth(remora_client_h c, const rm_hello_t *mine,
         return REMORA_ERR_AUTH;
     }
     rm_auth_proof(RM_AUTH_CLIENT_PROOF, c->token, c->token_len, theirs->nonce, mine->nonce, mac);
-    rm_wbuf_init(&w);
-    rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
-    if ((st = client_call(c, RM_MSG_AUTH, RM_MSG_AUTH_REPLY, &w, &body, &len)) != REMORA_OK)
+    st = boot_call(c, deadline, RM_BOOT_AUTH, 0, mac, RM_MAC_LEN, RM_BOOT_AUTH_REPLY, &f, &proof,
+                   &len);
+    if (st != REMORA_OK)
         return st;
     /* The server proves it knows the token too. */
     if (len != RM_MAC_LEN || rm_auth_check(RM_AUTH_SERVER_PROOF, c->token, c->token_len,
-                                           theirs->nonce, mine->nonce, body) != 0)
-        st = REMORA_ERR_AUTH;
-    free(body);
-    return st;
+                                           theirs->nonce, mine->nonce, proof) != 0)
+        return REMORA_ERR_AUTH;
+    return REMORA_OK;
 }
 
-static remora_status_t handshake(remora_client_h c)
+/* HELLO, then AUTH when the server wants it. */
+static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
 {
     rm_hello_t mine = {.proto_min = RM_PROTO_VERSION, .proto_max = RM_PROTO_VERSION}, theirs;
+    unsigned major, minor, release;
+    rm_boot_frame_t f;
+    const uint8_t *body;
+    uint32_t len;
     rm_wbuf_t w;
-    void *body = NULL;
-    size_t len = 0;
     remora_status_t st;
 
+    ucp_get_version(&major, &minor, &release);
+    mine.ucx_version = major << 16 | minor;
     memcpy(mine.host_id, c->ctx->host_id, RM_HOST_ID_LEN);
     rm_auth_nonce(mine.nonce);
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &mine);
-    if ((st = client_call(c, RM_MSG_HELLO, RM_MSG_HELLO_REPLY, &w, &body, &len)) != REMORA_OK)
-        return st;
-    st = rm_hello_decode(body, len, &theirs) == 0 ? REMORA_OK : REMORA_ERR_PROTOCOL;
-    free(body);
+    st = w.failed ? REMORA_ERR_NO_MEMORY
+                  : boot_call(c, deadline, RM_BOOT_HELLO, 0, w.data, w.len, RM_BOOT_HELLO_REPLY,
+                              &f, &body, &len);
+    rm_wbuf_free(&w);
     if (st != REMORA_OK)
         return st;
+    if (rm_hello_decode(body, len, &theirs) != 0)
+        return REMORA_ERR_PROTOCOL;
     if (theirs.proto_min > RM_PROTO_VERSION || theirs.proto_max < RM_PROTO_VERSION)
         return REMORA_ERR_VERSION;
     if (theirs.flags & RM_HELLO_AUTH_REQUIRED) {
-        st = handshake_auth(c, &mine, &theirs);
+        st = handshake_auth(c, deadline, &mine, &theirs);
     } else if (c->token) {
         /* We hold a token, so we expect the server to prove it holds it too. */
         rm_info("server does not authenticate, but a token was given");
         st = REMORA_ERR_AUTH;
     }
+    c->same_host       = memcmp(theirs.host_id, c->ctx->host_id, RM_HOST_ID_LEN) == 0;
+    c->server_instance = theirs.instance;
+    return st;
+}
+
+/* The server asked us to connect through UCX's connection manager to a
+ * port it opened for us, on the address we reached it at. */
+static remora_status_t client_connect_cm(remora_client_h c, int fd, const uint8_t *port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET)
+        return REMORA_ERR_PROTOCOL;
+    ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)(port[0] | (port[1] << 8)));
+    return rm_peer_connect_cm(&c->peer, (struct sockaddr *)&ss, len);
+}
+
+/* CONNECT: exchange worker addresses (or get a connection-manager port) and
+ * create the UCX endpoint the way the server said. */
+static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
+{
+    remora_context_h ctx = c->ctx;
+    rm_boot_frame_t f;
+    const uint8_t *addr;
+    uint32_t len;
+    remora_status_t st;
+
+    st = boot_call(c, deadline, RM_BOOT_CONNECT, RM_BOOT_CM, ctx->worker_addr,
+                   ctx->worker_addr_len, RM_BOOT_CONNECT_REPLY, &f, &addr, &len);
     if (st != REMORA_OK)
         return st;
-    rm_engine_lock(c->ctx);
-    c->same_host  = memcmp(theirs.host_id, c->ctx->host_id, RM_HOST_ID_LEN) == 0;
-    c->native_rma = !c->disconnected && ep_has_native_rma(c->peer.ep);
-    c->ready      = !c->disconnected;
-    st            = c->ready ? REMORA_OK : c->disc_status;
-    rm_engine_unlock(c->ctx);
+    if (f.flags & RM_BOOT_CM) {
+        if (len != 2)
+            return REMORA_ERR_PROTOCOL;
+    } else if (!rm_boot_addr_plausible(ctx, addr, len)) {
+        return REMORA_ERR_PROTOCOL;
+    } else if (len == ctx->worker_addr_len && memcmp(addr, ctx->worker_addr, len) == 0) {
+        /* UCX cannot pair two endpoints of one worker to itself. */
+        rm_error("a client cannot connect to a server of its own context; use another context");
+        return REMORA_ERR_UNSUPPORTED;
+    }
+    rm_engine_lock(ctx);
+    st = (f.flags & RM_BOOT_CM) ? client_connect_cm(c, c->peer.sock.fd, addr)
+                                : rm_peer_create_ep(&c->peer, addr);
+    if (st == REMORA_OK)
+        st = rm_engine_watch(ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP);
+    if (st == REMORA_OK) {
+        rm_peer_live_start(&c->peer);
+        c->native_rma = (rm_peer_rma_lanes(&c->peer) & ~RM_RMA_LANE_TCP) != 0;
+        c->ready      = 1;
+    }
+    rm_engine_unlock(ctx);
+    return st;
+}
+
+/* The whole handshake, on the bootstrap socket, bounded by the client's timeout. */
+static remora_status_t handshake(remora_client_h c, const char *addr)
+{
+    uint64_t deadline = rm_deadline_ns(c->timeout_ms);
+    remora_status_t st = rm_boot_dial(addr, deadline, &c->peer.sock.fd);
+
+    if (st != REMORA_OK)
+        return st;
+    c->peer.sock.cb = client_sock_cb;
+    if ((st = handshake_hello(c, deadline)) != REMORA_OK ||
+        (st = handshake_connect(c, deadline)) != REMORA_OK) {
+        rm_engine_lock(c->ctx);
+        rm_peer_close(&c->peer);
+        rm_engine_unlock(c->ctx);
+    }
     return st;
 }
 
@@ -742,73 +821,18 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
         c->want_lanes = p->lanes;
     }
     if (p->field_mask & REMORA_CLIENT_FIELD_TOKEN) {
-        if (p->token == NULL || p->token_len == 0 || p->token_len > REMORA_TOKEN_MAX)
+        if (p->token == NULL || p->token_len < REMORA_TOKEN_MIN ||
+            p->token_len > REMORA_TOKEN_MAX) {
+            rm_error("a token must be %d to %d bytes long (this one has %zu)",
+                     REMORA_TOKEN_MIN, REMORA_TOKEN_MAX, p->token ? p->token_len : 0);
             return REMORA_ERR_INVALID_PARAM;
+        }
         if ((c->token = malloc(p->token_len)) == NULL)
             return REMORA_ERR_NO_MEMORY;
         memcpy(c->token, p->token, p->token_len);
         c->token_len = p->token_len;
     }
     return REMORA_OK;
-}
-
-/* The bootstrap socket carries nothing after the preamble: its end means
- * the server process is gone. */
-static void client_sock_cb(rm_watch_t *w, uint32_t events)
-{
-    remora_client_h c = rm_container_of(w, struct remora_client, peer.sock);
-    char byte;
-    ssize_t n = recv(w->fd, &byte, 1, 0);
-
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || n > 0)
-        client_on_error(&c->peer, REMORA_ERR_DISCONNECTED);
-}
-
-/* The server asked us to connect through UCX's connection manager to a
- * port it opened for us, on the address we reached it at. */
-static remora_status_t client_connect_cm(remora_client_h c, int fd, const uint8_t *port)
-{
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-
-    if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET)
-        return REMORA_ERR_PROTOCOL;
-    ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)(port[0] | (port[1] << 8)));
-    return rm_peer_connect_cm(&c->peer, (struct sockaddr *)&ss, len);
-}
-
-/* Bootstrap over TCP, then create the UCX endpoint the way the server said. */
-static remora_status_t client_bootstrap(remora_client_h c, const char *addr)
-{
-    void *payload = NULL;
-    size_t plen = 0;
-    uint16_t flags = 0;
-    int fd = -1;
-    remora_status_t st = rm_boot_connect(c->ctx, addr, c->timeout_ms, &fd, &flags, &payload,
-                                         &plen);
-
-    if (st != REMORA_OK)
-        return st;
-    if (!(flags & RM_BOOT_CM) && plen == c->ctx->worker_addr_len &&
-        memcmp(payload, c->ctx->worker_addr, plen) == 0) {
-        /* UCX cannot pair two endpoints of one worker to itself. */
-        rm_error("a client cannot connect to a server of its own context; use another context");
-        free(payload);
-        close(fd);
-        return REMORA_ERR_UNSUPPORTED;
-    }
-    rm_engine_lock(c->ctx);
-    c->peer.sock.fd = fd;
-    c->peer.sock.cb = client_sock_cb;
-    st = (flags & RM_BOOT_CM) ? client_connect_cm(c, fd, payload)
-                              : rm_peer_create_ep(&c->peer, payload);
-    if (st == REMORA_OK)
-        st = rm_engine_watch(c->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP);
-    if (st != REMORA_OK)
-        rm_peer_close(&c->peer);
-    rm_engine_unlock(c->ctx);
-    free(payload);
-    return st;
 }
 
 static void client_free(remora_client_h c)
@@ -849,15 +873,11 @@ remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
         client_free(c);
         return st;
     }
-    if ((st = client_bootstrap(c, addr)) != REMORA_OK) {
+    if ((st = handshake(c, addr)) != REMORA_OK) {
         client_free(c);
         return st;
     }
     rm_engine_kick(ctx);
-    if ((st = handshake(c)) != REMORA_OK) {
-        remora_client_disconnect(c);
-        return st;
-    }
     lanes_connect(c);
     *client_p = c;
     return REMORA_OK;

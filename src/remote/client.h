@@ -18,6 +18,7 @@
 #define RM_REMOTE_CLIENT_H
 
 #include "engine/engine.h"
+#include "mem/shm.h"
 
 /* Largest chunk of a staged transfer (GPU memory through pinned buffers). */
 #define RM_STAGE_CHUNK (4u << 20)
@@ -32,9 +33,12 @@ typedef struct rm_rregion {
     uint8_t       mem_type;
     uint16_t      flags;
     uint64_t      remote_addr;
-    ucp_rkey_h    rkey;
-    void         *rkey_buf;  /* packed key as received, for independent mappings */
-    void         *mapped;    /* same-host mapping of remote_addr, or NULL */
+    ucp_rkey_h    rkey;      /* only where the server allows RMA (docs/security.md) */
+    void         *mapped;    /* same-host mapping of the region's first byte, or NULL */
+    rm_shm_view_t map;       /* ... and the mapping itself */
+    int           map_writable; /* read-only mappings send writes as active messages */
+    uint32_t      map_pid, map_fd; /* the server's memory file, for remora_client_map */
+    uint64_t      map_offset;
     remora_path_t path;
     int           device;    /* GPU regions: the server's device ordinal */
     int           has_ipc;
@@ -71,6 +75,7 @@ struct remora_client {
 
     int               ready;       /* handshake finished */
     int               same_host;
+    uint64_t          server_instance; /* from HELLO_REPLY: changes when the server restarts */
     int               native_rma;
     uint64_t          next_req_id;
     rm_list_t         pending;     /* rm_op_t */

@@ -30,6 +30,7 @@
 
 #include "mem/cuda.h"
 #include "mem/mem.h"
+#include "mem/shm.h"
 #include "mem/stage.h"
 #include "remote/server.h"
 #include "remote/auth.h"
@@ -39,8 +40,9 @@
 #define RM_DEFAULT_LISTEN   "127.0.0.1:60010"
 #define RM_RETIRE_GRACE_NS  (10ull * 1000000000u)
 #define RM_DESTROY_WAIT_MS  2000
-#define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the bootstrap */
-#define RM_HELLO_TIMEOUT_NS (10ull * 1000000000u) /* to finish the handshake */
+#define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the handshake */
+#define RM_MAX_CONNS        4096
+#define RM_MAX_CONNS_HOST   1024
 #define RM_CM_LINGER_NS     (3ull * 1000000000u)  /* a detached listener's last breath */
 #define RM_STAGE_BUF        (16u << 20) /* the largest staged request */
 #define RM_STAGE_POOLED     (4u << 20)  /* pooled staging buffers (a client's chunk) */
@@ -70,8 +72,15 @@ rm_region_t *rm_server_region_by_id(remora_server_h s, uint32_t id)
     return NULL;
 }
 
-static void region_describe(const rm_region_t *r, int with_rkey, rm_region_desc_t *d)
+/* Describe a region to a client: its remote key only where that client may
+ * use one (c->rma_ok) and with the region's rights; its memory file only
+ * where the region is mappable, sealed first when read-only. */
+static void region_describe(const rm_conn_t *c, const rm_region_t *r, int with_rkey,
+                            rm_region_desc_t *d)
 {
+    int writable = (r->flags & REMORA_REGION_WRITABLE) != 0;
+    size_t rkey_len;
+
     memset(d, 0, sizeof(*d));
     d->region_id = r->id;
     snprintf(d->name, sizeof(d->name), "%s", r->name);
@@ -79,8 +88,13 @@ static void region_describe(const rm_region_t *r, int with_rkey, rm_region_desc_
     d->mem_type    = (uint8_t)r->mem->type;
     d->access      = REMORA_ACCESS_READ |
                      ((r->flags & REMORA_REGION_WRITABLE) ? REMORA_ACCESS_WRITE : 0);
-    d->flags       = (r->mem->allocated ? RM_REGION_WIRE_MAPPABLE : 0) |
-                     (r->ring ? RM_REGION_WIRE_RING : 0);
+    d->flags       = r->ring ? RM_REGION_WIRE_RING : 0;
+    if (r->mem->shm_fd >= 0 && (writable || r->mem->sealed)) {
+        d->flags     |= RM_REGION_WIRE_MAPPABLE;
+        d->map_pid    = (uint32_t)getpid();
+        d->map_fd     = (uint32_t)r->mem->shm_fd;
+        d->map_offset = r->offset;
+    }
     d->generation  = r->generation;
     d->remote_addr = (uint64_t)(uintptr_t)r->mem->addr + r->offset;
     d->device      = r->mem->device;
@@ -89,10 +103,23 @@ static void region_describe(const rm_region_t *r, int with_rkey, rm_region_desc_
         memcpy(d->ipc, r->mem->ipc.bytes, RM_IPC_HANDLE_LEN);
         d->ipc_offset = r->mem->ipc_offset + r->offset;
     }
-    if (with_rkey) {
-        d->rkey     = r->mem->rkey;
-        d->rkey_len = (uint32_t)r->mem->rkey_len;
-    }
+    if (with_rkey && c->rma_ok &&
+        rm_mem_rkey(r->mem, writable, (const void **)&d->rkey, &rkey_len) == REMORA_OK)
+        d->rkey_len = (uint32_t)rkey_len;
+}
+
+/* A read-only region's memory file is sealed before any client may map it:
+ * nobody can map it writable from then on (shm.h). Lock held. */
+static remora_status_t region_seal(remora_mem_h mem, unsigned flags)
+{
+    remora_status_t st;
+
+    if (mem->shm_fd < 0 || mem->sealed || (flags & REMORA_REGION_WRITABLE))
+        return REMORA_OK;
+    if ((st = rm_shm_seal_read_only(mem->shm_fd)) != REMORA_OK)
+        return st;
+    mem->sealed = 1;
+    return REMORA_OK;
 }
 
 /* ------------------------------------------------------------ connections */
@@ -104,7 +131,6 @@ static void conn_free_if_idle(rm_conn_t *c)
     if (!c->dead || c->inflight)
         return;
     s->nconns--;
-    free(c->boot_buf);
     free(c);
     if (s->nconns == 0)
         rm_engine_complete(s->ctx, &s->drained);
@@ -259,60 +285,6 @@ static void region_retire_mem(remora_server_h s, rm_region_t *r)
 
 /* ------------------------------------------------------------ handlers */
 
-static void handle_hello(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len)
-{
-    remora_server_h s = c->server;
-    rm_hello_t in, out = {0};
-    rm_wbuf_t w;
-    remora_status_t status = REMORA_OK;
-
-    if (rm_hello_decode(body, len, &in) != 0) {
-        rm_warn("malformed HELLO");
-        rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
-        return;
-    }
-    if (in.proto_min > RM_PROTO_VERSION || in.proto_max < RM_PROTO_VERSION) {
-        rm_warn("client speaks protocol %u..%u, we speak %u", in.proto_min, in.proto_max,
-                RM_PROTO_VERSION);
-        status     = REMORA_ERR_VERSION;
-        c->refused = status; /* the client closes; we answer nothing else */
-    }
-    memcpy(c->client_nonce, in.nonce, RM_NONCE_LEN);
-    out.proto_min = out.proto_max = RM_PROTO_VERSION;
-    out.flags = s->token ? RM_HELLO_AUTH_REQUIRED : 0;
-    memcpy(out.host_id, s->ctx->host_id, RM_HOST_ID_LEN);
-    memcpy(out.nonce, c->server_nonce, RM_NONCE_LEN);
-    rm_wbuf_init(&w);
-    rm_hello_encode(&w, &out);
-    if (status == REMORA_OK)
-        c->state = s->token ? CONN_AUTH : CONN_READY;
-    c->acked_epoch = s->epoch;
-    rm_conn_reply(c, RM_MSG_HELLO_REPLY, hdr->req_id, status, &w);
-}
-
-static void handle_auth(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len)
-{
-    remora_server_h s = c->server;
-    rm_wbuf_t w;
-    uint8_t mac[RM_MAC_LEN];
-
-    if (len != RM_MAC_LEN ||
-        rm_auth_check(RM_AUTH_CLIENT_PROOF, s->token, s->token_len, c->server_nonce,
-                      c->client_nonce, body) != 0) {
-        rm_warn("client failed authentication");
-        c->refused = REMORA_ERR_AUTH; /* the client closes; we answer nothing else */
-        rm_conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_ERR_AUTH, NULL);
-        return;
-    }
-    rm_auth_proof(RM_AUTH_SERVER_PROOF, s->token, s->token_len, c->server_nonce,
-                  c->client_nonce, mac);
-    rm_wbuf_init(&w);
-    rm_wbuf_bytes(&w, mac, RM_MAC_LEN);
-    c->state       = CONN_READY;
-    c->acked_epoch = s->epoch; /* it never saw earlier regions' keys */
-    rm_conn_reply(c, RM_MSG_AUTH_REPLY, hdr->req_id, REMORA_OK, &w);
-}
-
 static void handle_list(rm_conn_t *c, const rm_hdr_t *hdr)
 {
     rm_list_t *pos, *tmp;
@@ -325,7 +297,7 @@ static void handle_list(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_wbuf_u32(&w, count);
     rm_list_for_each_safe(pos, tmp, &c->server->regions) {
         rm_region_desc_t d;
-        region_describe(rm_container_of(pos, rm_region_t, link), 0, &d);
+        region_describe(c, rm_container_of(pos, rm_region_t, link), 0, &d);
         rm_region_desc_encode(&w, &d);
     }
     rm_conn_reply(c, RM_MSG_LIST_REPLY, hdr->req_id, REMORA_OK, &w);
@@ -347,7 +319,7 @@ static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
         rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_NOT_FOUND, NULL);
         return;
     }
-    region_describe(r, 1, &d);
+    region_describe(c, r, 1, &d);
     rm_wbuf_init(&w);
     rm_region_desc_encode(&w, &d);
     rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_OK, &w);
@@ -572,12 +544,9 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
 {
     rm_conn_t *c = (rm_conn_t *)peer;
 
-    if (c->dead)
+    /* Only a connection that finished its handshake has an endpoint at all. */
+    if (c->dead || c->state != CONN_READY)
         return UCS_OK;
-    if (c->refused) {
-        rm_conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, c->refused, NULL);
-        return UCS_OK;
-    }
     if (hdr == NULL || ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
                         hdr->type != RM_MSG_WRITE)) {
         /* Only WRITE payloads may come by rendezvous; other bodies are parsed in place. */
@@ -585,21 +554,13 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
         rm_conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, REMORA_ERR_PROTOCOL, NULL);
         return UCS_OK;
     }
-    if (hdr->type == RM_MSG_HELLO && c->state == CONN_HELLO) {
-        handle_hello(c, hdr, body, len);
-    } else if (hdr->type == RM_MSG_AUTH && c->state == CONN_AUTH) {
-        handle_auth(c, hdr, body, len);
-    } else if (c->state == CONN_READY) {
-        dispatch_ready(c, hdr, body, len, param);
-    } else {
-        rm_warn("%s before the handshake finished", rm_msg_type_name(hdr->type));
-        rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id,
-                   c->state == CONN_AUTH ? REMORA_ERR_AUTH : REMORA_ERR_PROTOCOL, NULL);
-    }
+    dispatch_ready(c, hdr, body, len, param);
     return UCS_OK;
 }
 
 static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message, .on_error = conn_on_error};
+
+static void conn_ready(rm_conn_t *c);
 
 static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
 {
@@ -617,7 +578,7 @@ static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
         conn_kill(c);
         return;
     }
-    c->state = CONN_HELLO; /* the listener is detached at the next tick */
+    conn_ready(c); /* the listener is detached at the next tick */
 }
 
 /*
@@ -664,95 +625,192 @@ static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
     return 0;
 }
 
-/* Answer a valid preamble: a CM port for the client to connect to, or our
- * worker address after connecting to the client's. */
-static int conn_boot_answer(rm_conn_t *c, uint16_t flags, const uint8_t *waddr, rm_wbuf_t *w)
+/* ------------------------------------------------------------ handshake */
+
+/* The handshake is done: the endpoint exists, heartbeats start. */
+static void conn_ready(rm_conn_t *c)
+{
+    remora_context_h ctx = c->server->ctx;
+
+    /* Remote keys only where the transport enforces them (docs/security.md). */
+    c->rma_ok = ctx->rma == REMORA_RMA_UNSAFE ||
+                (ctx->rma == REMORA_RMA_VERBS && rm_peer_rma_lanes(&c->peer) == RM_RMA_LANE_VERBS);
+    c->state       = CONN_READY;
+    c->acked_epoch = c->server->epoch; /* it never saw earlier regions' keys */
+    rm_peer_live_start(&c->peer);
+    rm_info("client %s connected", c->peer_host);
+}
+
+/* Connections from the same address as c, c included. */
+static unsigned conns_from(remora_server_h s, const rm_conn_t *c)
+{
+    rm_list_t *pos, *tmp;
+    unsigned n = 0;
+
+    rm_list_for_each_safe(pos, tmp, &s->conns)
+        n += strcmp(rm_container_of(pos, rm_conn_t, link)->peer_host, c->peer_host) == 0;
+    return n;
+}
+
+/* Answer with a status and nothing else; the connection then ends. */
+static int conn_refuse(rm_conn_t *c, unsigned type, remora_status_t st)
+{
+    rm_boot_send_reply(c->peer.sock.fd, type, 0, st, NULL, 0);
+    return -1;
+}
+
+/* HELLO: protocol versions and nonces; the reply says whether a token is due. */
+static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
+{
+    remora_server_h s = c->server;
+    rm_hello_t in, out = {0};
+    rm_wbuf_t w;
+    unsigned major, minor, release;
+    int rc;
+
+    if (f->type != RM_BOOT_HELLO || rm_hello_decode(f->payload, f->len, &in) != 0)
+        return -1;
+    if (in.proto_min > RM_PROTO_VERSION || in.proto_max < RM_PROTO_VERSION) {
+        rm_warn("client %s speaks protocol %u..%u, we speak %u", c->peer_host, in.proto_min,
+                in.proto_max, RM_PROTO_VERSION);
+        return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_VERSION);
+    }
+    if (s->nconns > s->max_conns || conns_from(s, c) > s->max_conns_per_host) {
+        rm_warn("refusing client %s: %u connections (at most %u, %u per address)",
+                c->peer_host, s->nconns, s->max_conns, s->max_conns_per_host);
+        return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_BUSY);
+    }
+    memcpy(c->client_nonce, in.nonce, RM_NONCE_LEN);
+    ucp_get_version(&major, &minor, &release);
+    out.proto_min = out.proto_max = RM_PROTO_VERSION;
+    out.flags       = s->token ? RM_HELLO_AUTH_REQUIRED : 0;
+    out.instance    = s->instance;
+    out.ucx_version = major << 16 | minor;
+    memcpy(out.host_id, s->ctx->host_id, RM_HOST_ID_LEN);
+    memcpy(out.nonce, c->server_nonce, RM_NONCE_LEN);
+    rm_wbuf_init(&w);
+    rm_hello_encode(&w, &out);
+    rc = w.failed ? -1
+                  : rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_HELLO_REPLY, 0, REMORA_OK, w.data,
+                                       w.len);
+    rm_wbuf_free(&w);
+    c->state = s->token ? CONN_AUTH : CONN_CONNECT;
+    return rc;
+}
+
+/* AUTH: the client's proof, and ours in return. */
+static int boot_auth(rm_conn_t *c, const rm_boot_frame_t *f)
+{
+    remora_server_h s = c->server;
+    uint8_t mac[RM_MAC_LEN];
+
+    if (f->type != RM_BOOT_AUTH)
+        return -1;
+    if (f->len != RM_MAC_LEN || rm_auth_check(RM_AUTH_CLIENT_PROOF, s->token, s->token_len,
+                                              c->server_nonce, c->client_nonce, f->payload) != 0) {
+        rm_warn("client %s failed authentication", c->peer_host);
+        return conn_refuse(c, RM_BOOT_AUTH_REPLY, REMORA_ERR_AUTH);
+    }
+    rm_auth_proof(RM_AUTH_SERVER_PROOF, s->token, s->token_len, c->server_nonce,
+                  c->client_nonce, mac);
+    c->state = CONN_CONNECT;
+    return rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_AUTH_REPLY, 0, REMORA_OK, mac,
+                              RM_MAC_LEN);
+}
+
+/* CONNECT: a worker address to connect to (ours in return), or a request for
+ * a connection-manager port. Only here, after authentication, does UCX see
+ * anything the client sent. */
+static int boot_connect(rm_conn_t *c, const rm_boot_frame_t *f)
 {
     remora_context_h ctx = c->server->ctx;
     uint16_t port;
 
-    if ((flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
+    if (f->type != RM_BOOT_CONNECT)
+        return -1;
+    if ((f->flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
         uint8_t le[2] = {(uint8_t)port, (uint8_t)(port >> 8)};
-        rm_boot_encode(w, RM_BOOT_CM, le, 2);
         c->state = CONN_CM_WAIT;
-        return 0;
+        return rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_CONNECT_REPLY, RM_BOOT_CM, REMORA_OK,
+                                  le, 2);
     }
-    rm_boot_encode(w, 0, ctx->worker_addr, (uint32_t)ctx->worker_addr_len);
-    c->state = CONN_HELLO;
-    return rm_peer_create_ep(&c->peer, waddr) == REMORA_OK ? 0 : -1;
+    if (!rm_boot_addr_plausible(ctx, f->payload, f->len)) {
+        rm_warn("client %s sent a worker address this UCX cannot use", c->peer_host);
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
+    }
+    if (rm_peer_create_ep(&c->peer, f->payload) != REMORA_OK) {
+        rm_warn("could not set up a connection for client %s", c->peer_host);
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_TRANSPORT);
+    }
+    if (rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_CONNECT_REPLY, 0, REMORA_OK,
+                           ctx->worker_addr, ctx->worker_addr_len) != 0)
+        return -1;
+    conn_ready(c);
+    return 0;
 }
 
-/* CONN_BOOT: collect the client's preamble, then answer it. */
-static void conn_boot_read(rm_conn_t *c)
+/* One handshake frame, by state; -1 ends the connection. */
+static int conn_boot_step(rm_conn_t *c, const rm_boot_frame_t *f)
 {
-    remora_context_h ctx = c->server->ctx;
-    size_t cap = RM_BOOT_HDR_LEN + RM_WORKER_ADDR_MAX, used;
-    const uint8_t *waddr;
-    uint32_t wlen;
-    uint16_t flags;
-    rm_wbuf_t w;
-    ssize_t n;
-
-    if (c->boot_buf == NULL && (c->boot_buf = malloc(cap)) == NULL) {
-        conn_kill(c);
-        return;
+    switch (c->state) {
+    case CONN_HELLO:   return boot_hello(c, f);
+    case CONN_AUTH:    return boot_auth(c, f);
+    case CONN_CONNECT: return boot_connect(c, f);
+    default:           return -1; /* nothing is due from the client now */
     }
-    n = recv(c->peer.sock.fd, c->boot_buf + c->boot_len, cap - c->boot_len, 0);
-    if (n <= 0) {
-        if (n == 0 || (errno != EAGAIN && errno != EINTR))
-            conn_kill(c);
-        return;
-    }
-    c->boot_len += (size_t)n;
-    int r = rm_boot_parse(c->boot_buf, c->boot_len, &flags, &waddr, &wlen, &used);
-    if (r == 1)
-        return;
-    if (r < 0 || used != c->boot_len || !rm_boot_addr_plausible(ctx, waddr, wlen)) {
-        rm_info("dropping a connection that is not a remora client");
-        conn_kill(c);
-        return;
-    }
-    rm_wbuf_init(&w);
-    if (conn_boot_answer(c, flags, waddr, &w) != 0 || w.failed ||
-        rm_boot_send(c->peer.sock.fd, w.data, w.len) != 0) {
-        rm_warn("could not set up a client connection");
-        rm_wbuf_free(&w);
-        conn_kill(c);
-        return;
-    }
-    rm_wbuf_free(&w);
-    free(c->boot_buf);
-    c->boot_buf = NULL;
 }
 
-/* The bootstrap socket: the preamble, then only its end (the client is gone). */
+/* The bootstrap socket: the handshake, then heartbeats. */
 static void conn_sock_cb(rm_watch_t *w, uint32_t events)
 {
     rm_conn_t *c = rm_container_of(w, rm_conn_t, peer.sock);
-    char byte;
+    rm_boot_frame_t f;
+    int r = 1;
 
-    if (c->state == CONN_BOOT) {
-        conn_boot_read(c);
+    if (c->state == CONN_READY) {
+        if (rm_peer_sock_read(&c->peer) != 0) {
+            rm_info("client %s went away", c->peer_host);
+            conn_kill(c);
+        }
         return;
     }
-    if (c->state == CONN_CM_WAIT && !(events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)))
-        return; /* nothing to read yet; only its end matters */
-    ssize_t n = recv(w->fd, &byte, 1, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        rm_info("client went away");
+    if (rm_boot_rx_fill(&c->peer.rx, w->fd) != 0) {
         conn_kill(c);
-    } else if (n > 0) {
-        rm_warn("unexpected bytes on a bootstrap socket; closing it");
+        return;
+    }
+    while (c->state != CONN_READY && (r = rm_boot_rx_next(&c->peer.rx, &f)) == 0) {
+        if (conn_boot_step(c, &f) != 0) {
+            rm_info("dropping connection from %s during its handshake", c->peer_host);
+            conn_kill(c);
+            return;
+        }
+    }
+    if (r < 0) {
+        rm_info("dropping a connection from %s that is not a remora client", c->peer_host);
         conn_kill(c);
+    }
+}
+
+/* Out of file descriptors: stop watching the listener (it would stay
+ * readable, and the progress thread would spin on it) until the next tick. */
+static void accept_pause(remora_server_h s, int err)
+{
+    rm_engine_unwatch(s->ctx, &s->listener);
+    s->accept_paused = 1;
+    if (rm_now_ns() - s->pause_logged_ns > 10ull * 1000000000u) {
+        rm_warn("cannot accept connections: %s; pausing accept", strerror(err));
+        s->pause_logged_ns = rm_now_ns();
     }
 }
 
 static void on_accept(rm_watch_t *w, uint32_t events)
 {
     remora_server_h s = rm_container_of(w, struct remora_server, listener);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
     int fd;
 
-    while ((fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+    while ((fd = accept4(w->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
         rm_conn_t *c = calloc(1, sizeof(*c));
         if (c == NULL) {
             close(fd);
@@ -764,8 +822,10 @@ static void on_accept(rm_watch_t *w, uint32_t events)
         c->peer.sock.cb = conn_sock_cb;
         c->peer.failed  = 1; /* no endpoint yet */
         c->server       = s;
-        c->state        = CONN_BOOT;
+        c->state        = CONN_HELLO;
         c->born_ns      = rm_now_ns();
+        rm_format_addr((const struct sockaddr *)&ss, c->peer_host, sizeof(c->peer_host));
+        *strrchr(c->peer_host, ':') = '\0'; /* the address, without the port */
         rm_auth_nonce(c->server_nonce);
         if (rm_engine_watch(s->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP) != REMORA_OK) {
             close(fd);
@@ -775,11 +835,14 @@ static void on_accept(rm_watch_t *w, uint32_t events)
         rm_list_push_back(&s->conns, &c->link);
         s->nconns++;
         atomic_store(&s->drained, 0);
+        len = sizeof(ss);
     }
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_pause(s, errno);
 }
 
-/* Every tick: drop connections stuck in the bootstrap or the handshake, and
- * free retired memory whose grace has run out. */
+/* Every tick: drop connections stuck in the handshake, free retired memory
+ * whose grace has run out, and resume a paused accept. */
 static void server_tick(rm_ticker_t *t)
 {
     remora_server_h s = rm_container_of(t, struct remora_server, ticker);
@@ -788,16 +851,18 @@ static void server_tick(rm_ticker_t *t)
 
     rm_list_for_each_safe(pos, tmp, &s->conns) {
         rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
-        uint64_t limit = c->state <= CONN_CM_WAIT ? RM_BOOT_TIMEOUT_NS : RM_HELLO_TIMEOUT_NS;
         if (c->state > CONN_CM_WAIT)
             conn_close_cm_listener(c); /* its one client is in */
-        if (c->state != CONN_READY && now - c->born_ns > limit) {
-            rm_info("dropping a connection that did not finish its handshake");
+        if (c->state != CONN_READY && now - c->born_ns > RM_BOOT_TIMEOUT_NS) {
+            rm_info("dropping a connection from %s that did not finish its handshake",
+                    c->peer_host);
             conn_kill(c);
         }
     }
     retired_sweep(s);
     cm_slots_sweep(s, 0);
+    if (s->accept_paused && rm_engine_watch(s->ctx, &s->listener, EPOLLIN) == REMORA_OK)
+        s->accept_paused = 0;
 }
 
 /* ------------------------------------------------------------ public API */
@@ -828,8 +893,11 @@ static remora_status_t copy_token(remora_server_h s, const remora_server_params_
 {
     if (p == NULL || !(p->field_mask & REMORA_SERVER_FIELD_TOKEN))
         return REMORA_OK;
-    if (p->token == NULL || p->token_len == 0 || p->token_len > REMORA_TOKEN_MAX)
+    if (p->token == NULL || p->token_len < REMORA_TOKEN_MIN || p->token_len > REMORA_TOKEN_MAX) {
+        rm_error("a token must be %d to %d bytes long (this one has %zu)", REMORA_TOKEN_MIN,
+                 REMORA_TOKEN_MAX, p->token ? p->token_len : 0);
         return REMORA_ERR_INVALID_PARAM;
+    }
     if ((s->token = malloc(p->token_len)) == NULL)
         return REMORA_ERR_NO_MEMORY;
     memcpy(s->token, p->token, p->token_len);
@@ -860,7 +928,8 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
         return st;
     ((struct sockaddr_in *)&ss)->sin_port = 0; /* same offset in sockaddr_in6 */
     rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
-    lp.field_mask  = (params->field_mask & REMORA_SERVER_FIELD_TOKEN) | REMORA_SERVER_FIELD_LISTEN_ADDR;
+    lp.field_mask  = (params->field_mask & (REMORA_SERVER_FIELD_TOKEN | REMORA_SERVER_FIELD_MAX_CONNS)) |
+                     REMORA_SERVER_FIELD_LISTEN_ADDR;
     lp.listen_addr = addr;
     if ((st = rm_engine_lane_create(s->ctx, &s->lane_ctx[i])) != REMORA_OK)
         return st;
@@ -911,6 +980,17 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     s->ctx            = ctx;
     s->next_region_id = 1;
     s->epoch          = 1;
+    s->instance       = rm_auth_random_u64();
+    s->max_conns      = RM_MAX_CONNS;
+    s->max_conns_per_host = RM_MAX_CONNS_HOST;
+    if (params && (params->field_mask & REMORA_SERVER_FIELD_MAX_CONNS)) {
+        if (params->max_conns == 0 || params->max_conns_per_host == 0) {
+            free(s);
+            return REMORA_ERR_INVALID_PARAM;
+        }
+        s->max_conns          = params->max_conns;
+        s->max_conns_per_host = params->max_conns_per_host;
+    }
     rm_list_init(&s->regions);
     rm_list_init(&s->conns);
     rm_list_init(&s->retired);
@@ -960,7 +1040,8 @@ void remora_server_destroy(remora_server_h s)
     rm_engine_lock(s->ctx);
     s->destroying = 1;
     rm_engine_remove_ticker(s->ctx, &s->ticker);
-    rm_engine_unwatch(s->ctx, &s->listener);
+    if (!s->accept_paused)
+        rm_engine_unwatch(s->ctx, &s->listener);
     close(s->listener.fd);
     rm_list_for_each_safe(pos, tmp, &s->conns)
         conn_kill(rm_container_of(pos, rm_conn_t, link));
@@ -1038,10 +1119,11 @@ remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora
     r->ring_data  = ring_data;
     r->generation = 1;
     rm_engine_lock(s->ctx);
-    if (region_by_name(s, name) != NULL) {
+    remora_status_t st = region_by_name(s, name) != NULL ? REMORA_ERR_EXISTS : region_seal(mem, flags);
+    if (st != REMORA_OK) {
         rm_engine_unlock(s->ctx);
         free(r);
-        return REMORA_ERR_EXISTS;
+        return st;
     }
     r->id = s->next_region_id++;
     rm_mem_ref(mem);
@@ -1086,7 +1168,8 @@ static remora_status_t region_replace(remora_server_h s, const char *name, remor
         st = REMORA_ERR_INVALID_PARAM;
         goto out;
     }
-    if ((st = region_window(mem, params, r->flags, &off, &len, &flags)) != REMORA_OK)
+    if ((st = region_window(mem, params, r->flags, &off, &len, &flags)) != REMORA_OK ||
+        (st = region_seal(mem, flags)) != REMORA_OK)
         goto out;
     s->epoch++;
     region_retire_mem(s, r);

@@ -28,7 +28,9 @@ typedef struct rm_retired {
     uint64_t     expire_ns;
 } rm_retired_t;
 
-typedef enum { CONN_BOOT, CONN_CM_WAIT, CONN_HELLO, CONN_AUTH, CONN_READY } rm_conn_state_t;
+/* The handshake runs on the bootstrap socket (server.c); only CONN_READY
+ * connections have a UCX endpoint. */
+typedef enum { CONN_HELLO, CONN_AUTH, CONN_CONNECT, CONN_CM_WAIT, CONN_READY } rm_conn_state_t;
 
 typedef struct rm_conn {
     rm_peer_t       peer; /* first: the engine hands us the peer */
@@ -40,10 +42,9 @@ typedef struct rm_conn {
     uint64_t        acked_epoch;
     unsigned        inflight;   /* writes being received into region memory */
     int             dead;       /* failed or closed; freed when inflight == 0 */
-    remora_status_t refused;    /* handshake failed: every request gets this */
     uint64_t        born_ns;
-    uint8_t        *boot_buf;   /* CONN_BOOT: the client's preamble so far */
-    size_t          boot_len;
+    char            peer_host[64]; /* the client's address, for logs and caps */
+    int             rma_ok;     /* may be given remote keys (server.c: conn_ready) */
     struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
     unsigned        nwaits;     /* ring waits armed (server_ring.c) */
 } rm_conn_t;
@@ -74,6 +75,10 @@ struct remora_server {
     int              destroying; /* remora_server_destroy runs: regions go all at once */
     uint32_t         next_region_id;
     uint64_t         epoch;
+    uint64_t         instance; /* random: tells clients this server from a restarted one */
+    unsigned         max_conns, max_conns_per_host;
+    int              accept_paused; /* out of fds: the listener is unwatched until a tick */
+    uint64_t         pause_logged_ns;
     unsigned         nconns; /* allocated, dead or alive */
     atomic_int       drained;
     /* Extra lanes: a server each, on a lane of ctx (rm_engine_lane_create),

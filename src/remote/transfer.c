@@ -21,6 +21,7 @@
 
 #include "mem/cuda.h"
 #include "mem/stage.h"
+#include "mem/shm.h"
 #include "remote/client.h"
 #include "util/log.h"
 #include "util/time.h"
@@ -463,6 +464,8 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     req->chunk      = c->chunk_size;
     if (dev_buf && req->path == REMORA_PATH_RMA)
         req->path = REMORA_PATH_STAGING; /* UCX cannot put/get GPU memory here */
+    if (write && req->path == REMORA_PATH_MAP && !r->map_writable)
+        req->path = REMORA_PATH_AM; /* the server's file is sealed read-only */
     if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)
         req->chunk = RM_STAGE_CHUNK;
     r->users++;
@@ -584,9 +587,8 @@ remora_status_t remora_client_write(remora_client_h c, const char *name, uint64_
 /* ------------------------------------------------------------ mappings */
 
 typedef struct rm_map {
-    rm_list_t   link;
-    const void *addr;
-    ucp_rkey_h  rkey;
+    rm_list_t     link;
+    rm_shm_view_t view;
 } rm_map_t;
 
 remora_status_t remora_client_map(remora_client_h c, const char *name, const void **addr_p,
@@ -594,28 +596,24 @@ remora_status_t remora_client_map(remora_client_h c, const char *name, const voi
 {
     rm_rregion_t *r;
     rm_map_t *m;
-    void *ptr;
     remora_status_t st;
+    int writable;
 
     if (c == NULL || addr_p == NULL || length_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
     if ((st = rm_client_region_get(c, name, &r)) != REMORA_OK)
         return st;
-    if (r->mapped == NULL || r->rkey_buf == NULL) {
+    /* A mapping of its own outlives cache changes (replace, disconnect). */
+    if (r->mapped == NULL) {
         st = REMORA_ERR_UNSUPPORTED;
     } else if ((m = calloc(1, sizeof(*m))) == NULL) {
         st = REMORA_ERR_NO_MEMORY;
-    } else if (ucp_ep_rkey_unpack(c->peer.ep, r->rkey_buf, &m->rkey) != UCS_OK ||
-               ucp_rkey_ptr(m->rkey, r->remote_addr, &ptr) != UCS_OK) {
-        /* A key of its own keeps the mapping alive past cache changes. */
-        if (m->rkey)
-            ucp_rkey_destroy(m->rkey);
+    } else if ((st = rm_shm_map(r->map_pid, r->map_fd, r->map_offset, r->size, 0, &m->view,
+                                &writable)) != REMORA_OK) {
         free(m);
-        st = REMORA_ERR_UNSUPPORTED;
     } else {
-        m->addr = ptr;
         rm_list_push_back(&c->maps, &m->link);
-        *addr_p   = ptr;
+        *addr_p   = m->view.ptr;
         *length_p = r->size;
     }
     rm_engine_unlock(c->ctx);
@@ -632,9 +630,9 @@ remora_status_t remora_client_unmap(remora_client_h c, const void *addr)
     rm_engine_lock(c->ctx);
     rm_list_for_each_safe(pos, tmp, &c->maps) {
         rm_map_t *m = rm_container_of(pos, rm_map_t, link);
-        if (m->addr == addr) {
+        if (m->view.ptr == addr) {
             rm_list_del(&m->link);
-            ucp_rkey_destroy(m->rkey);
+            rm_shm_unmap(&m->view);
             free(m);
             st = REMORA_OK;
             break;
@@ -650,7 +648,7 @@ void rm_client_unmap_all(remora_client_h c)
     rm_list_for_each_safe(pos, tmp, &c->maps) {
         rm_map_t *m = rm_container_of(pos, rm_map_t, link);
         rm_list_del(&m->link);
-        ucp_rkey_destroy(m->rkey);
+        rm_shm_unmap(&m->view);
         free(m);
     }
 }

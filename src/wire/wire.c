@@ -273,6 +273,8 @@ void rm_hello_encode(rm_wbuf_t *w, const rm_hello_t *h)
     rm_wbuf_u16(w, h->flags);
     rm_wbuf_bytes(w, h->host_id, RM_HOST_ID_LEN);
     rm_wbuf_bytes(w, h->nonce, RM_NONCE_LEN);
+    rm_wbuf_u64(w, h->instance);
+    rm_wbuf_u32(w, h->ucx_version);
 }
 
 int rm_hello_decode(const void *buf, size_t len, rm_hello_t *h)
@@ -290,6 +292,8 @@ int rm_hello_decode(const void *buf, size_t len, rm_hello_t *h)
         memcpy(h->host_id, p, RM_HOST_ID_LEN);
     if ((p = rm_rbuf_bytes(&r, RM_NONCE_LEN)) != NULL)
         memcpy(h->nonce, p, RM_NONCE_LEN);
+    h->instance    = rm_rbuf_u64(&r);
+    h->ucx_version = rm_rbuf_u32(&r);
     /* Trailing bytes are allowed: a later version may append fields. */
     return r.failed || h->proto_min > h->proto_max ? -1 : 0;
 }
@@ -306,6 +310,11 @@ void rm_region_desc_encode(rm_wbuf_t *w, const rm_region_desc_t *d)
     rm_wbuf_u64(w, d->remote_addr);
     rm_wbuf_u32(w, d->rkey_len);
     rm_wbuf_bytes(w, d->rkey, d->rkey_len);
+    if (d->flags & RM_REGION_WIRE_MAPPABLE) {
+        rm_wbuf_u32(w, d->map_pid);
+        rm_wbuf_u32(w, d->map_fd);
+        rm_wbuf_u64(w, d->map_offset);
+    }
     if (d->mem_type == REMORA_MEM_CUDA) {
         rm_wbuf_u32(w, (uint32_t)d->device);
         if (d->flags & RM_REGION_WIRE_IPC) {
@@ -329,6 +338,16 @@ void rm_region_desc_decode(rm_rbuf_t *r, rm_region_desc_t *d)
     if (d->rkey_len > RM_RKEY_MAX)
         r->failed = 1;
     d->rkey = d->rkey_len && !r->failed ? rm_rbuf_bytes(r, d->rkey_len) : NULL;
+    d->map_pid = d->map_fd = 0;
+    d->map_offset = 0;
+    if (d->flags & RM_REGION_WIRE_MAPPABLE) {
+        d->map_pid    = rm_rbuf_u32(r);
+        d->map_fd     = rm_rbuf_u32(r);
+        d->map_offset = rm_rbuf_u64(r);
+        if (d->map_pid == 0 || d->map_pid > INT32_MAX || d->map_fd > INT32_MAX ||
+            d->mem_type != REMORA_MEM_HOST)
+            r->failed = 1;
+    }
     d->device = -1;
     if (d->mem_type == REMORA_MEM_CUDA) {
         d->device = (int32_t)rm_rbuf_u32(r);
@@ -410,20 +429,50 @@ int rm_lanes_decode(const void *buf, size_t len, uint16_t ports[RM_LANES_MAX - 1
 
 /* ------------------------------------------------------------- bootstrap */
 
-void rm_boot_encode(rm_wbuf_t *w, uint16_t flags, const void *payload, uint32_t len)
+void rm_boot_encode(rm_wbuf_t *w, unsigned type, unsigned flags, const void *payload,
+                    uint32_t len)
 {
     rm_wbuf_u32(w, RM_BOOT_MAGIC);
     rm_wbuf_u16(w, RM_BOOT_VERSION);
-    rm_wbuf_u16(w, flags);
+    rm_wbuf_u8(w, (uint8_t)type);
+    rm_wbuf_u8(w, (uint8_t)flags);
     rm_wbuf_u32(w, len);
     rm_wbuf_bytes(w, payload, len);
 }
 
-int rm_boot_parse(const void *data, size_t len, uint16_t *flags_p, const uint8_t **addr_p,
-                  uint32_t *len_p, size_t *used_p)
+void rm_boot_reply_encode(rm_wbuf_t *w, unsigned type, unsigned flags, remora_status_t status,
+                          const void *payload, uint32_t len)
+{
+    rm_boot_encode(w, type, flags, NULL, 0);
+    if (w->failed || w->len < RM_BOOT_HDR_LEN)
+        return;
+    put32(w->data + w->len - 4, 4 + len); /* the length field, status included */
+    rm_wbuf_u32(w, (uint32_t)status);
+    rm_wbuf_bytes(w, payload, len);
+}
+
+int rm_boot_reply_split(const rm_boot_frame_t *f, remora_status_t *status_p,
+                        const uint8_t **rest_p, uint32_t *rest_len_p)
+{
+    if (f->len < 4)
+        return -1;
+    *status_p   = (remora_status_t)(int32_t)get32(f->payload);
+    *rest_p     = f->payload + 4;
+    *rest_len_p = f->len - 4;
+    return 0;
+}
+
+/* Which flags a frame type may carry. */
+static unsigned boot_flags_allowed(unsigned type)
+{
+    return type == RM_BOOT_CONNECT || type == RM_BOOT_CONNECT_REPLY ? RM_BOOT_CM : 0;
+}
+
+int rm_boot_parse(const void *data, size_t len, rm_boot_frame_t *f, size_t *used_p)
 {
     const uint8_t *buf = data;
-    uint32_t alen;
+    uint32_t plen;
+    unsigned type, flags;
 
     /* Reject a wrong magic as soon as its bytes are in, so garbage is cut short. */
     for (size_t i = 0; i < len && i < 4; i++)
@@ -431,15 +480,18 @@ int rm_boot_parse(const void *data, size_t len, uint16_t *flags_p, const uint8_t
             return -1;
     if (len < RM_BOOT_HDR_LEN)
         return 1;
-    alen = get32(buf + 8);
-    if (get16(buf + 4) != RM_BOOT_VERSION || (get16(buf + 6) & ~(unsigned)RM_BOOT_CM) != 0 ||
-        alen == 0 || alen > RM_WORKER_ADDR_MAX)
+    type  = buf[6];
+    flags = buf[7];
+    plen  = get32(buf + 8);
+    if (get16(buf + 4) != RM_BOOT_VERSION || type == 0 || type > RM_BOOT_TYPE_MAX ||
+        (flags & ~boot_flags_allowed(type)) != 0 || plen > RM_BOOT_PAYLOAD_MAX)
         return -1;
-    if (len - RM_BOOT_HDR_LEN < alen)
+    if (len - RM_BOOT_HDR_LEN < plen)
         return 1;
-    *flags_p = get16(buf + 6);
-    *addr_p  = buf + RM_BOOT_HDR_LEN;
-    *len_p  = alen;
-    *used_p = RM_BOOT_HDR_LEN + alen;
+    f->type    = (uint8_t)type;
+    f->flags   = (uint8_t)flags;
+    f->payload = buf + RM_BOOT_HDR_LEN;
+    f->len     = plen;
+    *used_p    = RM_BOOT_HDR_LEN + plen;
     return 0;
 }

@@ -16,7 +16,7 @@
 
 #include <remora/remora.h>
 
-#define RM_PROTO_VERSION   1u
+#define RM_PROTO_VERSION   2u
 #define RM_HELLO_MAGIC     0x41524d52u /* "RMRA" */
 #define RM_HOST_ID_LEN     16
 #define RM_NONCE_LEN       32
@@ -25,9 +25,10 @@
 #define RM_LIST_MAX        65536
 #define RM_HDR_MAX         48
 #define RM_BOOT_MAGIC      0x42524d52u /* "RMRB" */
-#define RM_BOOT_VERSION    1u
+#define RM_BOOT_VERSION    2u
 #define RM_BOOT_HDR_LEN    12u
 #define RM_WORKER_ADDR_MAX 65536u
+#define RM_BOOT_PAYLOAD_MAX (RM_WORKER_ADDR_MAX + 4u)
 
 typedef enum rm_msg_type {
     RM_MSG_HELLO        = 1,
@@ -125,6 +126,9 @@ typedef struct rm_hello {
     uint16_t flags;                /* server: RM_HELLO_AUTH_REQUIRED */
     uint8_t  host_id[RM_HOST_ID_LEN];
     uint8_t  nonce[RM_NONCE_LEN];
+    uint64_t instance;             /* server: random per server object (0 from clients):
+                                      a client tells a restarted server from the same one */
+    uint32_t ucx_version;          /* the sender's UCX runtime, major << 16 | minor */
 } rm_hello_t;
 
 enum { RM_HELLO_AUTH_REQUIRED = 1u << 0 };
@@ -144,6 +148,11 @@ typedef struct rm_region_desc {
     uint64_t       remote_addr; /* base address for RMA */
     uint32_t       rkey_len;
     const uint8_t *rkey;
+    /* RM_REGION_WIRE_MAPPABLE: the server's memory file, for same-host
+     * clients that may open /proc/PID/fd/FD (read-only regions: sealed
+     * against writable mappings) and map it at map_offset. */
+    uint32_t       map_pid, map_fd;
+    uint64_t       map_offset;
     /* mem_type CUDA only: */
     int32_t        device;      /* the server's device ordinal */
     uint8_t        ipc[RM_IPC_HANDLE_LEN]; /* RM_REGION_WIRE_IPC: handle of the allocation */
@@ -174,19 +183,44 @@ int  rm_lanes_decode(const void *buf, size_t len, uint16_t ports[RM_LANES_MAX - 
 /* ------------------------------------------------------------- bootstrap */
 
 /*
- * The bootstrap preamble each side writes once on the TCP bootstrap socket:
- * u32 magic, u16 version, u16 flags, u32 length, then a payload of that
- * length (1..RM_WORKER_ADDR_MAX): normally the sender's UCX worker address.
- * RM_BOOT_CM from a client: it can connect through UCX's connection manager.
- * RM_BOOT_CM from the server: the payload is a u16 port; connect there
- * through UCX's connection manager instead of to a worker address.
+ * Bootstrap frames on the TCP socket (docs/protocol.md §1): u32 magic, u16
+ * version, u8 type, u8 flags, u32 length, then that many payload bytes
+ * (0..RM_BOOT_PAYLOAD_MAX). The handshake runs entirely on these frames, so
+ * no UCX endpoint exists for a peer before it authenticated; afterwards the
+ * socket carries heartbeats only.
  */
+typedef enum rm_boot_type {
+    RM_BOOT_HELLO         = 1, /* client: rm_hello */
+    RM_BOOT_HELLO_REPLY   = 2, /* server: i32 status, rm_hello */
+    RM_BOOT_AUTH          = 3, /* client: its proof (RM_MAC_LEN) */
+    RM_BOOT_AUTH_REPLY    = 4, /* server: i32 status, its proof when OK */
+    RM_BOOT_CONNECT       = 5, /* client: its UCX worker address */
+    RM_BOOT_CONNECT_REPLY = 6, /* server: i32 status, its worker address or (CM) a u16 port */
+    RM_BOOT_HEARTBEAT     = 7, /* either side, empty, once the handshake is done */
+    RM_BOOT_TYPE_MAX      = 7
+} rm_boot_type_t;
+
+/* RM_BOOT_CM on CONNECT: the client can use UCX's connection manager; on
+ * CONNECT_REPLY: the payload after the status is a port to connect to. */
 enum { RM_BOOT_CM = 1u << 0 };
 
-void rm_boot_encode(rm_wbuf_t *w, uint16_t flags, const void *payload, uint32_t len);
-/* 1: need more bytes; 0: complete (payload_p points into buf, used_p bytes
- * were the preamble); -1: not a remora bootstrap. */
-int rm_boot_parse(const void *buf, size_t len, uint16_t *flags_p, const uint8_t **payload_p,
-                  uint32_t *len_p, size_t *used_p);
+typedef struct rm_boot_frame {
+    uint8_t        type, flags;
+    const uint8_t *payload; /* points into the parsed buffer */
+    uint32_t       len;
+} rm_boot_frame_t;
+
+void rm_boot_encode(rm_wbuf_t *w, unsigned type, unsigned flags, const void *payload,
+                    uint32_t len);
+/* 1: need more bytes; 0: a complete frame (used_p bytes of buf); -1: not a
+ * remora bootstrap frame (wrong magic or version, unknown type or flags,
+ * length out of range). */
+int rm_boot_parse(const void *buf, size_t len, rm_boot_frame_t *f, size_t *used_p);
+
+/* Reply payloads start with an i32 status; these split one off. */
+void rm_boot_reply_encode(rm_wbuf_t *w, unsigned type, unsigned flags, remora_status_t status,
+                          const void *payload, uint32_t len);
+int  rm_boot_reply_split(const rm_boot_frame_t *f, remora_status_t *status_p,
+                         const uint8_t **rest_p, uint32_t *rest_len_p);
 
 #endif

@@ -167,8 +167,8 @@ static void test_bad_token(void **state)
 
     it_tmp_path(tok, sizeof(tok), "cli-token");
     it_tmp_path(bad, sizeof(bad), "cli-bad-token");
-    assert_int_equal(it_write_file(tok, "right\n", 6), 0);
-    assert_int_equal(it_write_file(bad, "wrong\n", 6), 0);
+    assert_int_equal(it_write_file(tok, "right-token-0123\n", 17), 0);
+    assert_int_equal(it_write_file(bad, "wrong-token-0123\n", 17), 0);
     it_must_start(&s, "--region", "a=4K", "--token-file", tok, NULL);
     snprintf(t, sizeof(t), "%s/a", s.addr);
     it_cli_run(&r, IT_CLI_TIMEOUT_MS, "read", t, "--verify", "--token-file", bad, NULL);

@@ -71,7 +71,7 @@ static void test_wrong_token_is_auth_error(void **state)
 {
     static const char *wrong[] = {
         "S3cret-token-for-remora-tests", "s3cret-token-for-remora-test",
-        TOKEN "x", TOKEN "\n", "x",
+        TOKEN "x", TOKEN "\n", "0123456789abcdef",
     };
     (void)state;
 
@@ -88,6 +88,25 @@ static void test_wrong_token_is_auth_error(void **state)
         }
         assert_null(c.client);
     }
+}
+
+/* Tokens shorter than REMORA_TOKEN_MIN are refused before anything is sent,
+ * by clients and by servers. */
+static void test_short_token_is_invalid(void **state)
+{
+    remora_client_params_t p = token_params("fifteen-bytes!!", 15);
+    remora_server_params_t sp = {.field_mask  = REMORA_SERVER_FIELD_TOKEN,
+                                 .token = "x", .token_len = 1};
+    remora_context_h ctx;
+    remora_server_h srv = NULL;
+    it_client_t c;
+    (void)state;
+
+    it_assert_status(it_client_open(&c, g_s.addr, &p), REMORA_ERR_INVALID_PARAM);
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    it_assert_status(remora_server_create(ctx, &sp, &srv), REMORA_ERR_INVALID_PARAM);
+    assert_null(srv);
+    remora_context_destroy(ctx);
 }
 
 /* No token at all: REMORA_ERR_AUTH too. */
@@ -179,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_right_token_works),
         cmocka_unit_test(test_wrong_token_is_auth_error),
         cmocka_unit_test(test_no_token_is_auth_error),
+        cmocka_unit_test(test_short_token_is_invalid),
         cmocka_unit_test(test_cli_bad_token),
         cmocka_unit_test(test_cli_right_token),
         cmocka_unit_test(test_token_client_refuses_open_server),
