@@ -164,6 +164,9 @@ typedef struct cli_session {
 
 /** Create a context only (serve, info). Returns 0 or an exit code. */
 int cli_session_context(cli_session_t *s, const cli_command_t *cmd);
+/* The same for a server listening on listen ("HOST:PORT"): UCX's own
+ * listeners are kept to that host's interface. */
+int cli_session_context_at(cli_session_t *s, const cli_command_t *cmd, const char *listen);
 
 /**
  * Parse target_text ("HOST:PORT/NAME" when need_name, else "HOST:PORT"), create

@@ -256,14 +256,26 @@ static int cli_parse_operand(const cli_command_t *cmd, const char *text, bool ne
     return 0;
 }
 
-int cli_session_context(cli_session_t *s, const cli_command_t *cmd)
+int cli_session_context_at(cli_session_t *s, const cli_command_t *cmd, const char *listen)
 {
     remora_context_params_t params = {
         .field_mask = REMORA_CONTEXT_FIELD_NAME,
         .name       = "remora-cli",
     };
+    char host[256];
     remora_status_t status;
 
+    /* A server's UCX listeners go where its own does (docs/security.md). */
+    if (listen != NULL) {
+        const char *start = listen[0] == '[' ? listen + 1 : listen;
+        const char *end   = listen[0] == '[' ? strchr(start, ']') : strrchr(start, ':');
+        if (end != NULL && (size_t)(end - start) < sizeof(host)) {
+            memcpy(host, start, (size_t)(end - start));
+            host[end - start] = '\0';
+            params.field_mask |= REMORA_CONTEXT_FIELD_BIND_HOST;
+            params.bind_host   = host;
+        }
+    }
     memset(s, 0, sizeof(*s));
     s->cmd = cmd;
     status = remora_context_create(&params, &s->context);
@@ -271,6 +283,11 @@ int cli_session_context(cli_session_t *s, const cli_command_t *cmd)
         return cli_error(cmd->name, NULL, status, "cannot create a context");
     }
     return 0;
+}
+
+int cli_session_context(cli_session_t *s, const cli_command_t *cmd)
+{
+    return cli_session_context_at(s, cmd, NULL);
 }
 
 static remora_client_params_t cli_client_params(const cli_client_opts_t *opts)

@@ -493,7 +493,7 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, NULL); /* before any thread exists */
-    rc = cli_session_context(&sv.s, cmd);
+    rc = cli_session_context_at(&sv.s, cmd, o.listen);
     if (rc != 0) {
         return rc;
     }

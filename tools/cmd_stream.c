@@ -355,7 +355,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, NULL); /* before any thread exists */
-    if ((rc = cli_session_context(&s, cmd)) != 0)
+    if ((rc = cli_session_context_at(&s, cmd, o.listen)) != 0)
         return rc;
     s.target_text = o.listen;
     if (o.source && (rc = cli_load_source(&s, &o)) != 0)

@@ -108,10 +108,12 @@ static rm_op_t *op_by_req_id(remora_client_h c, uint64_t req_id)
     return NULL;
 }
 
-/* Send a control message and wait for its reply. On REMORA_OK the reply body
- * (if any) is handed over in *body_p (free()) and the reply's status returned. */
-static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
-                                   rm_wbuf_t *body, void **body_p, size_t *len_p)
+/* Send a control message and wait for its reply until the deadline. On
+ * REMORA_OK the reply body (if any) is handed over in *body_p (free()) and
+ * the reply's status returned. */
+static remora_status_t client_call_until(remora_client_h c, uint64_t deadline, uint8_t type,
+                                         uint8_t reply_type, rm_wbuf_t *body, void **body_p,
+                                         size_t *len_p)
 {
     rm_hdr_t hdr = {.type = type};
     rm_send_params_t sp = {0};
@@ -139,7 +141,7 @@ static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t repl
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);
 
-    st = rm_engine_wait(c->ctx, &op->done, rm_deadline_ns(c->timeout_ms));
+    st = rm_engine_wait(c->ctx, &op->done, deadline);
     rm_engine_lock(c->ctx);
     if (st != REMORA_OK && !atomic_load(&op->done)) {
         /* Timed out: leave the op to be freed by its late reply (or the close). */
@@ -396,8 +398,16 @@ static remora_status_t region_install(remora_client_h c, const void *body, size_
     return REMORA_OK;
 }
 
-static remora_status_t lookup_call(remora_client_h c, const char *name, void **body_p,
-                                   size_t *len_p)
+/* The same, bounded by the client's timeout. */
+static remora_status_t client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
+                                   rm_wbuf_t *body, void **body_p, size_t *len_p)
+{
+    return client_call_until(c, rm_deadline_ns(c->timeout_ms), type, reply_type, body, body_p,
+                             len_p);
+}
+
+static remora_status_t lookup_call(remora_client_h c, const char *name, uint64_t deadline,
+                                   void **body_p, size_t *len_p)
 {
     rm_wbuf_t w;
 
@@ -405,7 +415,7 @@ static remora_status_t lookup_call(remora_client_h c, const char *name, void **b
         return REMORA_ERR_INVALID_PARAM;
     rm_wbuf_init(&w);
     rm_wbuf_name(&w, name);
-    return client_call(c, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
+    return client_call_until(c, deadline, RM_MSG_LOOKUP, RM_MSG_LOOKUP_REPLY, &w, body_p, len_p);
 }
 
 /*
@@ -414,15 +424,15 @@ static remora_status_t lookup_call(remora_client_h c, const char *name, void **b
  * body is handed over in *body_p (free()), and *cached_p says what became of
  * the cache: REMORA_OK, REMORA_INPROGRESS (stale, not cached) or an error.
  */
-static remora_status_t lookup_and_cache(remora_client_h c, const char *name, void **body_p,
-                                        size_t *len_p, remora_status_t *cached_p)
+static remora_status_t lookup_and_cache(remora_client_h c, const char *name, uint64_t deadline,
+                                        void **body_p, size_t *len_p, remora_status_t *cached_p)
 {
     remora_status_t st;
 
     rm_engine_lock(c->ctx);
     uint64_t seq = c->event_seq;
     rm_engine_unlock(c->ctx);
-    if ((st = lookup_call(c, name, body_p, len_p)) != REMORA_OK)
+    if ((st = lookup_call(c, name, deadline, body_p, len_p)) != REMORA_OK)
         return st;
     rm_engine_lock(c->ctx);
     if (c->disconnected)
@@ -435,7 +445,8 @@ static remora_status_t lookup_and_cache(remora_client_h c, const char *name, voi
     return REMORA_OK;
 }
 
-remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p)
+remora_status_t rm_client_region_get(remora_client_h c, const char *name, uint64_t deadline,
+                                     rm_rregion_t **r_p)
 {
     remora_status_t st, cached;
     rm_rregion_t *r;
@@ -452,7 +463,7 @@ remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rre
             return REMORA_OK;
         }
         rm_engine_unlock(c->ctx);
-        if ((st = lookup_and_cache(c, name, &body, &len, &cached)) != REMORA_OK)
+        if ((st = lookup_and_cache(c, name, deadline, &body, &len, &cached)) != REMORA_OK)
             return st;
         free(body);
         if (cached != REMORA_OK && cached != REMORA_INPROGRESS)
@@ -985,7 +996,7 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     if (c == NULL || info == NULL)
         return REMORA_ERR_INVALID_PARAM;
     /* Also refreshes the cache with what we learn. */
-    if ((st = lookup_and_cache(c, name, &body, &len, &cached)) != REMORA_OK)
+    if ((st = lookup_and_cache(c, name, rm_deadline_ns(c->timeout_ms), &body, &len, &cached)) != REMORA_OK)
         return st;
     rm_rbuf_init(&rb, body, len);
     rm_region_desc_decode(&rb, &d);
@@ -1023,7 +1034,7 @@ remora_status_t remora_client_region_path(remora_client_h c, const char *name,
 
     if (c == NULL || path_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = rm_client_region_get(c, name, &r)) != REMORA_OK)
+    if ((st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
         return st;
     *path_p = r->path;
     rm_engine_unlock(c->ctx);

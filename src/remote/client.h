@@ -171,7 +171,8 @@ void     rm_client_op_free(rm_op_t *op);
 void     rm_client_op_abandon(rm_op_t *op);
 void     rm_client_region_put(remora_client_h c, rm_rregion_t *r);
 /* Look the region up (cached unless stale); returns with the lock held on success. */
-remora_status_t rm_client_region_get(remora_client_h c, const char *name, rm_rregion_t **r_p);
+remora_status_t rm_client_region_get(remora_client_h c, const char *name, uint64_t deadline,
+                                     rm_rregion_t **r_p);
 /* Drop a cached entry so that the next use looks the region up (lock held). */
 void rm_client_region_forget(remora_client_h c, rm_rregion_t *r);
 /* Subscriptions hold the client: the user's disconnect frees it only once the

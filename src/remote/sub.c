@@ -96,7 +96,7 @@ static remora_status_t wait_send(remora_sub_h sub)
     remora_status_t st;
     rm_op_t *op;
 
-    if ((st = rm_client_region_get(c, sub->name, &r)) != REMORA_OK)
+    if ((st = rm_client_region_get(c, sub->name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
         return st; /* lock held only on success */
     if (sub->region_id == 0)
         sub->region_id = r->id;

@@ -346,7 +346,8 @@ static remora_status_t classify_buffer(remora_client_h c, const void *buf, int *
 
 static remora_status_t request_start(remora_client_h c, const char *name, uint64_t offset,
                                      void *buf, size_t length, int write,
-                                     remora_request_h whole, remora_request_h *req_p);
+                                     remora_request_h whole, uint64_t deadline,
+                                     remora_request_h *req_p);
 
 /* A request's fields every path sets; NULL when out of memory. */
 static remora_request_h request_new(remora_client_h c, void *buf, uint64_t offset, size_t length,
@@ -373,7 +374,7 @@ static remora_request_h request_new(remora_client_h c, void *buf, uint64_t offse
  */
 static remora_status_t split_start(remora_client_h c, const char *name, uint64_t offset,
                                    char *buf, size_t length, int write, uint64_t generation,
-                                   remora_request_h *req_p)
+                                   uint64_t deadline, remora_request_h *req_p)
 {
     unsigned lanes = c->nlanes + 1, parts = (unsigned)(length / RM_LANE_PART_MIN);
     unsigned first = atomic_fetch_add(&c->lane_next, 1);
@@ -391,7 +392,8 @@ static remora_status_t split_start(remora_client_h c, const char *name, uint64_t
         size_t off = i * each, len = i + 1 == parts ? length - off : each;
         unsigned k = (first + i) % lanes;
         remora_status_t st = request_start(k ? c->lane[k - 1] : c, name, offset + off,
-                                           buf + off, len, write, req, &req->part[i]);
+                                           buf + off, len, write, req, deadline,
+                                           &req->part[i]);
         if (st != REMORA_OK && i == 0) {
             free(req);
             return st;
@@ -413,10 +415,10 @@ static remora_status_t split_start(remora_client_h c, const char *name, uint64_t
  * have yet; then it looks again. Returns with the lock held on success.
  */
 static remora_status_t part_region(remora_client_h c, const char *name, uint64_t generation,
-                                   rm_rregion_t **r_p)
+                                   uint64_t deadline, rm_rregion_t **r_p)
 {
     for (int attempt = 0; attempt < 8; attempt++) {
-        remora_status_t st = rm_client_region_get(c, name, r_p);
+        remora_status_t st = rm_client_region_get(c, name, deadline, r_p);
         if (st != REMORA_OK || (*r_p)->generation >= generation)
             return st;
         rm_client_region_forget(c, *r_p);
@@ -425,9 +427,11 @@ static remora_status_t part_region(remora_client_h c, const char *name, uint64_t
     return REMORA_ERR_BUSY;
 }
 
+/* Start a request; a region lookup it needs is bounded by the deadline. */
 static remora_status_t request_start(remora_client_h c, const char *name, uint64_t offset,
                                      void *buf, size_t length, int write,
-                                     remora_request_h whole, remora_request_h *req_p)
+                                     remora_request_h whole, uint64_t deadline,
+                                     remora_request_h *req_p)
 {
     rm_rregion_t *r;
     remora_request_h req;
@@ -435,7 +439,8 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
 
     if (c == NULL || req_p == NULL || (buf == NULL && length))
         return REMORA_ERR_INVALID_PARAM;
-    st = whole ? part_region(c, name, whole->generation, &r) : rm_client_region_get(c, name, &r);
+    st = whole ? part_region(c, name, whole->generation, deadline, &r)
+               : rm_client_region_get(c, name, deadline, &r);
     if (st != REMORA_OK)
         return st; /* the lock is held only on success */
     if (c->disconnected)
@@ -449,7 +454,7 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         length >= RM_LANE_PART_MIN) {
         uint64_t generation = r->generation;
         rm_engine_unlock(c->ctx);
-        return split_start(c, name, offset, buf, length, write, generation, req_p);
+        return split_start(c, name, offset, buf, length, write, generation, deadline, req_p);
     }
     if (st == REMORA_OK && (req = request_new(c, buf, offset, length, write)) == NULL)
         st = REMORA_ERR_NO_MEMORY;
@@ -496,14 +501,16 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
 remora_status_t remora_client_read_nb(remora_client_h c, const char *name, uint64_t offset,
                                       void *buf, size_t length, remora_request_h *req_p)
 {
-    return request_start(c, name, offset, buf, length, 0, NULL, req_p);
+    return request_start(c, name, offset, buf, length, 0, NULL,
+                         c ? rm_deadline_ns(c->timeout_ms) : 0, req_p);
 }
 
 remora_status_t remora_client_write_nb(remora_client_h c, const char *name, uint64_t offset,
                                        const void *buf, size_t length, remora_request_h *req_p)
 {
     /* The buffer is only read on a write; the cast keeps one request type. */
-    return request_start(c, name, offset, (void *)(uintptr_t)buf, length, 1, NULL, req_p);
+    return request_start(c, name, offset, (void *)(uintptr_t)buf, length, 1, NULL,
+                         c ? rm_deadline_ns(c->timeout_ms) : 0, req_p);
 }
 
 remora_status_t remora_request_test(remora_request_h req)
@@ -556,11 +563,14 @@ void remora_request_release(remora_request_h req)
     request_free(req);
 }
 
-static remora_status_t run_blocking(remora_status_t st, remora_request_h req)
+/* A blocking call's whole time, lookup included, is the client's timeout. */
+static remora_status_t run_blocking(remora_status_t st, remora_request_h req, uint64_t deadline)
 {
+    uint64_t now = rm_now_ns();
+
     if (st != REMORA_OK)
         return st;
-    st = remora_request_wait(req, -1);
+    st = remora_request_wait(req, now >= deadline ? 0 : (int)((deadline - now + 999999u) / 1000000u));
     if (st == REMORA_ERR_TIMED_OUT && !atomic_load(&req->done))
         request_abort(req);
     if (atomic_load(&req->done))
@@ -572,16 +582,19 @@ remora_status_t remora_client_read(remora_client_h c, const char *name, uint64_t
                                    void *buf, size_t length)
 {
     remora_request_h req = NULL;
-    remora_status_t st   = remora_client_read_nb(c, name, offset, buf, length, &req);
-    return run_blocking(st, req);
+    uint64_t deadline    = c ? rm_deadline_ns(c->timeout_ms) : 0;
+    remora_status_t st   = request_start(c, name, offset, buf, length, 0, NULL, deadline, &req);
+    return run_blocking(st, req, deadline);
 }
 
 remora_status_t remora_client_write(remora_client_h c, const char *name, uint64_t offset,
                                     const void *buf, size_t length)
 {
     remora_request_h req = NULL;
-    remora_status_t st   = remora_client_write_nb(c, name, offset, buf, length, &req);
-    return run_blocking(st, req);
+    uint64_t deadline    = c ? rm_deadline_ns(c->timeout_ms) : 0;
+    remora_status_t st   = request_start(c, name, offset, (void *)(uintptr_t)buf, length, 1, NULL,
+                                         deadline, &req);
+    return run_blocking(st, req, deadline);
 }
 
 /* ------------------------------------------------------------ mappings */
@@ -601,7 +614,7 @@ remora_status_t remora_client_map(remora_client_h c, const char *name, const voi
 
     if (c == NULL || addr_p == NULL || length_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = rm_client_region_get(c, name, &r)) != REMORA_OK)
+    if ((st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
         return st;
     /* A mapping of its own outlives cache changes (replace, disconnect). */
     if (r->mapped == NULL) {
