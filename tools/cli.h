@@ -14,8 +14,11 @@
 #define REMORA_CLI_H
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #include <remora/remora.h>
 
@@ -25,7 +28,8 @@ enum cli_exit {
     CLI_EXIT_OK       = 0,
     CLI_EXIT_RUNTIME  = 1, /**< the operation failed */
     CLI_EXIT_USAGE    = 2, /**< bad command line */
-    CLI_EXIT_MISMATCH = 3  /**< read --verify found data off the pattern */
+    CLI_EXIT_MISMATCH = 3, /**< read --verify found data off the pattern */
+    CLI_EXIT_SIGNAL   = 128 /**< + N: SIGINT/SIGTERM (N) interrupted writing a file */
 };
 
 /** Returned by parsers when the command should go on. */
@@ -150,6 +154,43 @@ void cli_note(const char *who, const char *fmt, ...) __attribute__((format(print
 
 /** Monotonic time in seconds. */
 double cli_now(void);
+
+/* ---------------------------------------------------------------- output files */
+
+/**
+ * A file a command writes (read -o, stream clone), never half-written: the
+ * bytes go to a temporary file in the target's directory that replaces the
+ * target only in cli_output_commit() (cli_output.c has the design notes).
+ * "-" is stdout, written directly.
+ */
+typedef struct cli_output {
+    const char *name;           /**< as given, for messages */
+    FILE       *f;              /**< where to write */
+    int         fd;
+    char        path[PATH_MAX]; /**< the file to replace (a symlink's target) */
+    char        tmp[PATH_MAX];  /**< the temporary file's name; "" while unnamed */
+    bool        exists;         /**< replacing a file: keep its mode and owner */
+    mode_t      mode;
+    uid_t       uid;
+    gid_t       gid;
+} cli_output_t;
+
+/**
+ * Check name (a regular file, or none yet, or "-"; anything else is refused)
+ * and open a temporary file next to it. Catches SIGINT and SIGTERM until
+ * commit or abort (see cli_interrupted()). Returns 0, or an exit code with
+ * the error reported ("remora: CMD TARGET: ...") and nothing left open.
+ */
+int  cli_output_open(cli_output_t *o, const char *cmd, const char *target, const char *name);
+/** fsync the complete file and rename it over the target. 0 or an exit code;
+ *  on failure the target is untouched and the temporary file gone. */
+int  cli_output_commit(cli_output_t *o, const char *cmd, const char *target);
+/** Drop the temporary file: the target stays as it was. */
+void cli_output_abort(cli_output_t *o);
+/** The signal (SIGINT, SIGTERM) caught while an output was open, else 0. */
+int  cli_interrupted(void);
+/** Report an interrupted transfer into file; returns the exit code, 128 + sig. */
+int  cli_interrupted_error(const char *cmd, const char *target, const char *file, int sig);
 
 /* ---------------------------------------------------------------- sessions */
 

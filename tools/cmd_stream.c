@@ -660,6 +660,7 @@ static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
     };
     cli_client_opts_t client = {0};
     cli_parser_t parser = {"", longopts, NULL, NULL, &client};
+    cli_output_t out;
     const char *target, *file;
     remora_ring_h ring;
     remora_status_t st;
@@ -671,28 +672,36 @@ static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
     file = argv[argc - 1];
     if ((rc = cli_parse_args(cmd, argc - 1, argv, &parser, &target)) != CLI_CONTINUE)
         return rc;
-    if ((rc = cli_session_open(&s, cmd, target, true, &client)) != 0)
+    /* The output first: a target that cannot be one is refused before connecting. */
+    if ((rc = cli_output_open(&out, cmd->name, target, file)) != 0)
         return rc;
+    if ((rc = cli_session_open(&s, cmd, target, true, &client)) != 0) {
+        cli_output_abort(&out);
+        return rc;
+    }
     if ((st = remora_client_clone_ring(s.client, s.target.name, &ring)) != REMORA_OK) {
         rc = cli_session_error(&s, st, "cannot clone");
         cli_session_close(&s);
+        cli_output_abort(&out);
         return rc;
     }
     remora_mem_h mem = remora_ring_mem(ring);
-    FILE *f = fopen(file, "wb");
-    bool ok = f != NULL &&
-              fwrite(remora_mem_address(mem), 1, remora_mem_length(mem), f) == remora_mem_length(mem);
-    if (f != NULL && fclose(f) != 0)
-        ok = false;
-    if (!ok) {
-        rc = cli_error("stream clone", file, REMORA_ERR_IO, "cannot write: %s", strerror(errno));
-        if (f != NULL)
-            unlink(file); /* no partial image left behind */
-    } else {
+    size_t len = remora_mem_length(mem);
+    int sig = cli_interrupted();
+    if (sig != 0) {
+        rc = cli_interrupted_error(cmd->name, target, file, sig);
+    } else if (fwrite(remora_mem_address(mem), 1, len, out.f) != len) {
+        rc = cli_error(cmd->name, target, REMORA_OK, "cannot write '%s': %s; it is left as "
+                       "it was", file, strerror(errno));
+    }
+    if (rc == 0)
+        rc = cli_output_commit(&out, cmd->name, target);
+    else
+        cli_output_abort(&out);
+    if (rc == 0)
         printf("cloned %s: %zu x %zu bytes, head %llu, into %s\n", target,
                remora_ring_capacity(ring), remora_ring_elem_size(ring),
                (unsigned long long)remora_ring_head(ring), file);
-    }
     remora_ring_destroy(ring);
     cli_session_close(&s);
     return rc;
@@ -754,7 +763,16 @@ static const cli_command_t cli_stream_clone_cmd = {
         "usage: remora stream clone [CLIENT OPTIONS] HOST:PORT/NAME FILE\n"
         "\n"
         "Copy a remote ring's current state into a ring image file (docs/ring.md),\n"
-        "usable as 'remora stream serve --source FILE'.\n" CLI_CLIENT_HELP,
+        "usable as 'remora stream serve --source FILE'. FILE is replaced only once\n"
+        "the whole image is written and on disk (a temporary file in FILE's\n"
+        "directory is renamed over it); after any failure (a full disk, a lost\n"
+        "server, SIGINT or SIGTERM) FILE is left as it was and no temporary file\n"
+        "remains. FILE must be a regular file or not exist: a device, FIFO or\n"
+        "directory is refused. A replaced FILE keeps its mode.\n"
+        "\n" CLI_CLIENT_HELP
+        "\n"
+        "Exit status: 0 done, 1 failed, 2 bad command line, 130/143 interrupted by\n"
+        "SIGINT/SIGTERM.\n",
     .run = cli_stream_clone,
 };
 
