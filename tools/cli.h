@@ -62,6 +62,13 @@ void cli_info_print_cuda(const remora_context_attr_t *attr);
 
 /* ---------------------------------------------------------------- options */
 
+/** Shortest token accepted: the library refuses shorter ones with
+ *  REMORA_ERR_INVALID_PARAM; the help texts say "at least 16 bytes". */
+#define CLI_TOKEN_MIN 16
+#ifdef REMORA_TOKEN_MIN
+_Static_assert(CLI_TOKEN_MIN == REMORA_TOKEN_MIN, "the help texts name the library's minimum");
+#endif
+
 /** A shared secret read from a --token-file. */
 typedef struct cli_token {
     char   bytes[REMORA_TOKEN_MAX];
@@ -98,6 +105,7 @@ enum cli_opt_code {
 /** Help text of the options every client command takes. */
 #define CLI_CLIENT_HELP                                                                     \
     "  --token-file F    shared token: the file's bytes less one trailing newline\n"        \
+    "                    (at least 16 bytes)\n"                                          \
     "  --timeout MS      bound on connecting and on every request (default 10000)\n"        \
     "  --path P          data path: auto, am, rma or map ($REMORA_PATH, else auto)\n"     \
     "  --lanes N         spread large transfers over N connections to a server\n"       \
@@ -131,7 +139,8 @@ int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu);
 /** Parse --lanes N (1..8). */
 int cli_opt_lanes(const cli_command_t *cmd, const char *arg, unsigned *lanes);
 
-/** Read a token file: its bytes, one trailing newline stripped. */
+/** Read a token file: its bytes, one trailing newline ("\n" or "\r\n") stripped;
+ *  CLI_TOKEN_MIN to REMORA_TOKEN_MAX bytes, else a usage error. */
 int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *token);
 
 /* ---------------------------------------------------------------- reporting */

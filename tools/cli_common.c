@@ -111,6 +111,10 @@ int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *toke
     if (len == 0) {
         return cli_usage_error(cmd, "token file '%s' is empty", path);
     }
+    if (len < CLI_TOKEN_MIN) {
+        return cli_usage_error(cmd, "token in '%s' is %zu byte%s; at least %d are required",
+                               path, len, len == 1 ? "" : "s", CLI_TOKEN_MIN);
+    }
     if (len > REMORA_TOKEN_MAX) {
         return cli_usage_error(cmd, "token in '%s' is longer than %d bytes", path,
                                REMORA_TOKEN_MAX);

@@ -728,6 +728,8 @@ static const cli_command_t cli_stream_serve_cmd = {
         "                      costs no memory bandwidth; a torn mix of two frames in\n"
         "                      one slot is no longer detectable); or the elements of a\n"
         "                      ring image file (remora stream clone)\n"
+        "  --token-file F      require this shared token: the file's bytes less one\n"
+        "                      trailing newline, at least 16 bytes\n"
         "  --gpu N             the rings' elements live in memory of GPU N (each frame\n"
         "                      is built on the host and pushed there)\n",
     .run = cli_stream_serve,

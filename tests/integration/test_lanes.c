@@ -225,10 +225,10 @@ static void test_token_on_every_lane(void **state)
     remora_client_h c = NULL;
     (void)state;
 
-    start_server(&f, 3, "lane-secret");
-    assert_int_equal(connect_lanes(&f, 3, "wrong", &c), REMORA_ERR_AUTH);
+    start_server(&f, 3, "lane-secret-0123");
+    assert_int_equal(connect_lanes(&f, 3, "wrong-token-0123", &c), REMORA_ERR_AUTH);
     assert_null(c);
-    it_assert_ok(connect_lanes(&f, 3, "lane-secret", &c));
+    it_assert_ok(connect_lanes(&f, 3, "lane-secret-0123", &c));
     assert_int_equal(remora_client_lanes(c), 3);
     read_check(&f, c, 0, REGION);
     remora_client_disconnect(c);

@@ -149,8 +149,8 @@ static void test_bad_token(void **state)
 {
     it_server_t s;
     char tok[512], bad[512];
-    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_TOKEN, .token = "nope",
-                                .token_len = 4};
+    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_TOKEN,
+                                .token = "nope-nope-nope-nope", .token_len = 19};
     it_client_t c;
     it_run_t r;
     char target[IT_ADDR_MAX + 8];
@@ -158,8 +158,8 @@ static void test_bad_token(void **state)
 
     it_tmp_path(tok, sizeof(tok), "ring-token");
     it_tmp_path(bad, sizeof(bad), "ring-bad-token");
-    assert_int_equal(it_write_file(tok, "ring-secret\n", 12), 0);
-    assert_int_equal(it_write_file(bad, "ring-secreT\n", 12), 0);
+    assert_int_equal(it_write_file(tok, "ring-secret-0123\n", 17), 0);
+    assert_int_equal(it_write_file(bad, "ring-secreT-0123\n", 17), 0);
     it_must_start(&s, "stream", "serve", "--ring", "r=64x16", "--rate", "100", "--token-file",
                   tok, NULL);
     it_assert_status(it_client_open(&c, s.addr, &p), REMORA_ERR_AUTH);

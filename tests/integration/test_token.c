@@ -71,7 +71,7 @@ static void test_wrong_token_is_auth_error(void **state)
 {
     static const char *wrong[] = {
         "S3cret-token-for-remora-tests", "s3cret-token-for-remora-test",
-        TOKEN "x", TOKEN "\n", "x",
+        TOKEN "x", TOKEN "\n", "xxxxxxxxxxxxxxxx",
     };
     (void)state;
 
