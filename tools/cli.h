@@ -82,6 +82,8 @@ typedef struct cli_client_opts {
     remora_path_t path;
     cli_token_t   token;
     unsigned      lanes;      /**< 0: the library default */
+    remora_event_cb_t event_cb; /**< NULL: none (set by the command, not an option) */
+    void             *event_arg;
 } cli_client_opts_t;
 
 /** getopt_long codes of long-only options; commands number theirs from CLI_OPT_CMD. */

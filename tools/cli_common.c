@@ -298,6 +298,11 @@ static remora_client_params_t cli_client_params(const cli_client_opts_t *opts)
         params.field_mask |= REMORA_CLIENT_FIELD_LANES;
         params.lanes       = opts->lanes;
     }
+    if (opts->event_cb != NULL) {
+        params.field_mask |= REMORA_CLIENT_FIELD_EVENT_CB;
+        params.event_cb    = opts->event_cb;
+        params.event_arg   = opts->event_arg;
+    }
     return params;
 }
 
