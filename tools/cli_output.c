@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +36,13 @@
 
 #include "cli.h"
 
-/* The named temporary file the signal handler removes; armed while g_tmp_armed. */
-static char                  g_tmp[PATH_MAX];
-static volatile sig_atomic_t g_tmp_armed;
-static volatile sig_atomic_t g_signal;
+/* The named temporary file the signal handler removes, while g_tmp_armed.
+ * Lock-free atomics: safe in a handler, and ordered across threads (the
+ * handler may run on a library thread). */
+static char             g_tmp[PATH_MAX];
+static atomic_int       g_tmp_armed;
+static atomic_int       g_signal;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal handler needs lock-free atomics");
 static struct sigaction      g_old_int, g_old_term;
 static bool                  g_handlers;
 
@@ -46,17 +50,16 @@ static void cli_output_on_signal(int sig)
 {
     int saved = errno;
 
-    if (g_tmp_armed) {
-        g_tmp_armed = 0;
+    if (atomic_exchange(&g_tmp_armed, 0) != 0) {
         unlink(g_tmp);
     }
-    g_signal = sig;
+    atomic_store(&g_signal, sig);
     errno = saved;
 }
 
 int cli_interrupted(void)
 {
-    return g_signal;
+    return atomic_load(&g_signal);
 }
 
 static void cli_output_catch(void)
@@ -84,10 +87,10 @@ static void cli_output_release(void)
 /* Name the temporary file (for the handler), or forget it (name NULL). */
 static void cli_output_arm(const char *name)
 {
-    g_tmp_armed = 0;
+    atomic_store(&g_tmp_armed, 0);
     if (name != NULL) {
         snprintf(g_tmp, sizeof(g_tmp), "%s", name);
-        g_tmp_armed = 1;
+        atomic_store(&g_tmp_armed, 1);
     }
 }
 
@@ -333,13 +336,7 @@ int cli_output_commit(cli_output_t *o, const char *cmd, const char *target)
         fsync(dfd); /* the rename itself on disk; best effort */
         close(dfd);
     }
-    if (fclose(o->f) != 0) {
-        o->f = NULL;
-        o->fd = -1;
-        cli_output_release();
-        return cli_error(cmd, target, REMORA_OK, "closing '%s': %s", o->name,
-                         strerror(errno));
-    }
+    fclose(o->f); /* flushed and fsync'd above: nothing left to fail */
     o->f = NULL;
     o->fd = -1;
     cli_output_release();
