@@ -14,8 +14,11 @@
 #define REMORA_CLI_H
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #include <remora/remora.h>
 
@@ -25,7 +28,8 @@ enum cli_exit {
     CLI_EXIT_OK       = 0,
     CLI_EXIT_RUNTIME  = 1, /**< the operation failed */
     CLI_EXIT_USAGE    = 2, /**< bad command line */
-    CLI_EXIT_MISMATCH = 3  /**< read --verify found data off the pattern */
+    CLI_EXIT_MISMATCH = 3, /**< read --verify found data off the pattern */
+    CLI_EXIT_SIGNAL   = 128 /**< + N: SIGINT/SIGTERM (N) interrupted writing a file */
 };
 
 /** Returned by parsers when the command should go on. */
@@ -58,6 +62,13 @@ void cli_info_print_cuda(const remora_context_attr_t *attr);
 
 /* ---------------------------------------------------------------- options */
 
+/** Shortest token accepted: the library refuses shorter ones with
+ *  REMORA_ERR_INVALID_PARAM; the help texts say "at least 16 bytes". */
+#define CLI_TOKEN_MIN 16
+#ifdef REMORA_TOKEN_MIN
+_Static_assert(CLI_TOKEN_MIN == REMORA_TOKEN_MIN, "the help texts name the library's minimum");
+#endif
+
 /** A shared secret read from a --token-file. */
 typedef struct cli_token {
     char   bytes[REMORA_TOKEN_MAX];
@@ -71,6 +82,8 @@ typedef struct cli_client_opts {
     remora_path_t path;
     cli_token_t   token;
     unsigned      lanes;      /**< 0: the library default */
+    remora_event_cb_t event_cb; /**< NULL: none (set by the command, not an option) */
+    void             *event_arg;
 } cli_client_opts_t;
 
 /** getopt_long codes of long-only options; commands number theirs from CLI_OPT_CMD. */
@@ -94,6 +107,7 @@ enum cli_opt_code {
 /** Help text of the options every client command takes. */
 #define CLI_CLIENT_HELP                                                                     \
     "  --token-file F    shared token: the file's bytes less one trailing newline\n"        \
+    "                    (at least 16 bytes)\n"                                          \
     "  --timeout MS      bound on connecting and on every request (default 10000)\n"        \
     "  --path P          data path: auto, am, rma or map ($REMORA_PATH, else auto)\n"     \
     "  --lanes N         spread large transfers over N connections to a server\n"       \
@@ -127,7 +141,8 @@ int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu);
 /** Parse --lanes N (1..8). */
 int cli_opt_lanes(const cli_command_t *cmd, const char *arg, unsigned *lanes);
 
-/** Read a token file: its bytes, one trailing newline stripped. */
+/** Read a token file: its bytes, one trailing newline ("\n" or "\r\n") stripped;
+ *  CLI_TOKEN_MIN to REMORA_TOKEN_MAX bytes, else a usage error. */
 int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *token);
 
 /* ---------------------------------------------------------------- reporting */
@@ -150,6 +165,43 @@ void cli_note(const char *who, const char *fmt, ...) __attribute__((format(print
 
 /** Monotonic time in seconds. */
 double cli_now(void);
+
+/* ---------------------------------------------------------------- output files */
+
+/**
+ * A file a command writes (read -o, stream clone), never half-written: the
+ * bytes go to a temporary file in the target's directory that replaces the
+ * target only in cli_output_commit() (cli_output.c has the design notes).
+ * "-" is stdout, written directly.
+ */
+typedef struct cli_output {
+    const char *name;           /**< as given, for messages */
+    FILE       *f;              /**< where to write */
+    int         fd;
+    char        path[PATH_MAX]; /**< the file to replace (a symlink's target) */
+    char        tmp[PATH_MAX];  /**< the temporary file's name; "" while unnamed */
+    bool        exists;         /**< replacing a file: keep its mode and owner */
+    mode_t      mode;
+    uid_t       uid;
+    gid_t       gid;
+} cli_output_t;
+
+/**
+ * Check name (a regular file, or none yet, or "-"; anything else is refused)
+ * and open a temporary file next to it. Catches SIGINT and SIGTERM until
+ * commit or abort (see cli_interrupted()). Returns 0, or an exit code with
+ * the error reported ("remora: CMD TARGET: ...") and nothing left open.
+ */
+int  cli_output_open(cli_output_t *o, const char *cmd, const char *target, const char *name);
+/** fsync the complete file and rename it over the target. 0 or an exit code;
+ *  on failure the target is untouched and the temporary file gone. */
+int  cli_output_commit(cli_output_t *o, const char *cmd, const char *target);
+/** Drop the temporary file: the target stays as it was. */
+void cli_output_abort(cli_output_t *o);
+/** The signal (SIGINT, SIGTERM) caught while an output was open, else 0. */
+int  cli_interrupted(void);
+/** Report an interrupted transfer into file; returns the exit code, 128 + sig. */
+int  cli_interrupted_error(const char *cmd, const char *target, const char *file, int sig);
 
 /* ---------------------------------------------------------------- sessions */
 

@@ -111,6 +111,10 @@ int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *toke
     if (len == 0) {
         return cli_usage_error(cmd, "token file '%s' is empty", path);
     }
+    if (len < CLI_TOKEN_MIN) {
+        return cli_usage_error(cmd, "token in '%s' is %zu byte%s; at least %d are required",
+                               path, len, len == 1 ? "" : "s", CLI_TOKEN_MIN);
+    }
     if (len > REMORA_TOKEN_MAX) {
         return cli_usage_error(cmd, "token in '%s' is longer than %d bytes", path,
                                REMORA_TOKEN_MAX);
@@ -310,6 +314,11 @@ static remora_client_params_t cli_client_params(const cli_client_opts_t *opts)
     if (opts->lanes > 0) {
         params.field_mask |= REMORA_CLIENT_FIELD_LANES;
         params.lanes       = opts->lanes;
+    }
+    if (opts->event_cb != NULL) {
+        params.field_mask |= REMORA_CLIENT_FIELD_EVENT_CB;
+        params.event_cb    = opts->event_cb;
+        params.event_arg   = opts->event_arg;
     }
     return params;
 }

@@ -536,7 +536,6 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
     }
 }
 
-/* Follow the ring until --count, --seconds, or an error. */
 /*
  * The next element: zero-copy on the host, or copied into GPU memory by the
  * library (camera-to-GPU); then the bytes the checks need come back from the
@@ -557,6 +556,24 @@ static remora_status_t cli_stream_next(remora_sub_h sub, const cli_stream_read_o
     return remora_copy(host, gpu->ptr, back);
 }
 
+/* How the connection ended, from the client's DISCONNECTED event (progress thread). */
+static atomic_int g_stream_lost; /* a remora_status_t; 0 while connected */
+
+static void cli_stream_on_event(const remora_event_t *event, void *arg)
+{
+    (void)arg;
+    if (event->type == REMORA_EVENT_DISCONNECTED)
+        atomic_store(&g_stream_lost, event->status != REMORA_OK ? (int)event->status
+                                                                 : (int)REMORA_ERR_DISCONNECTED);
+}
+
+/*
+ * Follow the ring until --count or --seconds (exit 0) or until the stream
+ * dies (exit 1): any error from the subscription but TIMED_OUT, or TIMED_OUT
+ * once the connection is known to be gone. TIMED_OUT on a live connection is
+ * an idle ring, not a dead one: it ends the run only without --seconds, after
+ * --timeout with no element at all.
+ */
 static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
                              cli_stream_stats_t *st)
 {
@@ -597,7 +614,13 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
             cli_stream_account(st, o, elem, &info);
             last_ok = cli_now();
         } else if (rs != REMORA_ERR_TIMED_OUT) {
-            rc = cli_session_error(s, rs, "stream ended");
+            rc = cli_session_error(s, rs, "stream ended after %llu elements",
+                                   (unsigned long long)st->elements);
+            break;
+        } else if (atomic_load(&g_stream_lost) != 0) {
+            rc = cli_session_error(s, (remora_status_t)atomic_load(&g_stream_lost),
+                                   "stream ended after %llu elements: connection lost",
+                                   (unsigned long long)st->elements);
             break;
         } else if (o->seconds == 0 && cli_now() - last_ok > idle_max) {
             rc = cli_session_error(s, rs, "no element for %.0f s", idle_max);
@@ -636,6 +659,7 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
 
     if ((rc = cli_parse_args(cmd, argc, argv, &parser, &target)) != CLI_CONTINUE)
         return rc;
+    o.client.event_cb = cli_stream_on_event;
     if ((rc = cli_session_open(&s, cmd, target, true, &o.client)) != 0)
         return rc;
     memset(&st, 0, sizeof(st));
@@ -660,6 +684,7 @@ static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
     };
     cli_client_opts_t client = {0};
     cli_parser_t parser = {"", longopts, NULL, NULL, &client};
+    cli_output_t out;
     const char *target, *file;
     remora_ring_h ring;
     remora_status_t st;
@@ -671,28 +696,36 @@ static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
     file = argv[argc - 1];
     if ((rc = cli_parse_args(cmd, argc - 1, argv, &parser, &target)) != CLI_CONTINUE)
         return rc;
-    if ((rc = cli_session_open(&s, cmd, target, true, &client)) != 0)
+    /* The output first: a target that cannot be one is refused before connecting. */
+    if ((rc = cli_output_open(&out, cmd->name, target, file)) != 0)
         return rc;
+    if ((rc = cli_session_open(&s, cmd, target, true, &client)) != 0) {
+        cli_output_abort(&out);
+        return rc;
+    }
     if ((st = remora_client_clone_ring(s.client, s.target.name, &ring)) != REMORA_OK) {
         rc = cli_session_error(&s, st, "cannot clone");
         cli_session_close(&s);
+        cli_output_abort(&out);
         return rc;
     }
     remora_mem_h mem = remora_ring_mem(ring);
-    FILE *f = fopen(file, "wb");
-    bool ok = f != NULL &&
-              fwrite(remora_mem_address(mem), 1, remora_mem_length(mem), f) == remora_mem_length(mem);
-    if (f != NULL && fclose(f) != 0)
-        ok = false;
-    if (!ok) {
-        rc = cli_error("stream clone", file, REMORA_ERR_IO, "cannot write: %s", strerror(errno));
-        if (f != NULL)
-            unlink(file); /* no partial image left behind */
-    } else {
+    size_t len = remora_mem_length(mem);
+    int sig = cli_interrupted();
+    if (sig != 0) {
+        rc = cli_interrupted_error(cmd->name, target, file, sig);
+    } else if (fwrite(remora_mem_address(mem), 1, len, out.f) != len) {
+        rc = cli_error(cmd->name, target, REMORA_OK, "cannot write '%s': %s; it is left as "
+                       "it was", file, strerror(errno));
+    }
+    if (rc == 0)
+        rc = cli_output_commit(&out, cmd->name, target);
+    else
+        cli_output_abort(&out);
+    if (rc == 0)
         printf("cloned %s: %zu x %zu bytes, head %llu, into %s\n", target,
                remora_ring_capacity(ring), remora_ring_elem_size(ring),
                (unsigned long long)remora_ring_head(ring), file);
-    }
     remora_ring_destroy(ring);
     cli_session_close(&s);
     return rc;
@@ -719,6 +752,8 @@ static const cli_command_t cli_stream_serve_cmd = {
         "                      costs no memory bandwidth; a torn mix of two frames in\n"
         "                      one slot is no longer detectable); or the elements of a\n"
         "                      ring image file (remora stream clone)\n"
+        "  --token-file F      require this shared token: the file's bytes less one\n"
+        "                      trailing newline, at least 16 bytes\n"
         "  --gpu N             the rings' elements live in memory of GPU N (each frame\n"
         "                      is built on the host and pushed there)\n",
     .run = cli_stream_serve,
@@ -732,8 +767,18 @@ static const cli_command_t cli_stream_read_cmd = {
         "\n"
         "Subscribe to a ring and consume it: a live progress line on a terminal,\n"
         "then a summary (one JSON object with --json: elements, bytes, seconds,\n"
-        "gbps, drops, torn, corrupt, lat_us_p50, lat_us_p99). Exit 3 if --verify\n"
-        "found a torn or corrupt element.\n"
+        "gbps, drops, torn, corrupt, lat_us_p50, lat_us_p99).\n"
+        "\n"
+        "Exit status:\n"
+        "  0  --count or --seconds was reached (without either, it runs until\n"
+        "     interrupted or the stream dies)\n"
+        "  1  the stream died first: the server went away or the connection was\n"
+        "     lost, the ring is not there (any more), the token was refused; or,\n"
+        "     without --seconds, no element came for --timeout. An idle ring on a\n"
+        "     live connection is otherwise waited for. The reason is one line on\n"
+        "     stderr; the summary of what was read still goes to stdout.\n"
+        "  2  bad command line\n"
+        "  3  --verify found a torn or corrupt element (whatever else happened)\n"
         "\n"
         "  --mode every|latest every element in order (gaps are drops), or the newest\n"
         "  --count N           stop after N elements\n"
@@ -754,7 +799,16 @@ static const cli_command_t cli_stream_clone_cmd = {
         "usage: remora stream clone [CLIENT OPTIONS] HOST:PORT/NAME FILE\n"
         "\n"
         "Copy a remote ring's current state into a ring image file (docs/ring.md),\n"
-        "usable as 'remora stream serve --source FILE'.\n" CLI_CLIENT_HELP,
+        "usable as 'remora stream serve --source FILE'. FILE is replaced only once\n"
+        "the whole image is written and on disk (a temporary file in FILE's\n"
+        "directory is renamed over it); after any failure (a full disk, a lost\n"
+        "server, SIGINT or SIGTERM) FILE is left as it was and no temporary file\n"
+        "remains. FILE must be a regular file or not exist: a device, FIFO or\n"
+        "directory is refused. A replaced FILE keeps its mode.\n"
+        "\n" CLI_CLIENT_HELP
+        "\n"
+        "Exit status: 0 done, 1 failed, 2 bad command line, 130/143 interrupted by\n"
+        "SIGINT/SIGTERM.\n",
     .run = cli_stream_clone,
 };
 

@@ -223,30 +223,19 @@ static void cli_print_rate(const char *verb, uint64_t bytes, double seconds)
             gbps);
 }
 
-/* Open path for reading or writing; "-" or NULL is stdin/stdout. */
-static FILE *cli_open_stream(const cli_session_t *s, const char *path, bool write)
+/* Open an input; "-" or NULL is stdin. */
+static FILE *cli_open_input(const cli_session_t *s, const char *path)
 {
     FILE *f;
 
     if (path == NULL || strcmp(path, "-") == 0) {
-        return write ? stdout : stdin;
+        return stdin;
     }
-    f = fopen(path, write ? "wb" : "rb");
+    f = fopen(path, "rb");
     if (f == NULL) {
         cli_session_error(s, REMORA_OK, "cannot open '%s': %s", path, strerror(errno));
     }
     return f;
-}
-
-/* Close an output (stdout is only flushed); reports a late write error. */
-static int cli_close_output(const cli_session_t *s, FILE *f, const char *path)
-{
-    int failed = f == stdout ? fflush(f) : fclose(f);
-
-    if (failed != 0) {
-        return cli_session_error(s, REMORA_OK, "cannot write '%s': %s", path, strerror(errno));
-    }
-    return 0;
 }
 
 /* ---------------------------------------------------------------- read */
@@ -273,7 +262,11 @@ typedef struct cli_read_sink {
 static int cli_read_sink(void *arg, const void *buf, uint64_t offset, size_t len)
 {
     cli_read_sink_t *k = arg;
+    int sig = cli_interrupted();
 
+    if (sig != 0) { /* only while a file output is open: it is dropped */
+        return cli_interrupted_error(k->s->cmd->name, k->s->target_text, k->out_name, sig);
+    }
     if (k->bounce != NULL && (k->out != NULL || k->verify)) {
         /* The bytes landed in GPU memory: check what is there. */
         remora_status_t st = remora_copy(k->bounce, buf, len);
@@ -316,29 +309,20 @@ static int cli_read_report(const cli_read_sink_t *k, const cli_read_opts_t *o, d
     return 0;
 }
 
-/* Read the range into the sink, time it, and report. */
-static int cli_read_transfer(const cli_session_t *s, const cli_read_opts_t *o)
+/* Read the range into the sink (and out, when not NULL), time it, and report. */
+static int cli_read_transfer(const cli_session_t *s, const cli_read_opts_t *o, FILE *out)
 {
-    cli_read_sink_t k = {.s = s, .out_name = o->output, .verify = o->verify, .mismatch = -1};
+    cli_read_sink_t k = {.s = s, .out = out, .out_name = o->output, .verify = o->verify,
+                         .mismatch = -1};
     double start;
     int rc;
 
     if (o->gpu >= 0 && (k.bounce = malloc(CLI_CHUNK_MAX)) == NULL) {
         return cli_session_error(s, REMORA_ERR_NO_MEMORY, NULL);
     }
-    if (o->output != NULL) {
-        k.out = cli_open_stream(s, o->output, true);
-        if (k.out == NULL) {
-            return CLI_EXIT_RUNTIME;
-        }
-    }
     start = cli_now();
     rc = cli_read_stream(s, o->range.offset, o->range.length, o->gpu, cli_read_sink, &k);
     free(k.bounce);
-    if (k.out != NULL) {
-        int close_rc = cli_close_output(s, k.out, o->output);
-        rc = rc != 0 ? rc : close_rc;
-    }
     if (rc != 0 && rc != CLI_EXIT_MISMATCH) {
         return rc;
     }
@@ -384,6 +368,7 @@ static int cli_read_run(const cli_command_t *cmd, int argc, char **argv)
     };
     cli_read_opts_t o = {.gpu = -1};
     cli_parser_t parser = {"o:", longopts, cli_read_option, &o, &o.client};
+    cli_output_t out;
     cli_session_t s;
     const char *target;
     int rc;
@@ -392,15 +377,25 @@ static int cli_read_run(const cli_command_t *cmd, int argc, char **argv)
     if (rc != CLI_CONTINUE) {
         return rc;
     }
-    rc = cli_session_open(&s, cmd, target, true, &o.client);
-    if (rc != 0) {
+    /* The output first: a target that cannot be one is refused before connecting. */
+    if (o.output != NULL && (rc = cli_output_open(&out, cmd->name, target, o.output)) != 0) {
         return rc;
     }
-    rc = cli_range_resolve(&s, &o.range);
+    rc = cli_session_open(&s, cmd, target, true, &o.client);
     if (rc == 0) {
-        rc = cli_read_transfer(&s, &o);
+        rc = cli_range_resolve(&s, &o.range);
+        if (rc == 0) {
+            rc = cli_read_transfer(&s, &o, o.output != NULL ? out.f : NULL);
+        }
+        cli_session_close(&s);
     }
-    cli_session_close(&s);
+    if (o.output != NULL) {
+        if (rc == 0) {
+            rc = cli_output_commit(&out, cmd->name, target);
+        } else {
+            cli_output_abort(&out);
+        }
+    }
     return rc;
 }
 
@@ -416,12 +411,21 @@ const cli_command_t cli_cmd_read = {
         "\n"
         "  --offset N        first byte (default 0)\n"
         "  --length N        bytes to read (default: to the end of the region)\n"
-        "  -o, --output F    write the bytes to file F, or to stdout for '-'\n"
+        "  -o, --output F    write the bytes to file F, or to stdout for '-'. F is\n"
+        "                    replaced only once every byte has arrived and is on\n"
+        "                    disk (a temporary file in F's directory is renamed\n"
+        "                    over it); after any failure, SIGINT or SIGTERM F is\n"
+        "                    left as it was and no temporary file remains. F must\n"
+        "                    be a regular file or not exist (a device, FIFO or\n"
+        "                    directory is refused); a replaced F keeps its mode\n"
         "  --verify          check the bytes against the test pattern at their\n"
         "                    offsets; exit 3 and name the first bad offset if not\n"
         "  --gpu N           read into memory on GPU N (checked there by copying it\n"
         "                    back for --verify and -o)\n"
-        CLI_CLIENT_HELP,
+        CLI_CLIENT_HELP
+        "\n"
+        "Exit status: 0 done, 1 failed, 2 bad command line, 3 --verify found a bad\n"
+        "byte, 130/143 interrupted by SIGINT/SIGTERM while writing -o F.\n",
     .run     = cli_read_run,
 };
 
@@ -471,7 +475,7 @@ static int cli_write_transfer(const cli_session_t *s, const cli_write_opts_t *o)
     int rc;
 
     if (!o->pattern) {
-        file.in = cli_open_stream(s, o->input, false);
+        file.in = cli_open_input(s, o->input);
         if (file.in == NULL) {
             return CLI_EXIT_RUNTIME;
         }

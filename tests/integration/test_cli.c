@@ -177,6 +177,28 @@ static void test_bad_token(void **state)
     it_cli_run(&r, IT_CLI_TIMEOUT_MS, "read", t, "--verify", "--token-file", tok, NULL);
     assert_int_equal(r.status, 0);
     it_run_free(&r);
+    /* A token shorter than 16 bytes (after its one trailing newline) is a
+     * usage error that says how long it is, for clients and both servers. */
+    char short_tok[512];
+    it_tmp_path(short_tok, sizeof(short_tok), "cli-short-token");
+    assert_int_equal(it_write_file(short_tok, "15-byte-token..\n", 16), 0);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "read", t, "--verify", "--token-file", short_tok, NULL);
+    assert_one_error_line(&r, 2, "is 15 bytes; at least 16 are required");
+    it_assert_contains(r.err, short_tok);
+    it_run_free(&r);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "serve", "--listen", "127.0.0.1:0", "--token-file",
+               short_tok, NULL);
+    assert_one_error_line(&r, 2, "is 15 bytes; at least 16 are required");
+    it_run_free(&r);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "serve", "--listen", "127.0.0.1:0",
+               "--token-file", short_tok, NULL);
+    assert_one_error_line(&r, 2, "is 15 bytes; at least 16 are required");
+    it_run_free(&r);
+    /* Exactly 16 bytes is enough: the right length, the wrong token. */
+    assert_int_equal(it_write_file(short_tok, "16-byte-token...\n", 17), 0);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "read", t, "--verify", "--token-file", short_tok, NULL);
+    assert_one_error_line(&r, 1, "authentication");
+    it_run_free(&r);
     /* A token file that does not exist is a usage error. */
     it_cli_run(&r, IT_CLI_TIMEOUT_MS, "ls", s.addr, "--token-file", "/nonexistent/token", NULL);
     assert_one_error_line(&r, 2, "/nonexistent/token");

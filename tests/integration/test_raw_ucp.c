@@ -404,13 +404,15 @@ static void ping(raw_t *r, const char *what)
 /* ---------------------------------------------------------------- servers */
 
 static it_server_t g_w, g_r, g_t;
+/* At least 16 bytes: the library and the CLI refuse shorter tokens. */
+#define RAW_TOKEN "raw-ucp-token-0123"
 static char g_token_file[512];
 
 static int group_setup(void **state)
 {
     (void)state;
     it_tmp_path(g_token_file, sizeof(g_token_file), "token");
-    if (it_write_file(g_token_file, "tok\n", 4) != 0)
+    if (it_write_file(g_token_file, RAW_TOKEN "\n", strlen(RAW_TOKEN) + 1) != 0)
         return -1;
     if (it_server_start(&g_w, "--region", "a=64K", "--region", "z=2M:zero", "--writable",
                         NULL) != 0 ||
@@ -779,7 +781,7 @@ static void test_token_server(void **state)
     expect_reply(r, "AUTH with a 33-byte proof", RM_MSG_AUTH_REPLY, REMORA_ERR_AUTH, 67);
     raw_close(r);
     free(r);
-    assert_real_client_works(&g_t, "tok");
+    assert_real_client_works(&g_t, RAW_TOKEN);
 }
 
 /* A client speaking protocol 2..3 only gets HELLO_REPLY/VERSION carrying the

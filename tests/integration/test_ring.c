@@ -149,8 +149,8 @@ static void test_bad_token(void **state)
 {
     it_server_t s;
     char tok[512], bad[512];
-    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_TOKEN, .token = "nope-nope-nope-nope",
-                                .token_len = 19};
+    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_TOKEN,
+                                .token = "nope-nope-nope-nope", .token_len = 19};
     it_client_t c;
     it_run_t r;
     char target[IT_ADDR_MAX + 8];
