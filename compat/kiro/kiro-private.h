@@ -47,6 +47,12 @@ void     kc_store_u64 (void *p, uint64_t v);
  * connected). Valid while the KiroClient stays connected. */
 remora_client_h kc_client_remora (KiroClient *client);
 
+/* For KiroSb: start a KiroServer serving size bytes of memory remora
+ * allocates (shareable, so same-host clients map it: a read is a memcpy);
+ * *mem_p is its address, valid until the server stops. 0 or -1. */
+int kc_server_start_alloc (KiroServer *server, const char *bind_addr, const char *bind_port,
+                           size_t size, void **mem_p);
+
 /* For KiroSb: expose a ring on a started KiroServer (created on its context). */
 remora_status_t kc_server_add_ring (KiroServer *server, const char *name, size_t elem_size,
                                     size_t capacity, remora_ring_h *ring_p);

@@ -2,7 +2,9 @@
  * KiroSb over remora.
  *
  * Design notes
- * - Serving: a KiroTrb of 3 elements served by a KiroServer (region
+ * - Serving: a KiroTrb of 3 elements, in memory remora allocates (so a
+ *   clone on the same host maps it and a read is a memcpy), served by a
+ *   KiroServer (region
  *   "kiro", KIRO's byte layout, so plain KiroClients and KIRO-style clones
  *   read it), plus a remora ring "kiro.sb" of 8-byte elements: after every
  *   push the TRB's new offset is pushed to it (little-endian u64).
@@ -17,9 +19,11 @@
  * - get_data is element 1 (the newest) once anything was pushed, else 0.
  * - Locks: priv->lock guards mode, TRB state and the update counter (with
  *   priv->cond for get_data_blocking); priv->cb_lock guards the callback
- *   list. Callbacks run with neither held. stop() takes the handles out
- *   under the lock and destroys them after releasing it (destroying a
- *   subscription joins its thread, which may be waiting for the lock).
+ *   list. Callbacks run with neither held. stop() first ends the library
+ *   thread (destroying the subscription joins it; it may be waiting for the
+ *   lock, so that happens with the lock released), then tears the state
+ *   down: a callback never sees a half-stopped KiroSb. So a callback must
+ *   not call kiro_sb_stop / kiro_sb_free on its own KiroSb.
  */
 #include <string.h>
 
@@ -194,13 +198,20 @@ gboolean kiro_sb_serve (KiroSb *sb, gulong size, const gchar *addr, const gchar 
         g_critical ("kiro_sb_serve: this KiroSb is already serving or cloning");
         return FALSE;
     }
-    trb = kiro_trb_new ();
-    if (kiro_trb_reshape (trb, size, KC_SB_SLOTS) != 0)
+    /* the TRB lives in memory the server allocates (mappable by same-host
+     * clones); the TRB only borrows it (purged with FALSE at stop) */
+    if (size > (G_MAXSIZE - KC_TRB_HEADER) / KC_SB_SLOTS)
         goto err;
+    size_t raw_size = KC_TRB_HEADER + KC_SB_SLOTS * (size_t) size;
+    void *raw = NULL;
     server = kiro_server_new ();
-    if (kiro_server_start (server, addr, port ? port : "60010", kiro_trb_get_raw_buffer (trb),
-                           kiro_trb_get_raw_size (trb)) != 0)
+    if (kc_server_start_alloc (server, addr, port ? port : "60010", raw_size, &raw) != 0)
         goto err;
+    memset (raw, 0, raw_size);
+    kc_store_u64 (raw, raw_size);
+    kc_store_u64 ((guint8 *) raw + 8, size);
+    trb = kiro_trb_new ();
+    kiro_trb_adopt (trb, raw);
     if ((st = kc_server_add_ring (server, KC_SB_RING, 8, KC_SB_RING_CAP, &ring)) != REMORA_OK) {
         g_warning ("kiro_sb_serve: cannot expose the notification ring: %s",
                    remora_status_string (st));
@@ -217,9 +228,12 @@ gboolean kiro_sb_serve (KiroSb *sb, gulong size, const gchar *addr, const gchar 
 
 err:
     g_mutex_unlock (&p->lock);
+    if (trb != NULL) {
+        kiro_trb_purge (trb, FALSE);
+        g_object_unref (trb);
+    }
     if (server != NULL)
         g_object_unref (server);
-    g_object_unref (trb);
     return FALSE;
 }
 
@@ -318,6 +332,10 @@ static gboolean take_in (KiroSb *sb, uint64_t offset)
         return FALSE;
     }
     g_mutex_lock (&p->lock);
+    if (p->mode != SB_CLONING) { /* stopped meanwhile (not by stop(): it joins us first) */
+        g_mutex_unlock (&p->lock);
+        return TRUE;
+    }
     kc_store_u64 (raw + 16, offset);
     kiro_trb_refresh (p->trb);
     p->last = offset;
@@ -448,19 +466,29 @@ void kiro_sb_stop (KiroSb *sb)
     g_return_if_fail (KIRO_IS_SB (sb));
     KiroSbPrivate *p = PRIV (sb);
 
+    /* first end the library thread (callbacks included) with the state
+     * still intact: a callback running now may still call get_data */
+    g_mutex_lock (&p->lock);
+    remora_sub_h sub = p->sub;
+    GThread *poller  = p->poller;
+    p->sub       = NULL;
+    p->poller    = NULL;
+    p->stop_poll = TRUE;
+    g_cond_broadcast (&p->cond);
+    g_mutex_unlock (&p->lock);
+    if (sub != NULL)
+        remora_sub_destroy (sub);
+    if (poller != NULL)
+        g_thread_join (poller);
+
     g_mutex_lock (&p->lock);
     KiroServer *server = p->server;
     KiroClient *client = p->client;
     KiroTrb *trb       = p->trb;
-    remora_sub_h sub   = p->sub;
-    GThread *poller    = p->poller;
     p->mode      = SB_IDLE;
-    p->stop_poll = TRUE;
     p->server    = NULL;
     p->ring      = NULL; /* destroyed with the server */
     p->client    = NULL;
-    p->sub       = NULL;
-    p->poller    = NULL;
     p->trb       = NULL;
     p->size      = 0;
     p->last      = 0;
@@ -468,16 +496,14 @@ void kiro_sb_stop (KiroSb *sb)
     g_cond_broadcast (&p->cond);
     g_mutex_unlock (&p->lock);
 
-    if (sub != NULL)
-        remora_sub_destroy (sub);
-    if (poller != NULL)
-        g_thread_join (poller);
+    if (trb != NULL && server != NULL)
+        kiro_trb_purge (trb, FALSE); /* the server's memory, not the TRB's */
+    if (trb != NULL)
+        g_object_unref (trb);
     if (server != NULL)
         g_object_unref (server);
     if (client != NULL)
         g_object_unref (client);
-    if (trb != NULL)
-        g_object_unref (trb);
     kiro_sb_clear_sync_callbacks (sb);
 }
 

@@ -100,15 +100,16 @@ static remora_mem_h register_block (remora_context_h ctx, void *mem, size_t size
     return h;
 }
 
-int kiro_server_start (KiroServer *server, const char *bind_addr, const char *bind_port,
-                       void *mem, size_t mem_size)
+/* mem NULL with alloc_p: serve mem_size bytes of library-allocated
+ * (shareable: same-host clients map it) memory, returned in *alloc_p. */
+static int server_start (KiroServer *server, const char *bind_addr, const char *bind_port,
+                         void *mem, size_t mem_size, void **alloc_p)
 {
-    g_return_val_if_fail (KIRO_IS_SERVER (server), -1);
     KiroServerPrivate *p = server->priv;
     remora_status_t st;
     int ret = -1;
 
-    if (mem == NULL || mem_size == 0) {
+    if ((mem == NULL && alloc_p == NULL) || mem_size == 0) {
         g_warning ("KiroServer: no memory to serve");
         return -1;
     }
@@ -124,8 +125,17 @@ int kiro_server_start (KiroServer *server, const char *bind_addr, const char *bi
     }
     if ((p->ctx = kc_context_new ("kiro-server")) == NULL)
         goto out;
-    if ((p->mem = register_block (p->ctx, mem, mem_size)) == NULL)
+    if (mem == NULL) {
+        remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = mem_size};
+        if ((st = remora_mem_create (p->ctx, &mp, &p->mem)) != REMORA_OK) {
+            g_warning ("KiroServer: cannot allocate %zu bytes: %s", mem_size, remora_status_string (st));
+            p->mem = NULL;
+            goto err_teardown;
+        }
+        *alloc_p = remora_mem_address (p->mem);
+    } else if ((p->mem = register_block (p->ctx, mem, mem_size)) == NULL) {
         goto err_teardown;
+    }
     remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR, .listen_addr = addr};
     if ((st = remora_server_create (p->ctx, &sp, &p->srv)) != REMORA_OK) {
         g_warning ("KiroServer: cannot listen on %s: %s", addr, remora_status_string (st));
@@ -150,6 +160,19 @@ out:
     g_mutex_unlock (&p->lock);
     g_free (addr);
     return ret;
+}
+
+int kiro_server_start (KiroServer *server, const char *bind_addr, const char *bind_port,
+                       void *mem, size_t mem_size)
+{
+    g_return_val_if_fail (KIRO_IS_SERVER (server), -1);
+    return server_start (server, bind_addr, bind_port, mem, mem_size, NULL);
+}
+
+int kc_server_start_alloc (KiroServer *server, const char *bind_addr, const char *bind_port,
+                           size_t size, void **mem_p)
+{
+    return server_start (server, bind_addr, bind_port, NULL, size, mem_p);
 }
 
 void kiro_server_realloc (KiroServer *server, void *mem, size_t mem_size)
