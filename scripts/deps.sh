@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config git
-      libucx-dev ucx-utils libsodium-dev libcmocka-dev
+      libucx-dev ucx-utils libsodium-dev libcmocka-dev libglib2.0-dev
       iproute2 procps clang libclang-rt-14-dev)
 
 missing=()

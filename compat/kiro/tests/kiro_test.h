@@ -1,0 +1,67 @@
+/*
+ * Tiny helpers for the libkiro tests: checks that abort with the line, a
+ * free-port picker, a monotonic clock. The tests use only the public KIRO
+ * API (and GLib); a test that cannot run here exits 77 (skipped).
+ */
+#ifndef KIRO_TEST_H
+#define KIRO_TEST_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf (stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort ();                                                                \
+        }                                                                            \
+    } while (0)
+
+#define SKIP(why)                                   \
+    do {                                            \
+        fprintf (stderr, "SKIPPED: %s\n", why);     \
+        exit (77);                                  \
+    } while (0)
+
+/* A TCP port free right now on 127.0.0.1, as a string in buf. */
+static inline const char *kt_free_port (char *buf, size_t len)
+{
+    struct sockaddr_in a;
+    socklen_t al = sizeof (a);
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+
+    if (fd < 0)
+        SKIP ("no sockets");
+    memset (&a, 0, sizeof (a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    if (bind (fd, (struct sockaddr *) &a, sizeof (a)) != 0 ||
+        getsockname (fd, (struct sockaddr *) &a, &al) != 0)
+        SKIP ("cannot bind a loopback port");
+    close (fd);
+    snprintf (buf, len, "%u", (unsigned) ntohs (a.sin_port));
+    return buf;
+}
+
+static inline double kt_now_s (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds this process used so far (all threads). */
+static inline double kt_cpu_s (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+#endif /* KIRO_TEST_H */
