@@ -10,7 +10,7 @@
  *   push the TRB's new offset is pushed to it (little-endian u64).
  * - Cloning: a KiroClient; the whole block is read once and cloned into a
  *   KiroTrb of the clone's own. If the server has the ring, the clone
- *   subscribes to it in latest mode (event-driven: the server tells it);
+ *   subscribes to it in every mode (event-driven, one callback per push);
  *   each notification names the newest offset, and the clone reads just
  *   the newest slot into its TRB, sets the TRB's offset and runs the
  *   callbacks on the subscription's thread. A plain served KiroTrb has no
@@ -34,7 +34,7 @@
 #include "kiro-trb.h"
 
 #define KC_SB_SLOTS     3
-#define KC_SB_RING_CAP  64
+#define KC_SB_RING_CAP  1024 /* pushes a clone may fall behind by before one is missed */
 #define KC_POLL_US      1000
 
 typedef enum { SB_IDLE, SB_SERVING, SB_CLONING } sb_mode_t;
@@ -435,7 +435,7 @@ gboolean kiro_sb_clone (KiroSb *sb, const gchar *address, const gchar *port)
     if (remora_client_lookup (cli, KC_SB_RING, &info) == REMORA_OK &&
         info.kind == REMORA_REGION_RING) {
         remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_MODE | REMORA_SUB_FIELD_CB,
-                                  .mode = REMORA_SUB_LATEST, .cb = on_ring, .cb_arg = sb};
+                                  .mode = REMORA_SUB_EVERY, .cb = on_ring, .cb_arg = sb};
         remora_status_t st = remora_client_subscribe (cli, KC_SB_RING, &sp, &p->sub);
         if (st != REMORA_OK) {
             g_warning ("kiro_sb_clone: cannot subscribe: %s", remora_status_string (st));

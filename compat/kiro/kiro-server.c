@@ -5,7 +5,8 @@
  * Design notes
  * - start: context, registration of the caller's block, server, expose. Any
  *   failure unwinds what was made and returns -1.
- * - realloc: remora_server_replace; remora tells every client at once
+ * - realloc: remora_server_replace, then remora_server_sync_clients: every
+ *   client follows within 2 s or is dropped, as KIRO did; remora tells every client at once
  *   (REGION_CHANGED) and keeps the old registration until each client has
  *   acknowledged it (or its grace ran out).
  * - stop/finalize: destroy in reverse order; after stop the block is the
@@ -175,6 +176,8 @@ int kc_server_start_alloc (KiroServer *server, const char *bind_addr, const char
     return server_start (server, bind_addr, bind_port, NULL, size, mem_p);
 }
 
+#define KC_REALLOC_WAIT_MS 2000
+
 void kiro_server_realloc (KiroServer *server, void *mem, size_t mem_size)
 {
     if (server == NULL)
@@ -202,6 +205,11 @@ void kiro_server_realloc (KiroServer *server, void *mem, size_t mem_size)
     }
     remora_mem_destroy (p->mem); /* the region's retired reference keeps it for the clients */
     p->mem = h;
+    /* As KIRO: every client follows within 2 s or is dropped; then the old
+     * block is the caller's again. */
+    unsigned dropped = 0;
+    if (remora_server_sync_clients (p->srv, KC_REALLOC_WAIT_MS, &dropped) != REMORA_OK)
+        g_message ("kiro_server_realloc: %u client(s) did not follow within 2 s; dropped", dropped);
 out:
     g_mutex_unlock (&p->lock);
 }

@@ -351,6 +351,17 @@ REMORA_API remora_status_t remora_server_replace(remora_server_h server, const c
 /** Remove a region; clients get REMORA_EVENT_REGION_REMOVED. */
 REMORA_API remora_status_t remora_server_unexpose(remora_server_h server, const char *name);
 
+/**
+ * Wait until every connected client has acknowledged the replacements and
+ * removals made so far (it dropped its keys and mappings of the old memory
+ * and will see the new), at most timeout_ms. Clients that have not by then
+ * are disconnected. REMORA_OK when all followed; REMORA_ERR_TIMED_OUT when
+ * some were dropped (*dropped_p, may be NULL, says how many). Afterwards the
+ * old memory is no longer in any client's use. Not from an event callback.
+ */
+REMORA_API remora_status_t remora_server_sync_clients(remora_server_h server, int timeout_ms,
+                                                      unsigned *dropped_p);
+
 /* ---------------------------------------------------------------- client */
 
 typedef enum remora_event_type {

@@ -509,6 +509,7 @@ static void handle_event_ack(rm_conn_t *c, const rm_hdr_t *hdr)
     if (hdr->epoch > c->acked_epoch && hdr->epoch <= c->server->epoch)
         c->acked_epoch = hdr->epoch;
     retired_sweep(c->server);
+    rm_engine_complete(c->server->ctx, &c->server->acked); /* remora_server_sync_clients */
 }
 
 static void handle_lanes(rm_conn_t *c, const rm_hdr_t *hdr)
@@ -1235,4 +1236,57 @@ remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
         rm_engine_unlock(s->lane[i]->ctx);
     }
     return st;
+}
+
+/* Connections that have not acknowledged epoch yet; with drop, close them. */
+static unsigned conns_behind(remora_server_h s, uint64_t epoch, int drop)
+{
+    rm_list_t *pos, *tmp;
+    unsigned n = 0;
+
+    rm_list_for_each_safe(pos, tmp, &s->conns) {
+        rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
+        if (c->state != CONN_READY || c->acked_epoch >= epoch)
+            continue;
+        n++;
+        if (drop) {
+            rm_warn("client %s did not follow a region change in time; disconnecting it",
+                    c->peer_host);
+            conn_kill(c);
+        }
+    }
+    return n;
+}
+
+/* One server (a lane's or the main one): wait, then drop the laggards. */
+static unsigned sync_one(remora_server_h s, uint64_t deadline)
+{
+    rm_engine_lock(s->ctx);
+    uint64_t epoch = s->epoch;
+    while (conns_behind(s, epoch, 0) > 0 && rm_now_ns() < deadline) {
+        atomic_store(&s->acked, 0);
+        rm_engine_unlock(s->ctx);
+        uint64_t step = rm_now_ns() + 50000000u; /* look again at least every 50 ms */
+        rm_engine_wait(s->ctx, &s->acked, step < deadline ? step : deadline);
+        rm_engine_lock(s->ctx);
+    }
+    unsigned dropped = conns_behind(s, epoch, 1);
+    rm_engine_unlock(s->ctx);
+    return dropped;
+}
+
+remora_status_t remora_server_sync_clients(remora_server_h s, int timeout_ms, unsigned *dropped_p)
+{
+    uint64_t deadline;
+    unsigned dropped;
+
+    if (s == NULL || timeout_ms < 0)
+        return REMORA_ERR_INVALID_PARAM;
+    deadline = rm_deadline_ns(timeout_ms);
+    dropped  = sync_one(s, deadline);
+    for (unsigned i = 0; i < s->nlanes; i++)
+        dropped += sync_one(s->lane[i], deadline);
+    if (dropped_p)
+        *dropped_p = dropped;
+    return dropped ? REMORA_ERR_TIMED_OUT : REMORA_OK;
 }

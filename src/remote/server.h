@@ -81,6 +81,7 @@ struct remora_server {
     uint64_t         pause_logged_ns;
     unsigned         nconns; /* allocated, dead or alive */
     atomic_int       drained;
+    atomic_int       acked;  /* an EVENT_ACK arrived (remora_server_sync_clients) */
     /* Extra lanes: a server each, on a lane of ctx (rm_engine_lane_create),
      * mirroring this one's plain regions. Empty on a lane's own server. */
     remora_server_h  lane[RM_LANES_MAX - 1];
