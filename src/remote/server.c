@@ -757,6 +757,9 @@ static int conn_boot_step(rm_conn_t *c, const rm_boot_frame_t *f)
     case CONN_HELLO:   return boot_hello(c, f);
     case CONN_AUTH:    return boot_auth(c, f);
     case CONN_CONNECT: return boot_connect(c, f);
+    /* The client's endpoint exists and its heartbeats may start before UCX
+     * tells us of its connection request. */
+    case CONN_CM_WAIT: return f->type == RM_BOOT_HEARTBEAT && f->len == 0 ? 0 : -1;
     default:           return -1; /* nothing is due from the client now */
     }
 }
