@@ -216,6 +216,8 @@ typedef struct cli_session {
 
 /** Create a context only (serve, info). Returns 0 or an exit code. */
 int cli_session_context(cli_session_t *s, const cli_command_t *cmd);
+/* Serving on a non-loopback address without a token: say what that means. */
+void cli_warn_untokened(const cli_command_t *cmd, const char *addr, int has_token);
 /* The same for a server listening on listen ("HOST:PORT"): UCX's own
  * listeners are kept to that host's interface. */
 int cli_session_context_at(cli_session_t *s, const cli_command_t *cmd, const char *listen);

@@ -289,6 +289,17 @@ int cli_session_context_at(cli_session_t *s, const cli_command_t *cmd, const cha
     return 0;
 }
 
+void cli_warn_untokened(const cli_command_t *cmd, const char *addr, int has_token)
+{
+    if (has_token || strncmp(addr, "127.", 4) == 0 || strncmp(addr, "[::1]", 5) == 0 ||
+        strncmp(addr, "localhost:", 10) == 0)
+        return;
+    fprintf(stderr,
+            "remora %s: warning: listening on %s without --token-file: anyone who can reach "
+            "this address may read every region and reach UCX (see docs/security.md)\n",
+            cmd->name, addr);
+}
+
 int cli_session_context(cli_session_t *s, const cli_command_t *cmd)
 {
     return cli_session_context_at(s, cmd, NULL);

@@ -441,6 +441,7 @@ static int cli_server_start(cli_server_t *sv)
         return cli_session_error(&sv->s, status, "cannot get the bound address");
     }
     sv->s.target_text = sv->addr;
+    cli_warn_untokened(sv->s.cmd, sv->addr, sv->o->token.len > 0);
     rc = cli_expose_all(sv);
     if (rc != 0) {
         return rc;

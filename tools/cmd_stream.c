@@ -374,6 +374,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     }
     remora_server_address(server, addr, sizeof(addr));
     s.target_text = addr;
+    cli_warn_untokened(cmd, addr, o.token.len > 0);
     if ((rc = cli_start_rings(&s, server, &o)) != 0)
         goto out;
     printf("listening %s\n", addr);
