@@ -50,7 +50,13 @@ C
 # shellcheck disable=SC2046
 cc -Wall -Werror -o "$tmp/a" "$tmp/a.c" $(pkg-config --cflags --libs kiro)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-LD_LIBRARY_PATH=$libdir "$tmp/a" "$port"
+# A sanitizer build's libraries need the ASan runtime loaded first; a plain
+# program built with pkg-config does not link it.
+preload=
+if LD_LIBRARY_PATH=$libdir ldd "$tmp/a" | grep -q libasan; then
+  preload=$(cc -print-file-name=libasan.so)
+fi
+LD_PRELOAD=$preload LD_LIBRARY_PATH=$libdir "$tmp/a" "$port"
 
 # only kiro_* exported
 bad=$(nm -D --defined-only "$libdir/libkiro.so.0" | awk '$2 != "A" {print $3}' | grep -v '^kiro_' || true)
