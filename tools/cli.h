@@ -71,6 +71,7 @@ typedef struct cli_client_opts {
     remora_path_t path;
     cli_token_t   token;
     unsigned      lanes;      /**< 0: the library default */
+    bool          encrypt;    /**< --encrypt */
 } cli_client_opts_t;
 
 /** getopt_long codes of long-only options; commands number theirs from CLI_OPT_CMD. */
@@ -79,6 +80,7 @@ enum cli_opt_code {
     CLI_OPT_TIMEOUT,
     CLI_OPT_PATH,
     CLI_OPT_LANES_CLIENT,
+    CLI_OPT_ENCRYPT,
     CLI_OPT_CMD = 0x200
 };
 
@@ -87,13 +89,16 @@ enum cli_opt_code {
     {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},     \
     {"timeout",    required_argument, NULL, CLI_OPT_TIMEOUT},        \
     {"path",       required_argument, NULL, CLI_OPT_PATH},           \
-    {"lanes",      required_argument, NULL, CLI_OPT_LANES_CLIENT}
+    {"lanes",      required_argument, NULL, CLI_OPT_LANES_CLIENT},      \
+    {"encrypt",    no_argument,       NULL, CLI_OPT_ENCRYPT}
 
 #define CLI_HELP_LONGOPT {"help", no_argument, NULL, 'h'}
 
 /** Help text of the options every client command takes. */
 #define CLI_CLIENT_HELP                                                                     \
     "  --token-file F    shared token: the file's bytes less one trailing newline\n"        \
+    "  --encrypt         encrypt the connection, keyed from the token (needs\n"          \
+    "                    --token-file; the server must use --encrypt too)\n"            \
     "  --timeout MS      bound on connecting and on every request (default 10000)\n"        \
     "  --path P          data path: auto, am, rma or map ($REMORA_PATH, else auto)\n"     \
     "  --lanes N         spread large transfers over N connections to a server\n"       \
