@@ -84,6 +84,7 @@ typedef struct cli_client_opts {
     unsigned      lanes;      /**< 0: the library default */
     remora_event_cb_t event_cb; /**< NULL: none (set by the command, not an option) */
     void             *event_arg;
+    bool          encrypt;    /**< --encrypt */
 } cli_client_opts_t;
 
 /** getopt_long codes of long-only options; commands number theirs from CLI_OPT_CMD. */
@@ -92,6 +93,7 @@ enum cli_opt_code {
     CLI_OPT_TIMEOUT,
     CLI_OPT_PATH,
     CLI_OPT_LANES_CLIENT,
+    CLI_OPT_ENCRYPT,
     CLI_OPT_CMD = 0x200
 };
 
@@ -100,7 +102,8 @@ enum cli_opt_code {
     {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},     \
     {"timeout",    required_argument, NULL, CLI_OPT_TIMEOUT},        \
     {"path",       required_argument, NULL, CLI_OPT_PATH},           \
-    {"lanes",      required_argument, NULL, CLI_OPT_LANES_CLIENT}
+    {"lanes",      required_argument, NULL, CLI_OPT_LANES_CLIENT},      \
+    {"encrypt",    no_argument,       NULL, CLI_OPT_ENCRYPT}
 
 #define CLI_HELP_LONGOPT {"help", no_argument, NULL, 'h'}
 
@@ -108,6 +111,8 @@ enum cli_opt_code {
 #define CLI_CLIENT_HELP                                                                     \
     "  --token-file F    shared token: the file's bytes less one trailing newline\n"        \
     "                    (at least 16 bytes)\n"                                          \
+    "  --encrypt         encrypt the connection, keyed from the token (needs\n"          \
+    "                    --token-file; the server must use --encrypt too)\n"            \
     "  --timeout MS      bound on connecting and on every request (default 10000)\n"        \
     "  --path P          data path: auto, am, rma or map ($REMORA_PATH, else auto)\n"     \
     "  --lanes N         spread large transfers over N connections to a server\n"       \

@@ -161,6 +161,9 @@ static int cli_client_option(const cli_command_t *cmd, int opt, const char *arg,
         return cli_parse_path(cmd, arg, &client->path);
     case CLI_OPT_LANES_CLIENT:
         return cli_opt_lanes(cmd, arg, &client->lanes);
+    case CLI_OPT_ENCRYPT:
+        client->encrypt = true;
+        return CLI_CONTINUE;
     default:
         return 0;
     }
@@ -330,6 +333,10 @@ static remora_client_params_t cli_client_params(const cli_client_opts_t *opts)
         params.field_mask |= REMORA_CLIENT_FIELD_EVENT_CB;
         params.event_cb    = opts->event_cb;
         params.event_arg   = opts->event_arg;
+    }
+    if (opts->encrypt) {
+        params.field_mask |= REMORA_CLIENT_FIELD_ENCRYPT;
+        params.encrypt     = 1;
     }
     return params;
 }

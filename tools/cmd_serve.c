@@ -64,6 +64,7 @@ typedef struct cli_serve_opts {
     int          gpu;      /* regions in memory of this GPU; -1: host */
     unsigned     lanes;    /* data lanes: UCX workers serving, 1..8 */
     cli_token_t  token;
+    bool         encrypt;
     size_t       nregions;
     cli_region_t regions[CLI_SERVE_MAX_REGIONS];
     size_t       nresizes;
@@ -212,6 +213,9 @@ static int cli_serve_option(const cli_command_t *cmd, int opt, const char *arg, 
         return cli_add_resize(cmd, o, arg);
     case CLI_OPT_TOKEN_FILE:
         return cli_load_token(cmd, arg, &o->token);
+    case CLI_OPT_ENCRYPT:
+        o->encrypt = true;
+        return CLI_CONTINUE;
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
     case CLI_OPT_LANES:
@@ -432,6 +436,10 @@ static int cli_server_start(cli_server_t *sv)
         params.token = sv->o->token.bytes;
         params.token_len = sv->o->token.len;
     }
+    if (sv->o->encrypt) {
+        params.field_mask |= REMORA_SERVER_FIELD_ENCRYPT;
+        params.encrypt = 1;
+    }
     status = remora_server_create(sv->s.context, &params, &sv->server);
     if (status != REMORA_OK) {
         return cli_session_error(&sv->s, status, "cannot listen");
@@ -473,6 +481,7 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
         {"writable", no_argument, NULL, CLI_OPT_WRITABLE},
         {"resize", required_argument, NULL, CLI_OPT_RESIZE},
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
+        {"encrypt", no_argument, NULL, CLI_OPT_ENCRYPT},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
         {"lanes", required_argument, NULL, CLI_OPT_LANES},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
@@ -515,8 +524,8 @@ const cli_command_t cli_cmd_serve = {
     .summary = "expose memory regions until SIGINT or SIGTERM",
     .usage   =
         "usage: remora serve [--listen HOST:PORT] [--region NAME=SIZE[:FILL]]...\n"
-        "                    [--writable] [--token-file F] [--resize NAME=SIZE@MS]...\n"
-        "                    [--gpu N] [--lanes N]\n"
+        "                    [--writable] [--token-file F [--encrypt]]\n"
+        "                    [--resize NAME=SIZE@MS]... [--gpu N] [--lanes N]\n"
         "\n"
         "Expose library-allocated regions (same-host clients can map them). When\n"
         "ready, print one line 'listening HOST:PORT' to stdout; serve until SIGINT\n"
@@ -531,6 +540,8 @@ const cli_command_t cli_cmd_serve = {
         "  --writable          expose every region writable (default read-only)\n"
         "  --token-file F      require this shared token: the file's bytes less one\n"
         "                      trailing newline, at least 16 bytes\n"
+        "  --encrypt           encrypt every connection, keyed from the token (off by\n"
+        "                      default; clients must use --encrypt too)\n"
         "  --resize NAME=SIZE@MS\n"
         "                      MS milliseconds after 'listening', replace region\n"
         "                      NAME with fresh pattern-filled memory of SIZE (clients\n"

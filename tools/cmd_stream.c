@@ -66,6 +66,7 @@ typedef struct cli_ring_spec {
 typedef struct cli_stream_serve_opts {
     const char      *listen;
     cli_token_t      token;
+    bool             encrypt;
     double           rate;      /* elements per second per ring; 0: max */
     const char      *source;    /* NULL: pattern; else a ring image file */
     bool             fixed;     /* --source fixed: payloads written once per slot */
@@ -133,6 +134,9 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
         return CLI_CONTINUE;
     case CLI_OPT_TOKEN_FILE:
         return cli_load_token(cmd, arg, &o->token);
+    case CLI_OPT_ENCRYPT:
+        o->encrypt = true;
+        return CLI_CONTINUE;
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
     default:
@@ -333,6 +337,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
         {"rate", required_argument, NULL, CLI_OPT_RATE},
         {"source", required_argument, NULL, CLI_OPT_SOURCE},
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
+        {"encrypt", no_argument, NULL, CLI_OPT_ENCRYPT},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
@@ -367,6 +372,10 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
         sp.field_mask |= REMORA_SERVER_FIELD_TOKEN;
         sp.token     = o.token.bytes;
         sp.token_len = o.token.len;
+    }
+    if (o.encrypt) {
+        sp.field_mask |= REMORA_SERVER_FIELD_ENCRYPT;
+        sp.encrypt = 1;
     }
     if ((st = remora_server_create(s.context, &sp, &server)) != REMORA_OK) {
         rc = cli_session_error(&s, st, "cannot listen");
@@ -739,7 +748,7 @@ static const cli_command_t cli_stream_serve_cmd = {
     .usage =
         "usage: remora stream serve [--listen HOST:PORT] [--ring NAME=ELEMSIZExCOUNT]...\n"
         "                           [--rate HZ|max] [--source pattern|fixed|FILE] [--token-file F]\n"
-        "                           [--gpu N]\n"
+        "                           [--encrypt] [--gpu N]\n"
         "\n"
         "Produce stamped frames (sequence number, timestamp, checksum) into rings and\n"
         "serve them. Prints 'listening HOST:PORT' when ready; runs until SIGINT/SIGTERM.\n"
@@ -756,7 +765,10 @@ static const cli_command_t cli_stream_serve_cmd = {
         "  --token-file F      require this shared token: the file's bytes less one\n"
         "                      trailing newline, at least 16 bytes\n"
         "  --gpu N             the rings' elements live in memory of GPU N (each frame\n"
-        "                      is built on the host and pushed there)\n",
+        "                      is built on the host and pushed there)\n"
+        "  --token-file F      require this shared token\n"
+        "  --encrypt           encrypt every connection, keyed from the token (off by\n"
+        "                      default; readers must use --encrypt too)\n",
     .run = cli_stream_serve,
 };
 

@@ -72,7 +72,8 @@ typedef enum remora_status {
     REMORA_ERR_TRANSPORT          = -15, /**< UCX reported an error not covered above */
     REMORA_ERR_CANCELED           = -16, /**< the operation was canceled (e.g. by shutdown) */
     REMORA_ERR_BUSY               = -17, /**< the object is still in use */
-    REMORA_ERR_VERSION            = -18  /**< the peer speaks an incompatible protocol version */
+    REMORA_ERR_VERSION            = -18, /**< the peer speaks an incompatible protocol version */
+    REMORA_ERR_ENCRYPTION         = -19  /**< one side encrypts the connection, the other does not */
 } remora_status_t;
 
 /** A short English description of any status; never NULL. */
@@ -283,7 +284,8 @@ enum remora_server_field {
     REMORA_SERVER_FIELD_LISTEN_ADDR = 1u << 0,
     REMORA_SERVER_FIELD_TOKEN       = 1u << 1,
     REMORA_SERVER_FIELD_LANES       = 1u << 2,
-    REMORA_SERVER_FIELD_MAX_CONNS   = 1u << 3
+    REMORA_SERVER_FIELD_MAX_CONNS   = 1u << 3,
+    REMORA_SERVER_FIELD_ENCRYPT     = 1u << 4
 };
 
 typedef struct remora_server_params {
@@ -306,6 +308,13 @@ typedef struct remora_server_params {
      *  past either is refused with REMORA_ERR_BUSY during the handshake. */
     unsigned    max_conns;
     unsigned    max_conns_per_host;
+    /** Non-zero: encrypt every connection (off by default; docs/security.md,
+     *  docs/protocol.md §14). Requires a token (REMORA_ERR_INVALID_PARAM
+     *  without one): keys are derived from it per connection. Clients that do
+     *  not encrypt are refused with REMORA_ERR_ENCRYPTION. Encrypted
+     *  connections move data by active messages only (no mapping, RMA or
+     *  CUDA IPC; GPU regions through pinned staging buffers). Lanes inherit it. */
+    int         encrypt;
 } remora_server_params_t;
 
 /** Start listening. The server serves from the context's progress thread. */
@@ -397,7 +406,8 @@ enum remora_client_field {
     REMORA_CLIENT_FIELD_TOKEN    = 1u << 1,
     REMORA_CLIENT_FIELD_EVENT_CB = 1u << 2,
     REMORA_CLIENT_FIELD_PATH     = 1u << 3,
-    REMORA_CLIENT_FIELD_LANES    = 1u << 4
+    REMORA_CLIENT_FIELD_LANES    = 1u << 4,
+    REMORA_CLIENT_FIELD_ENCRYPT  = 1u << 5
 };
 
 typedef struct remora_client_params {
@@ -419,6 +429,16 @@ typedef struct remora_client_params {
      *  worker and progress thread here; a read or write of the active-message
      *  path of at least 512 KiB is split across them. */
     unsigned          lanes;
+    /** Non-zero: encrypt the connection: the handshake's addresses and every
+     *  message, payload included (libsodium XChaCha20-Poly1305, keys derived
+     *  from the token and both sides' nonces). Off by default. Requires a
+     *  token (REMORA_ERR_INVALID_PARAM). A server that does not encrypt is
+     *  refused with REMORA_ERR_ENCRYPTION, as a server that does refuses a
+     *  client that does not. Data then moves by active messages only: a
+     *  forced path other than am/staging fails with REMORA_ERR_UNSUPPORTED;
+     *  GPU buffers and regions go through pinned staging buffers. Lanes
+     *  inherit it. */
+    int               encrypt;
 } remora_client_params_t;
 
 /** Connect to "HOST:PORT", say hello and (if needed) authenticate.

@@ -276,10 +276,15 @@ static void live_tick(rm_ticker_t *t)
     uint64_t now = rm_now_ns();
     rm_list_t *pos, *tmp;
 
-    if (ctx->hb_interval_ns == 0)
-        return;
     rm_list_for_each_safe(pos, tmp, &ctx->live) {
         rm_peer_t *peer = rm_container_of(pos, rm_peer_t, live);
+        if (peer->seal_failed) { /* seal.c: a forged or replayed message */
+            rm_peer_live_stop(peer);
+            peer->ops->on_error(peer, REMORA_ERR_PROTOCOL);
+            continue;
+        }
+        if (ctx->hb_interval_ns == 0)
+            continue;
         if (now - peer->last_rx_ns > ctx->peer_timeout_ns) {
             rm_info("peer silent for %llu ms; taking it for dead",
                     (unsigned long long)((now - peer->last_rx_ns) / 1000000u));

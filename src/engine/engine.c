@@ -16,6 +16,7 @@
 
 #include <sodium.h>
 
+#include "engine/seal.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -430,7 +431,9 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t header_length,
         rm_debug("message from an unknown or closed endpoint dropped");
         return UCS_OK;
     }
-    if (rm_hdr_decode(header, header_length, &hdr) != 0)
+    if (peer->seal != NULL) /* checked and decrypted there */
+        return rm_peer_seal_recv(peer, header, header_length, data, length, param);
+    if (rm_hdr_decode(header, header_length, &hdr) != 0 || hdr.sealed)
         return peer->ops->on_message(peer, NULL, data, length, param);
     return peer->ops->on_message(peer, &hdr, data, length, param);
 }

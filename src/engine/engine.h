@@ -33,6 +33,7 @@
 #define RM_AM_ID_TO_CLIENT 0x53
 
 typedef struct rm_peer rm_peer_t;
+typedef struct rm_seal rm_seal_t; /* seal.h */
 
 /* A file descriptor the progress thread watches; cb runs with the lock held. */
 typedef struct rm_watch rm_watch_t;
@@ -76,6 +77,8 @@ struct rm_peer {
     const rm_peer_ops_t *ops;
     int                  failed; /* on_error was delivered; ep is closed */
     rm_list_t            sends;  /* sends UCX still holds (ep.c) */
+    rm_seal_t           *seal;   /* encryption keys (seal.h); NULL: a plain connection */
+    int                  seal_failed; /* a sealed message failed a check: fail at next tick */
     rm_peer_t           *hash_next;
 };
 

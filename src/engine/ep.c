@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/seal.h"
 #include "util/log.h"
 
 /* ------------------------------------------------------------ addresses */
@@ -185,6 +186,7 @@ void rm_peer_close(rm_peer_t *peer)
     void *req;
 
     rm_peer_live_stop(peer);
+    rm_peer_seal_stop(peer);
     rm_boot_rx_free(&peer->rx);
     if (peer->sock.fd >= 0) {
         rm_engine_unwatch(peer->ctx, &peer->sock);
@@ -212,6 +214,7 @@ typedef struct rm_send {
     void          *request;
     uint8_t        hdr[RM_HDR_MAX];
     void          *body_free;
+    void          *cipher;   /* sealed connections: the encrypted body */
     rm_send_done_t done;
     void          *arg;
 } rm_send_t;
@@ -236,6 +239,7 @@ static void send_finish(rm_send_t *s, ucs_status_t status)
     if (s->done)
         s->done(s->arg, status);
     free(s->body_free);
+    free(s->cipher);
     free(s);
 }
 
@@ -265,6 +269,13 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         return REMORA_ERR_NO_MEMORY;
     }
     hlen         = rm_hdr_encode(hdr, s->hdr);
+    s->cipher    = NULL;
+    if (peer->seal && rm_peer_seal_send(peer, s->hdr, &hlen, sp->body, sp->body_len,
+                                        &s->cipher) != 0) {
+        free(sp->body_free);
+        free(s);
+        return REMORA_ERR_NO_MEMORY;
+    }
     s->body_free = sp->body_free;
     s->done      = sp->done;
     s->arg       = sp->arg;
@@ -277,14 +288,15 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         /* Control bodies always go eager: receivers parse them in place. */
         .flags        = UCP_AM_SEND_FLAG_REPLY | (sp->bulk ? 0 : UCP_AM_SEND_FLAG_EAGER),
     };
-    if (sp->memh) {
+    if (sp->memh && s->cipher == NULL) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = sp->memh;
     }
     /* Listed before the call: whatever UCX does inside it, the entry is valid. */
     s->request = NULL;
     rm_list_push_back(&peer->sends, &s->link);
-    req = ucp_am_send_nbx(peer->ep, am_id, s->hdr, hlen, sp->body, sp->body_len, &p);
+    req = ucp_am_send_nbx(peer->ep, am_id, s->hdr, hlen, peer->seal ? s->cipher : sp->body,
+                          sp->body_len, &p);
     if (UCS_PTR_IS_PTR(req)) {
         s->request = req;
         return REMORA_OK;

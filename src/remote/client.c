@@ -391,7 +391,7 @@ static remora_status_t region_install(remora_client_h c, const void *body, size_
     r->ipc_offset  = d.ipc_offset;
     snprintf(r->name, sizeof(r->name), "%s", d.name);
     region_attach(c, r, &d);
-    r->path = region_choose_path(c, r);
+    r->path = rm_client_seal_path(c, r, region_choose_path(c, r));
     if ((old = region_cached(c, r->name)) != NULL)
         region_detach(c, old, 0);
     rm_list_push_back(&c->regions, &r->link);
@@ -665,6 +665,7 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
     mine.ucx_version = major << 16 | minor;
     memcpy(mine.host_id, c->ctx->host_id, RM_HOST_ID_LEN);
     rm_auth_nonce(mine.nonce);
+    mine.flags = c->encrypt ? RM_HELLO_ENCRYPT : 0;
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &mine);
     st = w.failed ? REMORA_ERR_NO_MEMORY
@@ -684,6 +685,8 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
         rm_info("server does not authenticate, but a token was given");
         st = REMORA_ERR_AUTH;
     }
+    if (st == REMORA_OK)
+        st = rm_client_seal_hello(c, &mine, &theirs);
     c->same_host       = memcmp(theirs.host_id, c->ctx->host_id, RM_HOST_ID_LEN) == 0;
     c->server_instance = theirs.instance;
     return st;
@@ -702,6 +705,9 @@ static remora_status_t client_connect_cm(remora_client_h c, int fd, const uint8_
     return rm_peer_connect_cm(&c->peer, (struct sockaddr *)&ss, len);
 }
 
+static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame_t *reply,
+                                          const uint8_t *addr, uint32_t len);
+
 /* CONNECT: exchange worker addresses (or get a connection-manager port) and
  * create the UCX endpoint the way the server said. */
 static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
@@ -710,12 +716,32 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
     rm_boot_frame_t f;
     const uint8_t *addr;
     uint32_t len;
+    uint8_t *sealed = NULL, *plain = NULL;
+    size_t slen;
     remora_status_t st;
 
-    st = boot_call(c, deadline, RM_BOOT_CONNECT, RM_BOOT_CM, ctx->worker_addr,
-                   ctx->worker_addr_len, RM_BOOT_CONNECT_REPLY, &f, &addr, &len);
-    if (st != REMORA_OK)
-        return st;
+    st = rm_client_seal_connect(c, ctx->worker_addr, ctx->worker_addr_len, &sealed, &slen);
+    if (st == REMORA_OK)
+        st = boot_call(c, deadline, RM_BOOT_CONNECT, RM_BOOT_CM,
+                       sealed ? sealed : ctx->worker_addr, sealed ? slen : ctx->worker_addr_len,
+                       RM_BOOT_CONNECT_REPLY, &f, &addr, &len);
+    free(sealed);
+    if (st == REMORA_OK)
+        st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
+    if (st == REMORA_OK)
+        st = handshake_endpoint(c, &f, addr, len);
+    free(plain);
+    return st;
+}
+
+/* The endpoint, the way the server's CONNECT_REPLY said. */
+static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame_t *reply,
+                                          const uint8_t *addr, uint32_t len)
+{
+    remora_context_h ctx = c->ctx;
+    rm_boot_frame_t f    = *reply;
+    remora_status_t st;
+
     if (f.flags & RM_BOOT_CM) {
         if (len != 2)
             return REMORA_ERR_PROTOCOL;
@@ -843,7 +869,7 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
         memcpy(c->token, p->token, p->token_len);
         c->token_len = p->token_len;
     }
-    return REMORA_OK;
+    return rm_client_seal_params(c, p);
 }
 
 static void client_free(remora_client_h c)
@@ -1079,12 +1105,14 @@ static void lanes_connect(remora_client_h c)
     free(body);
     remora_client_params_t lp = {
         .field_mask = REMORA_CLIENT_FIELD_TIMEOUT | REMORA_CLIENT_FIELD_PATH |
-                      REMORA_CLIENT_FIELD_LANES | (c->token ? REMORA_CLIENT_FIELD_TOKEN : 0),
+                      REMORA_CLIENT_FIELD_LANES | (c->token ? REMORA_CLIENT_FIELD_TOKEN : 0) |
+                      REMORA_CLIENT_FIELD_ENCRYPT,
         .timeout_ms = c->timeout_ms,
         .path       = REMORA_PATH_AM,
         .lanes      = 1,
         .token      = c->token,
         .token_len  = c->token_len,
+        .encrypt    = c->encrypt, /* each lane derives its own keys */
     };
     for (unsigned i = 0; i < count && i + 1 < c->want_lanes; i++) {
         ((struct sockaddr_in *)&ss)->sin_port = htons(ports[i]); /* same place in v6 */

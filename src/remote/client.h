@@ -65,6 +65,7 @@ struct remora_client {
     int               timeout_ms;
     uint8_t          *token;
     size_t            token_len;
+    int               encrypt;     /* seal the connection (client_seal.c) */
     remora_event_cb_t event_cb;
     void             *event_arg;
     remora_path_t     forced_path;
@@ -192,5 +193,16 @@ ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, 
                                   const ucp_am_recv_param_t *param);
 /* An op of a request finished. */
 void rm_transfer_chunk_done(rm_op_t *op);
+
+/* client_seal.c: the client's side of encryption (engine/seal.h). */
+remora_status_t rm_client_seal_params(remora_client_h c, const remora_client_params_t *p);
+remora_status_t rm_client_seal_hello(remora_client_h c, const rm_hello_t *mine,
+                                     const rm_hello_t *theirs);
+remora_status_t rm_client_seal_connect(remora_client_h c, const void *addr, size_t len,
+                                       uint8_t **sealed_p, size_t *sealed_len_p);
+remora_status_t rm_client_seal_connect_reply(remora_client_h c, const rm_boot_frame_t *f,
+                                             const uint8_t **addr_p, uint32_t *len_p,
+                                             uint8_t **plain_p);
+remora_path_t   rm_client_seal_path(remora_client_h c, const rm_rregion_t *r, remora_path_t path);
 
 #endif

@@ -34,6 +34,7 @@
 #include "mem/stage.h"
 #include "remote/server.h"
 #include "remote/auth.h"
+#include "engine/seal.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -89,6 +90,11 @@ static void region_describe(const rm_conn_t *c, const rm_region_t *r, int with_r
     d->access      = REMORA_ACCESS_READ |
                      ((r->flags & REMORA_REGION_WRITABLE) ? REMORA_ACCESS_WRITE : 0);
     d->flags       = r->ring ? RM_REGION_WIRE_RING : 0;
+    if (c->peer.seal) { /* encrypted: active messages only, nothing to bypass them */
+        d->generation = r->generation;
+        d->device     = r->mem->device;
+        return;
+    }
     if (r->mem->shm_fd >= 0 && (writable || r->mem->sealed)) {
         d->flags     |= RM_REGION_WIRE_MAPPABLE;
         d->map_pid    = (uint32_t)getpid();
@@ -350,9 +356,9 @@ static void *region_ptr(const rm_region_t *r, uint64_t offset)
 static void read_reply_done(void *arg, ucs_status_t status) { rm_mem_unref(arg); }
 
 /* GPU memory the loaded UCX cannot touch: it moves through staging buffers. */
-static int region_staged(const rm_region_t *r)
+static int region_staged(const rm_conn_t *c, const rm_region_t *r)
 {
-    return r->mem->type == REMORA_MEM_CUDA && r->mem->memh == NULL;
+    return r->mem->type == REMORA_MEM_CUDA && (r->mem->memh == NULL || c->peer.seal != NULL);
 }
 
 typedef struct rm_staged {
@@ -407,7 +413,7 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
         rm_conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
         return;
     }
-    if (region_staged(r) && hdr->length) {
+    if (region_staged(c, r) && hdr->length) {
         handle_read_staged(c, hdr, r);
         return;
     }
@@ -428,12 +434,22 @@ typedef struct rm_write_ctx {
     void        *stage;  /* staged write: the pinned buffer the payload landed in */
     void        *dst;    /* ... and where in GPU memory it goes */
     size_t       len;
+    void        *cipher; /* sealed rendezvous write: the payload lands here first */
+    rm_hdr_t     hdr;    /* ... and is opened with its header */
 } rm_write_ctx_t;
 
 static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
 {
     rm_conn_t *c = wc->conn;
 
+    if (wc->cipher) { /* into region memory (or staging) only once authentic */
+        if (status == UCS_OK &&
+            rm_peer_seal_open(&c->peer, &wc->hdr, wc->cipher, wc->len) != REMORA_OK)
+            status = UCS_ERR_INVALID_PARAM; /* the connection is failing anyway */
+        if (status == UCS_OK)
+            memcpy(wc->stage ? wc->stage : wc->dst, wc->cipher, wc->len);
+        free(wc->cipher);
+    }
     if (wc->stage) {
         if (status == UCS_OK && rm_cuda_copy(wc->dst, wc->stage, wc->len) != REMORA_OK)
             status = UCS_ERR_IO_ERROR;
@@ -462,7 +478,7 @@ static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t l
 
     if (st == REMORA_OK && len != hdr->length)
         st = REMORA_ERR_PROTOCOL;
-    if (st == REMORA_OK && region_staged(r) && len > RM_STAGE_BUF)
+    if (st == REMORA_OK && region_staged(c, r) && len > RM_STAGE_BUF)
         st = REMORA_ERR_OUT_OF_RANGE;
     if (st != REMORA_OK || (wc = calloc(1, sizeof(*wc))) == NULL) {
         /* Returning from the handler drops a rendezvous payload unread. */
@@ -477,7 +493,7 @@ static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t l
     wc->len    = len;
     rm_mem_ref(r->mem);
     c->inflight++;
-    if (region_staged(r) && len && (wc->stage = rm_stage_get(c->server->stage, len)) == NULL) {
+    if (region_staged(c, r) && len && (wc->stage = rm_stage_get(c->server->stage, len)) == NULL) {
         write_finish(wc, UCS_ERR_NO_MEMORY);
         return;
     }
@@ -487,13 +503,22 @@ static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t l
         write_finish(wc, UCS_OK);
         return;
     }
-    /* Rendezvous: the payload lands directly in region memory (or staging). */
+    /* Rendezvous: the payload lands directly in region memory (or staging);
+     * encrypted, in a buffer of its own (write_finish). */
+    if (c->peer.seal) {
+        if ((wc->cipher = malloc(len)) == NULL) {
+            write_finish(wc, UCS_ERR_NO_MEMORY);
+            return;
+        }
+        wc->hdr = *hdr;
+        land    = wc->cipher;
+    }
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
         .cb.recv_am   = write_recv_cb,
         .user_data    = wc,
     };
-    if (!wc->stage && r->mem->memh) {
+    if (!wc->stage && !wc->cipher && r->mem->memh) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = r->mem->memh;
     }
@@ -681,10 +706,15 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
                 c->peer_host, s->nconns, s->max_conns, s->max_conns_per_host);
         return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_BUSY);
     }
+    if (!(in.flags & RM_HELLO_ENCRYPT) != !s->encrypt) {
+        rm_warn("refusing client %s: it %s encryption, this server %s", c->peer_host,
+                s->encrypt ? "does not use" : "asks for", s->encrypt ? "requires it" : "has it off");
+        return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_ENCRYPTION);
+    }
     memcpy(c->client_nonce, in.nonce, RM_NONCE_LEN);
     ucp_get_version(&major, &minor, &release);
     out.proto_min = out.proto_max = RM_PROTO_VERSION;
-    out.flags       = s->token ? RM_HELLO_AUTH_REQUIRED : 0;
+    out.flags       = (s->token ? RM_HELLO_AUTH_REQUIRED : 0) | (s->encrypt ? RM_HELLO_ENCRYPT : 0);
     out.instance    = s->instance;
     out.ucx_version = major << 16 | minor;
     memcpy(out.host_id, s->ctx->host_id, RM_HOST_ID_LEN);
@@ -714,6 +744,9 @@ static int boot_auth(rm_conn_t *c, const rm_boot_frame_t *f)
     }
     rm_auth_proof(RM_AUTH_SERVER_PROOF, s->token, s->token_len, c->server_nonce,
                   c->client_nonce, mac);
+    if (s->encrypt && rm_peer_seal_start(&c->peer, RM_SEAL_SERVER, s->token, s->token_len,
+                                         c->server_nonce, c->client_nonce) != REMORA_OK)
+        return conn_refuse(c, RM_BOOT_AUTH_REPLY, REMORA_ERR_NO_MEMORY);
     c->state = CONN_CONNECT;
     return rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_AUTH_REPLY, 0, REMORA_OK, mac,
                               RM_MAC_LEN);
@@ -722,32 +755,62 @@ static int boot_auth(rm_conn_t *c, const rm_boot_frame_t *f)
 /* CONNECT: a worker address to connect to (ours in return), or a request for
  * a connection-manager port. Only here, after authentication, does UCX see
  * anything the client sent. */
-static int boot_connect(rm_conn_t *c, const rm_boot_frame_t *f)
+/* A successful CONNECT_REPLY; sealed on an encrypted connection. */
+static int connect_reply(rm_conn_t *c, unsigned flags, const void *payload, size_t len)
+{
+    uint8_t *sealed = NULL;
+    int rc;
+
+    if (c->peer.seal && rm_peer_seal_wrap(&c->peer, RM_BOOT_CONNECT_REPLY, flags, REMORA_OK,
+                                          payload, len, &sealed, &len) != REMORA_OK)
+        return -1;
+    rc = rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_CONNECT_REPLY, flags, REMORA_OK,
+                            sealed ? sealed : payload, len);
+    free(sealed);
+    return rc;
+}
+
+static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, size_t len)
 {
     remora_context_h ctx = c->server->ctx;
     uint16_t port;
 
-    if (f->type != RM_BOOT_CONNECT)
-        return -1;
-    if ((f->flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
+    if ((flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
         uint8_t le[2] = {(uint8_t)port, (uint8_t)(port >> 8)};
         c->state = CONN_CM_WAIT;
-        return rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_CONNECT_REPLY, RM_BOOT_CM, REMORA_OK,
-                                  le, 2);
+        return connect_reply(c, RM_BOOT_CM, le, 2);
     }
-    if (!rm_boot_addr_plausible(ctx, f->payload, f->len)) {
+    if (!rm_boot_addr_plausible(ctx, addr, len)) {
         rm_warn("client %s sent a worker address this UCX cannot use", c->peer_host);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
-    if (rm_peer_create_ep(&c->peer, f->payload) != REMORA_OK) {
+    if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {
         rm_warn("could not set up a connection for client %s", c->peer_host);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_TRANSPORT);
     }
-    if (rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_CONNECT_REPLY, 0, REMORA_OK,
-                           ctx->worker_addr, ctx->worker_addr_len) != 0)
+    if (connect_reply(c, 0, ctx->worker_addr, ctx->worker_addr_len) != 0)
         return -1;
     conn_ready(c);
     return 0;
+}
+
+static int boot_connect(rm_conn_t *c, const rm_boot_frame_t *f)
+{
+    uint8_t *plain = NULL;
+    size_t len     = f->len;
+    int rc;
+
+    if (f->type != RM_BOOT_CONNECT)
+        return -1;
+    /* Encrypted: the address is sealed under the session key (engine/seal.h). */
+    if (c->peer.seal && rm_peer_seal_unwrap(&c->peer, f->type, f->flags, 0, f->payload, f->len,
+                                            &plain, &len) != REMORA_OK) {
+        rm_warn("client %s sent a CONNECT that failed authentication", c->peer_host);
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
+    }
+    rc = boot_connect_addr(c, f->flags, plain ? plain : f->payload, len);
+    free(plain);
+    return rc;
 }
 
 /* One handshake frame, by state; -1 ends the connection. */
@@ -932,7 +995,8 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
         return st;
     ((struct sockaddr_in *)&ss)->sin_port = 0; /* same offset in sockaddr_in6 */
     rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
-    lp.field_mask  = (params->field_mask & (REMORA_SERVER_FIELD_TOKEN | REMORA_SERVER_FIELD_MAX_CONNS)) |
+    lp.field_mask  = (params->field_mask & (REMORA_SERVER_FIELD_TOKEN | REMORA_SERVER_FIELD_MAX_CONNS |
+                                            REMORA_SERVER_FIELD_ENCRYPT)) |
                      REMORA_SERVER_FIELD_LISTEN_ADDR;
     lp.listen_addr = addr;
     if ((st = rm_engine_lane_create(s->ctx, &s->lane_ctx[i])) != REMORA_OK)
@@ -1007,6 +1071,14 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     }
     if ((st = copy_token(s, params)) != REMORA_OK)
         goto err_free;
+    if (params && (params->field_mask & REMORA_SERVER_FIELD_ENCRYPT) && params->encrypt) {
+        if (s->token == NULL) {
+            rm_error("encryption needs a token: its keys are derived from it");
+            st = REMORA_ERR_INVALID_PARAM;
+            goto err_free;
+        }
+        s->encrypt = 1;
+    }
     rm_engine_lock(ctx);
     st = start_listener(s, addr);
     rm_engine_unlock(ctx);

@@ -69,6 +69,7 @@ struct remora_server {
     char             addr[80];
     uint8_t         *token;
     size_t           token_len;
+    int              encrypt;  /* every connection sealed (engine/seal.h) */
     rm_list_t        regions, conns, retired, cm_slots;
     rm_list_t        waits;  /* rm_ring_wait_t, server_ring.c */
     struct rm_stage_pool *stage; /* pinned buffers for GPU regions UCX cannot reach */

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/seal.h"
 #include "mem/cuda.h"
 #include "mem/stage.h"
 #include "mem/shm.h"
@@ -77,6 +78,25 @@ static void rma_cb(void *request, ucs_status_t status, void *user_data)
 
 static void recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
+    op_ucx_done(user_data, status);
+    ucp_request_free(request);
+}
+
+/* An encrypted read's payload landed (in the caller's buffer or the staging
+ * buffer): decrypt it there, in place. reply_hdr holds its header. */
+static void sealed_landed(rm_op_t *op, ucs_status_t status)
+{
+    if (status == UCS_OK) {
+        remora_status_t st = rm_peer_seal_open(&op->client->peer, &op->reply_hdr,
+                                               op->stage ? op->stage : op->buf, op->len);
+        if (st != REMORA_OK && op->status == REMORA_OK)
+            op->status = st;
+    }
+}
+
+static void recv_sealed_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    sealed_landed(user_data, status);
     op_ucx_done(user_data, status);
     ucp_request_free(request);
 }
@@ -252,10 +272,17 @@ ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, 
             ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                                      UCP_OP_ATTR_FIELD_USER_DATA,
                                      .cb.recv_am = recv_cb, .user_data = op};
+            if (c->peer.seal) {
+                op->reply_hdr = *hdr;
+                p.cb.recv_am  = recv_sealed_cb;
+            }
             op->ucx_busy++;
             op->replied = 1;
-            op_track(op, ucp_am_recv_data_nbx(c->ctx->worker, body,
-                                              op->stage ? op->stage : op->buf, len, &p));
+            ucs_status_ptr_t ret = ucp_am_recv_data_nbx(c->ctx->worker, body,
+                                                        op->stage ? op->stage : op->buf, len, &p);
+            if (c->peer.seal && !UCS_PTR_IS_PTR(ret)) /* landed at once: no callback */
+                sealed_landed(op, UCS_PTR_STATUS(ret));
+            op_track(op, ret);
             return UCS_OK;
         } else {
             memcpy(op->stage ? op->stage : op->buf, body, len);
@@ -450,6 +477,8 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     int dev_buf = 0, gpu_buf = 0, buf_dev = -1;
     if (st == REMORA_OK)
         st = classify_buffer(c, buf, &gpu_buf, &dev_buf, &buf_dev);
+    if (c->peer.seal) /* the CPU seals: every GPU buffer through staging */
+        dev_buf = gpu_buf;
     if (st == REMORA_OK && whole == NULL && c->nlanes && r->path == REMORA_PATH_AM && !gpu_buf &&
         length >= RM_LANE_PART_MIN) {
         uint64_t generation = r->generation;

@@ -24,6 +24,7 @@ const char *remora_status_string(remora_status_t status)
     case REMORA_ERR_CANCELED:           return "operation canceled";
     case REMORA_ERR_BUSY:               return "resource busy";
     case REMORA_ERR_VERSION:            return "incompatible protocol version";
+    case REMORA_ERR_ENCRYPTION:         return "encryption required by one side and not the other";
     }
     return "unknown status";
 }

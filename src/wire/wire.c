@@ -31,6 +31,8 @@ static size_t hdr_len_for(unsigned type)
     }
 }
 
+size_t rm_hdr_fixed_len(unsigned type) { return hdr_len_for(type); }
+
 size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf)
 {
     size_t len = hdr_len_for(hdr->type);
@@ -66,6 +68,12 @@ size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf)
     default:
         break;
     }
+    if (hdr->sealed) {
+        buf[2] = RM_HDR_FLAG_SEALED;
+        put64(buf + len, hdr->seal_counter);
+        memcpy(buf + len + 8, hdr->seal_tag, RM_SEAL_TAG_LEN);
+        len += RM_HDR_SEAL_EXT;
+    }
     return len;
 }
 
@@ -73,10 +81,20 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
 {
     const uint8_t *buf = data;
 
+    size_t fixed;
+
     if (len < RM_HDR_COMMON || buf[0] == 0 || buf[0] > RM_MSG_TYPE_MAX ||
-        buf[1] != RM_HDR_VERSION || len != hdr_len_for(buf[0]))
+        buf[1] != RM_HDR_VERSION)
+        return -1;
+    fixed = hdr_len_for(buf[0]);
+    if (len != fixed + ((buf[2] & RM_HDR_FLAG_SEALED) ? RM_HDR_SEAL_EXT : 0))
         return -1;
     memset(hdr, 0, sizeof(*hdr));
+    if (buf[2] & RM_HDR_FLAG_SEALED) {
+        hdr->sealed       = 1;
+        hdr->seal_counter = get64(buf + fixed);
+        memcpy(hdr->seal_tag, buf + fixed + 8, RM_SEAL_TAG_LEN);
+    }
     hdr->type   = buf[0];
     hdr->status = (int32_t)get32(buf + 4);
     hdr->req_id = get64(buf + 8);

@@ -23,7 +23,14 @@
 #define RM_MAC_LEN         32
 #define RM_RKEY_MAX        8192
 #define RM_LIST_MAX        65536
-#define RM_HDR_MAX         48
+#define RM_HDR_FIXED_MAX   48
+/* An encrypted connection's messages carry a u64 counter and a 16-byte tag
+ * after the fixed part (engine/seal.h, docs/protocol.md §3.8). */
+#define RM_SEAL_TAG_LEN    16
+#define RM_HDR_SEAL_EXT    (8 + RM_SEAL_TAG_LEN)
+#define RM_HDR_MAX         (RM_HDR_FIXED_MAX + RM_HDR_SEAL_EXT)
+/* Header byte 2 (flags): the seal extension follows the fixed part. */
+#define RM_HDR_FLAG_SEALED 0x01u
 #define RM_BOOT_MAGIC      0x42524d52u /* "RMRB" */
 #define RM_BOOT_VERSION    2u
 #define RM_BOOT_HDR_LEN    12u
@@ -78,10 +85,18 @@ typedef struct rm_hdr {
     uint64_t generation; /* EVENT */
     uint64_t size;       /* EVENT; RING_NOTIFY: head */
     uint64_t epoch;      /* EVENT, EVENT_ACK */
+    /* Encrypted connections (RM_HDR_FLAG_SEALED): the message counter and
+     * the AEAD tag over the body, with the fixed part as additional data. */
+    uint8_t  sealed;
+    uint64_t seal_counter;
+    uint8_t  seal_tag[RM_SEAL_TAG_LEN];
 } rm_hdr_t;
 
-/* Encode into buf (RM_HDR_MAX bytes); returns the encoded length. */
+/* Encode into buf (RM_HDR_MAX bytes); returns the encoded length (the fixed
+ * part, plus RM_HDR_SEAL_EXT when hdr->sealed). */
 size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf);
+/* The length of a type's fixed part (what the seal authenticates). */
+size_t rm_hdr_fixed_len(unsigned type);
 /* Decode; 0 on success, -1 on a short/long header or unknown type. */
 int rm_hdr_decode(const void *buf, size_t len, rm_hdr_t *hdr);
 const char *rm_msg_type_name(unsigned type);
@@ -131,7 +146,9 @@ typedef struct rm_hello {
     uint32_t ucx_version;          /* the sender's UCX runtime, major << 16 | minor */
 } rm_hello_t;
 
-enum { RM_HELLO_AUTH_REQUIRED = 1u << 0 };
+/* AUTH_REQUIRED (server): a token is due. ENCRYPT (either side): this side
+ * encrypts the connection; both must agree (docs/protocol.md §6.3). */
+enum { RM_HELLO_AUTH_REQUIRED = 1u << 0, RM_HELLO_ENCRYPT = 1u << 1 };
 
 void rm_hello_encode(rm_wbuf_t *w, const rm_hello_t *h);
 int  rm_hello_decode(const void *buf, size_t len, rm_hello_t *h);
