@@ -10,7 +10,7 @@
  *     3 list     rm_list_decode
  *     4 name     rm_name_decode (and rm_name_valid)
  *     5 reader   a sequence of rm_rbuf_* reads, checked against a model
- *     6 boot     rm_boot_parse (the bootstrap preamble)
+ *     6 boot     rm_boot_parse, rm_boot_reply_split (bootstrap frames)
  *     7 ring     rm_ring_hdr_parse and rm_ring_hdr_parse_live (a ring header
  *                or whole image, src/ring/ring.c), rm_ring_from_image and the
  *                local readers on what parses
@@ -171,7 +171,7 @@ static void fuzz_hdr(const uint8_t *in, size_t n)
 
 /* ------------------------------------------------------------- hello */
 
-#define HELLO_LEN (4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN)
+#define HELLO_LEN (4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN + 8 + 4) /* 70 */
 
 static void fuzz_hello(const uint8_t *in, size_t n)
 {
@@ -223,7 +223,13 @@ static void fuzz_desc(const uint8_t *in, size_t n)
     size_t used = n - r.left;
     size_t gpu = d.mem_type == REMORA_MEM_CUDA
                      ? 4 + ((d.flags & RM_REGION_WIRE_IPC) ? RM_IPC_HANDLE_LEN + 8 : 0) : 0;
-    CHECK(used == 38 + strlen(d.name) + d.rkey_len + gpu);
+    size_t map = (d.flags & RM_REGION_WIRE_MAPPABLE) ? 16 : 0;
+    CHECK(used == 38 + strlen(d.name) + d.rkey_len + map + gpu);
+    if (map)
+        CHECK(d.mem_type == REMORA_MEM_HOST && d.map_pid >= 1 && d.map_pid <= INT32_MAX &&
+              d.map_fd <= INT32_MAX);
+    else
+        CHECK(d.map_pid == 0 && d.map_fd == 0 && d.map_offset == 0);
     if (d.mem_type != REMORA_MEM_CUDA)
         CHECK(!(d.flags & RM_REGION_WIRE_IPC));
     else
@@ -381,17 +387,18 @@ static void fuzz_reader(const uint8_t *in, size_t n)
 
 /* ------------------------------------------------------------- bootstrap */
 
-/* rm_boot_parse against its statement: "need more" exactly while a valid
- * prefix is incomplete, success consumes header + payload, and a success
- * re-encodes to the same bytes. */
+/* rm_boot_parse against its statement (docs/protocol.md §1.1): a wrong
+ * magic byte is rejected as soon as it is in; "need more" exactly while a
+ * valid prefix is incomplete; version 2, type 1..7, flags only CM and only on
+ * CONNECT/CONNECT_REPLY, length <= 65540; success consumes header + payload
+ * and re-encodes to the same bytes; a reply splits off its i32 status
+ * exactly when the payload holds 4 bytes. */
 static void fuzz_boot(const uint8_t *in, size_t n)
 {
     static const uint8_t magic[4] = {'R', 'M', 'R', 'B'};
-    const uint8_t *payload = NULL;
-    uint32_t plen = 0;
-    uint16_t flags = 0;
+    rm_boot_frame_t f = {0};
     size_t used = 0, m = n < 4 ? n : 4;
-    int r = rm_boot_parse(in, n, &flags, &payload, &plen, &used);
+    int r = rm_boot_parse(in, n, &f, &used);
     int bad_magic = memcmp(in, magic, m) != 0;
 
     if (bad_magic) {
@@ -402,9 +409,11 @@ static void fuzz_boot(const uint8_t *in, size_t n)
         CHECK(r == 1);
         return;
     }
-    uint32_t len = le32(in + 8);
-    int hdr_ok   = le16(in + 4) == RM_BOOT_VERSION && (le16(in + 6) & ~(unsigned)RM_BOOT_CM) == 0 &&
-                 len >= 1 && len <= RM_WORKER_ADDR_MAX;
+    unsigned type = in[6], flags = in[7];
+    uint32_t len  = le32(in + 8);
+    unsigned allowed = type == RM_BOOT_CONNECT || type == RM_BOOT_CONNECT_REPLY ? RM_BOOT_CM : 0;
+    int hdr_ok = le16(in + 4) == 2 && type >= 1 && type <= 7 && (flags & ~allowed) == 0 &&
+                 len <= 65540u;
     if (!hdr_ok) {
         CHECK(r == -1);
         return;
@@ -413,14 +422,28 @@ static void fuzz_boot(const uint8_t *in, size_t n)
         CHECK(r == 1);
         return;
     }
-    CHECK(r == 0 && used == RM_BOOT_HDR_LEN + len && plen == len &&
-          payload == in + RM_BOOT_HDR_LEN && flags == le16(in + 6));
+    CHECK(r == 0 && used == RM_BOOT_HDR_LEN + len && f.len == len &&
+          f.payload == in + RM_BOOT_HDR_LEN && f.type == type && f.flags == flags);
+    remora_status_t st;
+    const uint8_t *rest;
+    uint32_t rest_len;
+    int split = rm_boot_reply_split(&f, &st, &rest, &rest_len);
+    CHECK(split == (len >= 4 ? 0 : -1));
+    if (split == 0)
+        CHECK(rest == f.payload + 4 && rest_len == len - 4 && (int32_t)st == (int32_t)le32(f.payload));
     rm_wbuf_t w;
     rm_wbuf_init(&w);
-    rm_boot_encode(&w, flags, payload, plen);
+    rm_boot_encode(&w, f.type, f.flags, f.payload, f.len);
     if (!w.failed)
         CHECK(w.len == used && memcmp(w.data, in, used) == 0);
     rm_wbuf_free(&w);
+    if (split == 0) { /* the reply encoder agrees */
+        rm_wbuf_init(&w);
+        rm_boot_reply_encode(&w, f.type, f.flags, st, rest, rest_len);
+        if (!w.failed)
+            CHECK(w.len == used && memcmp(w.data, in, used) == 0);
+        rm_wbuf_free(&w);
+    }
 }
 
 /* ------------------------------------------------------------- lanes */

@@ -57,7 +57,10 @@ static rm_region_desc_t desc(const char *name, uint32_t id, const uint8_t *rkey,
         .size        = 4096u * (id + 1),
         .mem_type    = (uint8_t)(id % 2),
         .access      = REMORA_ACCESS_READ | (id % 2 ? REMORA_ACCESS_WRITE : 0),
-        .flags       = RM_REGION_WIRE_MAPPABLE,
+        .flags       = id % 2 ? 0 : RM_REGION_WIRE_MAPPABLE, /* host memory only */
+        .map_pid     = 4242,
+        .map_fd      = 7 + id,
+        .map_offset  = 4096u * id,
         .generation  = id + 1,
         .remote_addr = 0x7f0000001000ull + id * 0x10000u,
         .rkey_len    = rkey_len,
@@ -140,7 +143,8 @@ int main(int argc, char **argv)
     put_wbuf("lanes-three", MODE_LANES, &w);
 
     /* Hellos: a client's, a server's that asks for auth, one with a tail. */
-    rm_hello_t h = {.proto_min = 1, .proto_max = 1};
+    rm_hello_t h = {.proto_min = 2, .proto_max = 2, .instance = 0x1122334455667788ull,
+                    .ucx_version = 1u << 16 | 13u};
     memset(h.host_id, 0x11, sizeof(h.host_id));
     memset(h.nonce, 0x22, sizeof(h.nonce));
     rm_wbuf_init(&w);
@@ -226,5 +230,38 @@ int main(int argc, char **argv)
     le64_put(img + 64 + (9 % 4) * 16, 2 * 9 + 1);
     put("ring-image-clone-claimed", MODE_RING, img, len);
 
+    /* Bootstrap frames: one of each type, a whole handshake in one input. */
+    {
+        rm_hello_t bh = {.proto_min = 2, .proto_max = 2};
+        uint8_t mac[RM_MAC_LEN], addr[40];
+        rm_wbuf_t hb;
+        memset(mac, 0xab, sizeof(mac));
+        memset(addr, 0x5c, sizeof(addr));
+        addr[0] = 0x02;
+        rm_wbuf_init(&hb);
+        rm_hello_encode(&hb, &bh);
+        rm_wbuf_init(&w);
+        rm_boot_encode(&w, RM_BOOT_HELLO, 0, hb.data, (uint32_t)hb.len);
+        put_wbuf("boot-hello", MODE_BOOT, &w);
+        rm_wbuf_init(&w);
+        rm_boot_reply_encode(&w, RM_BOOT_HELLO_REPLY, 0, REMORA_OK, hb.data, (uint32_t)hb.len);
+        put_wbuf("boot-hello-reply", MODE_BOOT, &w);
+        rm_wbuf_init(&w);
+        rm_boot_encode(&w, RM_BOOT_AUTH, 0, mac, RM_MAC_LEN);
+        put_wbuf("boot-auth", MODE_BOOT, &w);
+        rm_wbuf_init(&w);
+        rm_boot_reply_encode(&w, RM_BOOT_AUTH_REPLY, 0, REMORA_ERR_AUTH, NULL, 0);
+        put_wbuf("boot-auth-reply", MODE_BOOT, &w);
+        rm_wbuf_init(&w);
+        rm_boot_encode(&w, RM_BOOT_CONNECT, RM_BOOT_CM, addr, sizeof(addr));
+        put_wbuf("boot-connect", MODE_BOOT, &w);
+        rm_wbuf_init(&w);
+        rm_boot_reply_encode(&w, RM_BOOT_CONNECT_REPLY, RM_BOOT_CM, REMORA_OK, "\x39\x30", 2);
+        put_wbuf("boot-connect-reply-cm", MODE_BOOT, &w);
+        rm_wbuf_init(&w);
+        rm_boot_encode(&w, RM_BOOT_HEARTBEAT, 0, NULL, 0);
+        put_wbuf("boot-heartbeat", MODE_BOOT, &w);
+        rm_wbuf_free(&hb);
+    }
     return g_errors ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 /*
  * Unit tests of src/wire/wire.c: message headers, the little-endian writer and
- * reader, and the hello, region descriptor, list and name bodies.
+ * reader, the hello, region descriptor, list and name bodies, and the
+ * bootstrap frames.
  *
  * Design notes
  * - Every decoder is handed a heap copy of exactly the bytes under test
@@ -434,6 +435,8 @@ static rm_hello_t sample_hello(void)
         h.host_id[i] = (uint8_t)(0x10 + i);
     for (int i = 0; i < RM_NONCE_LEN; i++)
         h.nonce[i] = (uint8_t)(0x80 + i);
+    h.instance    = 0x0102030405060708ull;
+    h.ucx_version = 1u << 16 | 13u; /* UCX 1.13 */
     return h;
 }
 
@@ -445,20 +448,25 @@ static int hello_decode_exact(const void *buf, size_t len, rm_hello_t *h)
     return rc;
 }
 
-/* A hello survives a round trip; its layout starts with magic "RMRA" LE. */
+/* A hello survives a round trip; it is 70 bytes: magic "RMRA" LE, versions,
+ * flags, host id, nonce, u64 instance, u32 UCX version. */
 static void test_hello_round_trip(void **state)
 {
     static const uint8_t head[] = {0x52, 0x4d, 0x52, 0x41, 1, 0, 3, 0, 1, 0};
+    static const uint8_t tail[] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
+                                   0x0d, 0x00, 0x01, 0x00};
     rm_hello_t in = sample_hello(), out;
     rm_wbuf_t w;
 
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &in);
     assert_int_equal(w.failed, 0);
-    assert_int_equal(w.len, 4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN);
+    assert_int_equal(w.len, 70);
+    assert_int_equal(w.len, 4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN + 8 + 4);
     assert_memory_equal(w.data, head, sizeof(head));
     assert_memory_equal(w.data + 10, in.host_id, RM_HOST_ID_LEN);
     assert_memory_equal(w.data + 10 + RM_HOST_ID_LEN, in.nonce, RM_NONCE_LEN);
+    assert_memory_equal(w.data + 58, tail, sizeof(tail));
 
     memset(&out, 0, sizeof(out));
     assert_int_equal(hello_decode_exact(w.data, w.len, &out), 0);
@@ -467,6 +475,8 @@ static void test_hello_round_trip(void **state)
     assert_int_equal(out.flags, in.flags);
     assert_memory_equal(out.host_id, in.host_id, RM_HOST_ID_LEN);
     assert_memory_equal(out.nonce, in.nonce, RM_NONCE_LEN);
+    assert_true(out.instance == in.instance);
+    assert_int_equal(out.ucx_version, in.ucx_version);
 
     /* proto_min == proto_max (the server's choice) is fine too. */
     in.proto_min = in.proto_max = 2;
@@ -542,7 +552,7 @@ static rm_region_desc_t sample_desc(const char *name, const uint8_t *rkey, uint3
         .size        = 1ull << 40,
         .mem_type    = REMORA_MEM_HOST, /* GPU descriptors: test_desc_gpu */
         .access      = REMORA_ACCESS_READ | REMORA_ACCESS_WRITE,
-        .flags       = RM_REGION_WIRE_MAPPABLE,
+        .flags       = 0, /* MAPPABLE descriptors: test_desc_mappable */
         .generation  = 42,
         .remote_addr = 0x00007f0012345000ull,
         .rkey_len    = rkey_len,
@@ -982,6 +992,305 @@ static void test_name_valid(void **state)
     assert_false(rm_name_valid(s));
 }
 
+
+/* ---------------------------------------------------------------- map fields */
+
+/* A MAPPABLE host descriptor carries u32 map_pid, u32 map_fd, u64 map_offset
+ * after the rkey (16 bytes more); they survive a round trip, every
+ * truncation fails, and pid 0, pid or fd above INT32_MAX and a MAPPABLE GPU
+ * descriptor are rejected. Without the flag nothing follows and the fields
+ * decode as 0. */
+static void test_desc_mappable(void **state)
+{
+    static const uint8_t rkey[3] = {9, 8, 7};
+    static const uint8_t map_le[16] = {0x39, 0x30, 0, 0, 0x07, 0, 0, 0,
+                                       0x00, 0x10, 0, 0, 0, 0, 0, 0};
+    rm_region_desc_t in = sample_desc("mapped", rkey, sizeof(rkey)), out;
+    rm_wbuf_t w;
+    size_t left;
+
+    in.flags      = RM_REGION_WIRE_MAPPABLE;
+    in.map_pid    = 12345;
+    in.map_fd     = 7;
+    in.map_offset = 0x1000;
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_int_equal(w.len, 38 + strlen(in.name) + sizeof(rkey) + 16);
+    assert_memory_equal(w.data + w.len - 16, map_le, sizeof(map_le));
+    memset(&out, 0xa5, sizeof(out));
+    assert_false(desc_decode_exact(w.data, w.len, &out, &left));
+    assert_int_equal(left, 0);
+    assert_desc_eq(&out, &in);
+    assert_int_equal(out.map_pid, 12345);
+    assert_int_equal(out.map_fd, 7);
+    assert_true(out.map_offset == 0x1000);
+    for (size_t cut = 0; cut < w.len; cut++)
+        assert_true(desc_decode_exact(w.data, cut, &out, &left));
+    rm_wbuf_free(&w);
+
+    /* Without the flag: no map fields on the wire, zeros decoded. */
+    in.flags = 0;
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_int_equal(w.len, 38 + strlen(in.name) + sizeof(rkey));
+    memset(&out, 0xa5, sizeof(out));
+    assert_false(desc_decode_exact(w.data, w.len, &out, &left));
+    assert_int_equal(out.map_pid, 0);
+    assert_int_equal(out.map_fd, 0);
+    assert_true(out.map_offset == 0);
+    rm_wbuf_free(&w);
+
+    /* Implausible map fields. */
+    const struct { uint32_t pid, fd; } bad[] = {
+        {0, 3}, {(uint32_t)INT32_MAX + 1u, 3}, {UINT32_MAX, 3}, {100, (uint32_t)INT32_MAX + 1u},
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        in.flags   = RM_REGION_WIRE_MAPPABLE;
+        in.map_pid = bad[k].pid;
+        in.map_fd  = bad[k].fd;
+        rm_wbuf_init(&w);
+        rm_region_desc_encode(&w, &in);
+        assert_true(desc_decode_exact(w.data, w.len, &out, &left));
+        rm_wbuf_free(&w);
+    }
+    in.map_pid = (uint32_t)INT32_MAX; /* the largest accepted */
+    in.map_fd  = (uint32_t)INT32_MAX;
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_false(desc_decode_exact(w.data, w.len, &out, &left));
+    rm_wbuf_free(&w);
+
+    /* GPU memory is never mappable. */
+    in.map_pid  = 100;
+    in.map_fd   = 3;
+    in.mem_type = REMORA_MEM_CUDA;
+    in.device   = 0;
+    rm_wbuf_init(&w);
+    rm_region_desc_encode(&w, &in);
+    assert_true(desc_decode_exact(w.data, w.len, &out, &left));
+    rm_wbuf_free(&w);
+}
+
+/* ---------------------------------------------------------------- boot frames */
+
+static int boot_parse_exact(const void *buf, size_t len, rm_boot_frame_t *f, size_t *used,
+                            uint8_t **copy_p)
+{
+    uint8_t *d = dup_exact(buf, len);
+    int rc     = rm_boot_parse(d, len, f, used);
+    *copy_p    = d; /* f->payload points into it; the caller frees it */
+    return rc;
+}
+
+/* The 12-byte header, literally: "RMRB" LE, u16 version 2, type, flags, u32
+ * length; then the payload. It parses back, pointing into the buffer. */
+static void test_boot_encode_layout(void **state)
+{
+    static const uint8_t expect[] = {0x52, 0x4d, 0x52, 0x42, 2, 0, RM_BOOT_CONNECT, RM_BOOT_CM,
+                                     5, 0, 0, 0, 'a', 'b', 'c', 'd', 'e'};
+    rm_boot_frame_t f;
+    rm_wbuf_t w;
+    size_t used = 0;
+    uint8_t *copy;
+
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, RM_BOOT_CONNECT, RM_BOOT_CM, "abcde", 5);
+    assert_wbuf_eq(&w, expect, sizeof(expect));
+    assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), 0);
+    assert_int_equal(used, sizeof(expect));
+    assert_int_equal(f.type, RM_BOOT_CONNECT);
+    assert_int_equal(f.flags, RM_BOOT_CM);
+    assert_int_equal(f.len, 5);
+    assert_ptr_equal(f.payload, copy + RM_BOOT_HDR_LEN);
+    free(copy);
+    rm_wbuf_free(&w);
+
+    /* An empty frame (a heartbeat) is exactly the header. */
+    static const uint8_t hb[] = {0x52, 0x4d, 0x52, 0x42, 2, 0, RM_BOOT_HEARTBEAT, 0, 0, 0, 0, 0};
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, RM_BOOT_HEARTBEAT, 0, NULL, 0);
+    assert_wbuf_eq(&w, hb, sizeof(hb));
+    assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), 0);
+    assert_int_equal(used, RM_BOOT_HDR_LEN);
+    assert_int_equal(f.len, 0);
+    free(copy);
+    rm_wbuf_free(&w);
+}
+
+/* Every type 1..7 round-trips; only CONNECT and CONNECT_REPLY may carry
+ * RM_BOOT_CM; types 0 and 8..255 are rejected; so are a wrong version, any
+ * unknown flag bit and a length above RM_BOOT_PAYLOAD_MAX. */
+static void test_boot_types_flags(void **state)
+{
+    rm_boot_frame_t f;
+    size_t used;
+    uint8_t *copy;
+    rm_wbuf_t w;
+
+    for (unsigned t = 0; t <= 255; t++) {
+        for (unsigned fl = 0; fl <= 255; fl++) {
+            int ok = t >= 1 && t <= RM_BOOT_TYPE_MAX &&
+                     (fl == 0 || (fl == RM_BOOT_CM && (t == RM_BOOT_CONNECT ||
+                                                       t == RM_BOOT_CONNECT_REPLY)));
+            rm_wbuf_init(&w);
+            rm_boot_encode(&w, t, fl, "xy", 2);
+            assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), ok ? 0 : -1);
+            if (ok) {
+                assert_int_equal(f.type, t);
+                assert_int_equal(f.flags, fl);
+                assert_int_equal(used, RM_BOOT_HDR_LEN + 2);
+            }
+            free(copy);
+            rm_wbuf_free(&w);
+        }
+    }
+    for (unsigned v = 0; v < 8; v++) { /* only version 2 */
+        rm_wbuf_init(&w);
+        rm_boot_encode(&w, RM_BOOT_HELLO, 0, NULL, 0);
+        w.data[4] = (uint8_t)v;
+        assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), v == 2 ? 0 : -1);
+        free(copy);
+        w.data[4] = 2;
+        w.data[5] = 1; /* version 258 */
+        assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), -1);
+        free(copy);
+        rm_wbuf_free(&w);
+    }
+}
+
+/* Length: RM_BOOT_PAYLOAD_MAX (65540) is the largest accepted; a header
+ * announcing more is rejected at once, before its payload arrives; one
+ * announcing up to the maximum asks for more bytes until all are in. */
+static void test_boot_length_bounds(void **state)
+{
+    const uint32_t lens[] = {RM_BOOT_PAYLOAD_MAX + 1u, 1u << 20, UINT32_MAX};
+    rm_boot_frame_t f;
+    size_t used;
+    uint8_t *copy;
+    rm_wbuf_t w;
+    uint8_t *big = calloc(1, RM_BOOT_PAYLOAD_MAX);
+
+    assert_int_equal(RM_BOOT_PAYLOAD_MAX, 65540);
+    assert_non_null(big);
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, RM_BOOT_CONNECT, 0, big, RM_BOOT_PAYLOAD_MAX);
+    assert_int_equal(w.len, RM_BOOT_HDR_LEN + RM_BOOT_PAYLOAD_MAX);
+    assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), 0);
+    assert_int_equal(f.len, RM_BOOT_PAYLOAD_MAX);
+    free(copy);
+    assert_int_equal(boot_parse_exact(w.data, w.len - 1, &f, &used, &copy), 1);
+    free(copy);
+    rm_wbuf_free(&w);
+    free(big);
+
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        rm_wbuf_init(&w);
+        rm_boot_encode(&w, RM_BOOT_CONNECT, 0, NULL, 0);
+        w.data[8]  = (uint8_t)lens[k];
+        w.data[9]  = (uint8_t)(lens[k] >> 8);
+        w.data[10] = (uint8_t)(lens[k] >> 16);
+        w.data[11] = (uint8_t)(lens[k] >> 24);
+        assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), -1);
+        free(copy);
+        rm_wbuf_free(&w);
+    }
+}
+
+/* Incremental parsing: every prefix of a valid frame needs more bytes (1);
+ * a wrong magic byte is rejected as soon as it arrives, before the header
+ * is complete; bytes after a frame are left for the next call. */
+static void test_boot_prefixes_and_magic(void **state)
+{
+    rm_boot_frame_t f;
+    size_t used;
+    uint8_t *copy;
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_boot_encode(&w, RM_BOOT_AUTH, 0, "0123456789abcdef0123456789abcdef", RM_MAC_LEN);
+    rm_boot_encode(&w, RM_BOOT_HEARTBEAT, 0, NULL, 0);
+    for (size_t n = 0; n < RM_BOOT_HDR_LEN + RM_MAC_LEN; n++) {
+        assert_int_equal(boot_parse_exact(w.data, n, &f, &used, &copy), 1);
+        free(copy);
+    }
+    assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), 0);
+    assert_int_equal(used, RM_BOOT_HDR_LEN + RM_MAC_LEN);
+    assert_int_equal(f.type, RM_BOOT_AUTH);
+    free(copy);
+    assert_int_equal(boot_parse_exact(w.data + used, w.len - used, &f, &used, &copy), 0);
+    assert_int_equal(f.type, RM_BOOT_HEARTBEAT);
+    free(copy);
+
+    for (size_t i = 0; i < 4; i++) {
+        w.data[i] ^= 0x20;
+        for (size_t n = i + 1; n <= RM_BOOT_HDR_LEN; n++) {
+            assert_int_equal(boot_parse_exact(w.data, n, &f, &used, &copy), -1);
+            free(copy);
+        }
+        w.data[i] ^= 0x20;
+    }
+    /* The old "RMRA" hello magic is not a frame. */
+    assert_int_equal(boot_parse_exact("RMRA", 4, &f, &used, &copy), -1);
+    free(copy);
+    rm_wbuf_free(&w);
+}
+
+/* Replies: the length counts the i32 status; reply_split gives the status
+ * and the rest; a reply payload under 4 bytes does not split. */
+static void test_boot_reply(void **state)
+{
+    static const uint8_t expect[] = {0x52, 0x4d, 0x52, 0x42, 2, 0, RM_BOOT_HELLO_REPLY, 0,
+                                     7, 0, 0, 0, 0xee, 0xff, 0xff, 0xff, 'x', 'y', 'z'};
+    rm_boot_frame_t f;
+    remora_status_t st;
+    const uint8_t *rest;
+    uint32_t rest_len;
+    size_t used;
+    uint8_t *copy;
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_boot_reply_encode(&w, RM_BOOT_HELLO_REPLY, 0, REMORA_ERR_VERSION, "xyz", 3);
+    assert_wbuf_eq(&w, expect, sizeof(expect));
+    assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), 0);
+    assert_int_equal(rm_boot_reply_split(&f, &st, &rest, &rest_len), 0);
+    assert_int_equal(st, REMORA_ERR_VERSION);
+    assert_int_equal(rest_len, 3);
+    assert_memory_equal(rest, "xyz", 3);
+    free(copy);
+    rm_wbuf_free(&w);
+
+    /* Status only. */
+    rm_wbuf_init(&w);
+    rm_boot_reply_encode(&w, RM_BOOT_AUTH_REPLY, 0, REMORA_ERR_AUTH, NULL, 0);
+    assert_int_equal(w.len, RM_BOOT_HDR_LEN + 4);
+    assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), 0);
+    assert_int_equal(rm_boot_reply_split(&f, &st, &rest, &rest_len), 0);
+    assert_int_equal(st, REMORA_ERR_AUTH);
+    assert_int_equal(rest_len, 0);
+    free(copy);
+    rm_wbuf_free(&w);
+
+    /* The CM flag on a CONNECT_REPLY with a u16 port. */
+    rm_wbuf_init(&w);
+    rm_boot_reply_encode(&w, RM_BOOT_CONNECT_REPLY, RM_BOOT_CM, REMORA_OK, "\x39\x30", 2);
+    assert_int_equal(boot_parse_exact(w.data, w.len, &f, &used, &copy), 0);
+    assert_int_equal(f.flags, RM_BOOT_CM);
+    assert_int_equal(rm_boot_reply_split(&f, &st, &rest, &rest_len), 0);
+    assert_int_equal(st, REMORA_OK);
+    assert_int_equal(rest_len, 2);
+    free(copy);
+    rm_wbuf_free(&w);
+
+    for (uint32_t n = 0; n < 4; n++) {
+        rm_boot_frame_t s = {.type = RM_BOOT_AUTH_REPLY, .payload = (const uint8_t *)"abc",
+                             .len = n};
+        st = 12345;
+        assert_int_equal(rm_boot_reply_split(&s, &st, &rest, &rest_len), -1);
+        assert_int_equal(st, 12345);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1020,6 +1329,12 @@ int main(void)
         cmocka_unit_test(test_list_bad_entry),
         cmocka_unit_test(test_name_decode),
         cmocka_unit_test(test_name_valid),
+        cmocka_unit_test(test_desc_mappable),
+        cmocka_unit_test(test_boot_encode_layout),
+        cmocka_unit_test(test_boot_types_flags),
+        cmocka_unit_test(test_boot_length_bounds),
+        cmocka_unit_test(test_boot_prefixes_and_magic),
+        cmocka_unit_test(test_boot_reply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

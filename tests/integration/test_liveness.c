@@ -1,0 +1,187 @@
+/*
+ * Dead peers. A server that stops answering (SIGSTOP: the process is there,
+ * its sockets open, so TCP reports nothing) must be taken for dead by its
+ * clients within the peer timeout (2 s default; heartbeats every 500 ms):
+ *   a. a blocking read, a blocking write and a ring subscription's
+ *      remora_sub_next each fail with REMORA_ERR_DISCONNECTED within 2.5 s;
+ *   b. `remora stream read` against a stopped `stream serve` exits non-zero
+ *      within 5 s;
+ *   c. without heartbeats from the server (REMORA_HEARTBEAT_MS=0 in its
+ *      environment only), a read with a client timeout of 1000 ms fails
+ *      after 1.0-1.6 s: a request's timeout is its own.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define A_SIZE (256u * 1024u)
+#define DEAD_MS 2500.0
+
+/* Requests must reach the server: the map path (same host) reads without it. */
+static const remora_client_params_t g_am = {.field_mask = REMORA_CLIENT_FIELD_PATH,
+                                            .path = REMORA_PATH_AM};
+
+typedef struct op {
+    it_client_t     *c;
+    int              write;
+    double           t_stop;   /* when the server was stopped */
+    remora_status_t  st;
+    double           took_ms;  /* from t_stop */
+} op_t;
+
+static volatile double g_t_stop;
+
+static void *blocking_op(void *arg)
+{
+    op_t *op = arg;
+    uint8_t *buf = malloc(A_SIZE);
+
+    while (g_t_stop == 0)
+        it_sleep_ms(1);
+    memset(buf, 0x5a, A_SIZE);
+    op->st = op->write ? remora_client_write(op->c->client, "a", 0, buf, A_SIZE)
+                       : remora_client_read(op->c->client, "a", 0, buf, A_SIZE);
+    op->took_ms = it_now_ms() - g_t_stop;
+    free(buf);
+    return NULL;
+}
+
+static void test_stopped_server(void **state)
+{
+    it_server_t s, ss;
+    it_client_t c_read, c_write, c_sub;
+    remora_sub_h sub;
+    uint8_t elem[64];
+    remora_elem_info_t info;
+    pthread_t tr, tw;
+    op_t r = {.c = &c_read}, w = {.c = &c_write, .write = 1};
+    (void)state;
+
+    it_must_start(&s, "--region", "a=256K", "--writable", NULL);
+    it_must_start(&ss, "stream", "serve", "--ring", "r=64x16", "--rate", "100", NULL);
+    it_assert_ok(it_client_open(&c_read, s.addr, &g_am));
+    it_assert_ok(it_client_open(&c_write, s.addr, &g_am));
+    it_assert_ok(it_client_open(&c_sub, ss.addr, NULL));
+    it_assert_ok(remora_client_subscribe(c_sub.client, "r", NULL, &sub));
+    it_assert_ok(remora_sub_next(sub, elem, sizeof(elem), &info, 5000));
+    uint8_t probe[64];
+    it_assert_ok(remora_client_read(c_read.client, "a", 0, probe, sizeof(probe)));
+
+    g_t_stop = 0;
+    assert_int_equal(pthread_create(&tr, NULL, blocking_op, &r), 0);
+    assert_int_equal(pthread_create(&tw, NULL, blocking_op, &w), 0);
+    assert_true(it_stop_process(s.pid, 2000));
+    assert_true(it_stop_process(ss.pid, 2000));
+    g_t_stop = it_now_ms();
+
+    /* The subscription: every element it still holds, then the failure. */
+    remora_status_t sst;
+    do
+        sst = remora_sub_next(sub, elem, sizeof(elem), &info, 10000);
+    while (sst == REMORA_OK && it_now_ms() - g_t_stop < 10000);
+    double sub_ms = it_now_ms() - g_t_stop;
+    pthread_join(tr, NULL);
+    pthread_join(tw, NULL);
+    printf("# stopped server: read %s after %.0f ms, write %s after %.0f ms, sub_next %s after "
+           "%.0f ms\n", remora_status_string(r.st), r.took_ms, remora_status_string(w.st),
+           w.took_ms, remora_status_string(sst), sub_ms);
+    kill(s.pid, SIGCONT);
+    kill(ss.pid, SIGCONT);
+    it_assert_status(r.st, REMORA_ERR_DISCONNECTED);
+    it_assert_status(w.st, REMORA_ERR_DISCONNECTED);
+    it_assert_status(sst, REMORA_ERR_DISCONNECTED);
+    if (r.took_ms >= DEAD_MS || w.took_ms >= DEAD_MS || sub_ms >= DEAD_MS)
+        fail_msg("a dead server noticed too late: read %.0f, write %.0f, sub %.0f ms (< %.0f)",
+                 r.took_ms, w.took_ms, sub_ms, DEAD_MS);
+    remora_sub_destroy(sub);
+    it_client_close(&c_read);
+    it_client_close(&c_write);
+    it_client_close(&c_sub);
+    /* Resumed, the servers serve new clients (and did not crash on waking
+     * to endpoints their clients gave up on). */
+    it_sleep_ms(300);
+    if (!it_server_alive(&s) || !it_server_alive(&ss)) {
+        it_server_dump_log(it_server_alive(&s) ? &ss : &s);
+        fail_msg("a server died after SIGCONT (log above)");
+    }
+    it_assert_ok(it_client_open(&c_read, s.addr, NULL));
+    it_assert_ok(remora_client_read(c_read.client, "a", 0, probe, sizeof(probe)));
+    it_client_close(&c_read);
+    assert_int_equal(it_server_stop(&s), 0);
+    assert_int_equal(it_server_stop(&ss), 0);
+}
+
+static void test_stream_read_stopped_server(void **state)
+{
+    it_server_t ss;
+    it_proc_t p;
+    it_run_t run;
+    char target[IT_ADDR_MAX + 8];
+    (void)state;
+
+    it_must_start(&ss, "stream", "serve", "--ring", "r=64x16", "--rate", "100", NULL);
+    snprintf(target, sizeof(target), "%s/r", ss.addr);
+    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--seconds", "60", NULL),
+                     0);
+    it_sleep_ms(1500); /* connected and consuming */
+    assert_true(it_stop_process(ss.pid, 2000));
+    double t0 = it_now_ms();
+    it_proc_wait(&p, 8000, &run); /* run.status says how it ended */
+    double took = it_now_ms() - t0;
+    printf("# stream read against a stopped server: exit %d after %.0f ms\n", run.status, took);
+    kill(ss.pid, SIGCONT);
+    if (run.status == 0 || run.status == -1)
+        fail_msg("remora stream read exited %d (stderr: %s)", run.status, run.err);
+    if (took >= 5000)
+        fail_msg("remora stream read took %.0f ms to give up (< 5000)", took);
+    it_run_free(&run);
+    assert_int_equal(it_server_stop(&ss), 0);
+}
+
+static void test_request_timeout_is_its_own(void **state)
+{
+    it_server_t s;
+    static const char *const env[] = {"REMORA_HEARTBEAT_MS=0", NULL};
+    it_client_t c;
+    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_TIMEOUT |
+                                              REMORA_CLIENT_FIELD_PATH,
+                                .timeout_ms = 1000, .path = REMORA_PATH_AM};
+    uint8_t *buf = malloc(A_SIZE);
+    (void)state;
+
+    assert_non_null(buf);
+    if (it_server_start_env(&s, env, "--region", "a=256K", NULL) != 0)
+        fail_msg("could not start remora serve");
+    it_assert_ok(it_client_open(&c, s.addr, &p));
+    it_assert_ok(remora_client_read(c.client, "a", 0, buf, 64));
+    assert_true(it_stop_process(s.pid, 2000));
+    double t0 = it_now_ms();
+    remora_status_t st = remora_client_read(c.client, "a", 0, buf, A_SIZE);
+    double took = it_now_ms() - t0;
+    printf("# read with timeout 1000 ms, server stopped, no server heartbeats: %s after %.0f ms\n",
+           remora_status_string(st), took);
+    kill(s.pid, SIGCONT);
+    assert_int_not_equal(st, REMORA_OK);
+    if (took < 1000 || took > 1600)
+        fail_msg("a read with a 1000 ms timeout failed after %.0f ms (%s), not in 1000-1600 ms",
+                 took, remora_status_string(st));
+    it_client_close(&c);
+    free(buf);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_stopped_server, it_teardown_reap),
+        cmocka_unit_test_teardown(test_stream_read_stopped_server, it_teardown_reap),
+        cmocka_unit_test_teardown(test_request_timeout_is_its_own, it_teardown_reap),
+    };
+
+    it_init("liveness");
+    return it_finish(cmocka_run_group_tests(tests, NULL, NULL));
+}
