@@ -438,7 +438,7 @@ static void assert_real_client_works(const it_server_t *s, const char *token)
 static void test_malformed_headers(void **state)
 {
     raw_t *r = calloc(1, sizeof(*r));
-    uint8_t h[64];
+    uint8_t h[RM_HDR_MAX];
     rm_wbuf_t w;
     (void)state;
 
@@ -814,7 +814,7 @@ static void test_version_mismatch(void **state)
 static void test_random_flood(void **state)
 {
     raw_t *r = calloc(1, sizeof(*r));
-    uint8_t h[64], body[300], seed_buf[2];
+    uint8_t h[RM_HDR_MAX], body[300], seed_buf[2];
     (void)state;
 
     assert_non_null(r);
