@@ -549,9 +549,13 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
         return status;
     config_bind(config, bind_host);
     ctx->rma = config_rma(config, ctx->rma);
-    /* A dead peer must become an error promptly even without a TCP reset. */
+    /* A dead peer must become an error promptly even without a TCP reset:
+     * remora's own heartbeats (boot.c) see to that. UCX's keepalive is
+     * then only extra wire-up traffic, and UCX 1.13 aborts (ucp_request.c
+     * "got REP message", tcp_ep.c:478) when a peer that its keepalive
+     * failed wakes up from a stop; it runs only with heartbeats off. */
     if (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)
-        ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+        ucp_config_modify(config, "KEEPALIVE_INTERVAL", ctx->hb_interval_ns ? "inf" : "1s");
     /* With peer-failure handling, UCX gives worker-address endpoints no
      * zero-copy lanes over TCP: rendezvous data goes as active-message
      * fragments of one TCP segment each. UCX's 8 KiB segments cost a

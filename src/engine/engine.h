@@ -194,6 +194,12 @@ void rm_peer_close(rm_peer_t *peer);
 enum { RM_RMA_LANE_TCP = 1u << 0, RM_RMA_LANE_VERBS = 1u << 1, RM_RMA_LANE_OTHER = 1u << 2 };
 unsigned rm_peer_rma_lanes(rm_peer_t *peer);
 
+/* Wait (without the lock) until UCX finished wiring the endpoint up: a
+ * flush completes once every lane is connected. UCX 1.13 aborts when it
+ * must discard an endpoint whose wire-up reply is still queued (a peer that
+ * stops right after connecting), so the handshake ends only after this. */
+remora_status_t rm_peer_wireup_wait(rm_peer_t *peer, uint64_t deadline);
+
 /* Create the peer's endpoint to a UCX worker address (from the bootstrap)
  * and attach it. UCX pairs it with the endpoint the other side creates. */
 remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr);

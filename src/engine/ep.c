@@ -10,6 +10,7 @@
 
 #include "engine/seal.h"
 #include "util/log.h"
+#include "util/time.h"
 
 /* ------------------------------------------------------------ addresses */
 
@@ -175,6 +176,60 @@ unsigned rm_peer_rma_lanes(rm_peer_t *peer)
     }
     free(dump);
     return kinds;
+}
+
+typedef struct rm_flush {
+    atomic_int      done;
+    ucs_status_t    status;
+    remora_context_h ctx;
+} rm_flush_t;
+
+static void flush_cb(void *request, ucs_status_t status, void *user_data)
+{
+    rm_flush_t *f = user_data;
+
+    f->status = status;
+    rm_engine_complete(f->ctx, &f->done);
+}
+
+remora_status_t rm_peer_wireup_wait(rm_peer_t *peer, uint64_t deadline)
+{
+    rm_flush_t *f = calloc(1, sizeof(*f));
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.send = flush_cb};
+    remora_status_t st;
+    void *req;
+
+    if (f == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    f->ctx      = peer->ctx;
+    p.user_data = f;
+    rm_engine_lock(peer->ctx);
+    req = peer->failed || peer->ep == NULL ? UCS_STATUS_PTR(UCS_ERR_NOT_CONNECTED)
+                                           : ucp_ep_flush_nbx(peer->ep, &p);
+    rm_engine_unlock(peer->ctx);
+    if (!UCS_PTR_IS_PTR(req)) {
+        free(f);
+        return rm_status_from_ucs(UCS_PTR_STATUS(req));
+    }
+    rm_engine_kick(peer->ctx);
+    if (rm_engine_wait(peer->ctx, &f->done, deadline) != REMORA_OK) {
+        /* The request stays UCX's: cancel it (its callback frees nothing of
+         * ours but f, which is leaked rather than freed under it). */
+        rm_engine_lock(peer->ctx);
+        if (!atomic_load(&f->done))
+            ucp_request_cancel(peer->ctx->worker, req);
+        rm_engine_unlock(peer->ctx);
+        if (rm_engine_wait(peer->ctx, &f->done, rm_deadline_ns(1000)) != REMORA_OK)
+            return REMORA_ERR_TIMED_OUT;
+    }
+    st = rm_status_from_ucs(f->status);
+    rm_engine_lock(peer->ctx);
+    ucp_request_free(req);
+    rm_engine_unlock(peer->ctx);
+    free(f);
+    return st;
 }
 
 static void cancel_sends(rm_peer_t *peer);

@@ -730,6 +730,8 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
         st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
     if (st == REMORA_OK)
         st = handshake_endpoint(c, &f, addr, len);
+    if (st == REMORA_OK)
+        st = rm_peer_wireup_wait(&c->peer, deadline);
     free(plain);
     return st;
 }
