@@ -108,7 +108,9 @@ rm_op_t *rm_client_op_send(remora_client_h c, rm_hdr_t *hdr, uint8_t reply_type,
         return NULL;
     }
     hdr->req_id = op->req_id;
-    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, hdr, sp)) != REMORA_OK) {
+    /* A send that fails may fail the connection on the spot (client_fail),
+     * which finishes this op already: never finish it twice. */
+    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, hdr, sp)) != REMORA_OK && !op->replied) {
         op->status  = st; /* finished now: its waiter sees why at once */
         op->replied = 1;
         rm_client_op_finish(op);
