@@ -111,6 +111,10 @@ static remora_status_t wait_send(remora_sub_h sub)
         sub->region_id = r->id;
     if (c->disconnected) {
         st = c->disc_status;
+    } else if (c->conn_gen != sub->gen) {
+        /* Reconnected since we attached: a wait for `next` would be in the old
+         * instance's numbering. Re-attach first (sub_recover). */
+        st = REMORA_ERR_DISCONNECTED;
     } else if (r->id != sub->region_id) {
         st = REMORA_ERR_NOT_FOUND; /* the ring went; another took its name */
     } else {
@@ -219,11 +223,27 @@ static void fetch_cancel(remora_sub_h sub)
     sub->stage = FETCH_IDLE;
 }
 
+/* Whether the client is still on the connection we are attached on; fetches
+ * check it before and after, so that no element of another connection (maybe
+ * another server instance) is taken for one of ours. */
+static int sub_on_own_link(remora_sub_h sub)
+{
+    remora_client_h c = sub->client;
+
+    rm_engine_lock(c->ctx);
+    int same = !c->disconnected && c->conn_gen == sub->gen;
+    rm_engine_unlock(c->ctx);
+    return same;
+}
+
 static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t count)
 {
     const rm_ring_shape_t *s = &sub->shape;
     uint64_t slot = first % s->capacity;
     remora_status_t st;
+
+    if (!sub_on_own_link(sub))
+        return REMORA_ERR_DISCONNECTED;
 
     if (sub->fbuf[!sub->fcur] == NULL &&
         (sub->fbuf[!sub->fcur] = malloc(sub->batch_max * sub_pitch(sub))) == NULL)
@@ -327,6 +347,8 @@ static remora_status_t fetch_finish(remora_sub_h sub, uint64_t deadline)
     if ((st = fetch_wait(sub, deadline)) != REMORA_OK)
         return st;
     sub->stage = FETCH_IDLE;
+    if (!sub_on_own_link(sub))
+        return REMORA_ERR_DISCONNECTED; /* the data may be of the new connection */
     return fetch_validate(sub);
 }
 

@@ -158,12 +158,23 @@ typedef struct subscriber {
     int      inst;              /* instance of the last element */
     uint64_t base, last;        /* seq it started from in inst, last delivered */
     uint64_t spans, delivered, drops, instances, bad, backwards;
+    /* Per instance, to say where an account does not add up. */
+    uint64_t i_first[MAX_INST], i_deliv[MAX_INST], i_drops0[MAX_INST];
 } subscriber_t;
 
 static void close_span(subscriber_t *s)
 {
-    if (s->inst >= 0)
-        s->spans += s->last + 1 - s->base;
+    if (s->inst < 0)
+        return;
+    uint64_t span = s->last + 1 - s->base, got = s->i_deliv[s->inst] + s->drops -
+                                                  s->i_drops0[s->inst];
+    s->spans += span;
+    if (got != span)
+        printf("  instance %d: seqs %llu..%llu from %llu: span %llu, delivered %llu + drops "
+               "%llu = %llu\n", s->inst, (unsigned long long)s->i_first[s->inst],
+               (unsigned long long)s->last, (unsigned long long)s->base,
+               (unsigned long long)span, (unsigned long long)s->i_deliv[s->inst],
+               (unsigned long long)(s->drops - s->i_drops0[s->inst]), (unsigned long long)got);
 }
 
 static void *sub_main(void *arg)
@@ -191,6 +202,8 @@ static void *sub_main(void *arg)
              * say how far the first element is past it); later ones from 0. */
             s->base = s->inst < 0 ? info.seq - (info.drops - s->drops) : 0;
             s->inst = inst;
+            s->i_first[inst]  = info.seq;
+            s->i_drops0[inst] = s->drops;
             s->instances++;
             atomic_store(&s->inst_seen, inst);
         } else if (info.seq <= s->last) {
@@ -199,6 +212,7 @@ static void *sub_main(void *arg)
         s->last  = info.seq;
         s->drops = info.drops;
         s->delivered++;
+        s->i_deliv[inst]++;
     }
     return NULL;
 }
