@@ -71,6 +71,12 @@ typedef struct cli_client_opts {
     remora_path_t path;
     cli_token_t   token;
     unsigned      lanes;      /**< 0: the library default */
+    /** Reconnect (remora.h): true sets it on; false leaves the library's
+     *  default (off, or $REMORA_RECONNECT). Long-running commands set it
+     *  before parsing; their --no-reconnect clears it. */
+    bool          reconnect;
+    remora_event_cb_t event_cb; /**< NULL: none */
+    void         *event_arg;
 } cli_client_opts_t;
 
 /** getopt_long codes of long-only options; commands number theirs from CLI_OPT_CMD. */

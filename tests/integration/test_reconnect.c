@@ -426,12 +426,47 @@ static void test_off(void **state)
     assert_int_equal(it_server_stop(&s), 0);
 }
 
+/* ---------------------------------------------------------------- 4. CLI */
+
+/* `remora stream read` reconnects by default; --no-reconnect ends with the server. */
+static void test_cli_stream_read(void **state)
+{
+    (void)state;
+    char addr[IT_ADDR_MAX], target[IT_ADDR_MAX + 8];
+    it_server_t s;
+    it_proc_t p, q;
+    it_run_t r, rq;
+
+    free_addr(addr);
+    snprintf(target, sizeof(target), "%s/" RING, addr);
+    start_at(&s, addr);
+    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--seconds", "4", "--json",
+                                  "--verify", NULL), 0);
+    assert_int_equal(it_cli_spawn(&q, NULL, "stream", "read", target, "--seconds", "4",
+                                  "--no-reconnect", NULL), 0);
+    it_sleep_ms(1200);
+    it_server_kill(&s);
+    start_at(&s, addr);
+    it_proc_wait(&p, 20000, &r);
+    it_proc_wait(&q, 20000, &rq);
+    printf("  stream read: %s", r.out);
+    assert_int_equal(r.status, 0);
+    it_assert_contains(r.out, "\"reconnects\":1,");
+    it_assert_contains(r.out, "\"torn\":0,\"corrupt\":0");
+    assert_true(rq.status > 0 && rq.status < 128); /* the stream ended with the server */
+    it_assert_contains(rq.err, "disconnected");
+    it_run_free(&r);
+    it_run_free(&rq);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest all[] = {
         cmocka_unit_test_teardown(test_restarts, it_teardown_reap),
         cmocka_unit_test_teardown(test_same_instance, it_teardown_reap),
         cmocka_unit_test_teardown(test_off, it_teardown_reap),
+        cmocka_unit_test_teardown(test_cli_stream_read, it_teardown_reap),
     };
     struct CMUnitTest one[1];
     const struct CMUnitTest *tests = all;
