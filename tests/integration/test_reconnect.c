@@ -337,7 +337,12 @@ static void test_restarts(void **state)
     assert_int_equal(atomic_load(&ev.reconnecting), restarts);
     assert_int_equal(atomic_load(&ev.final), 0);
     assert_true(fds <= fds5 + 2);
+#if defined(__SANITIZE_ADDRESS__)
+    /* ASan keeps freed memory in quarantine (256 MiB by default): RSS grows by design. */
+    assert_true(rss <= rss5 + 256 * 1024);
+#else
     assert_true(rss <= rss5 + 16 * 1024);
+#endif
     it_client_close(&c);
     assert_int_equal(it_server_stop(&s), 0);
 }
