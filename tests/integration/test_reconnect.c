@@ -17,8 +17,10 @@
  *    - /proc/self/fd count and RSS are flat from restart 5 to the last.
  *    Elements are assigned to server instances by their frame timestamp
  *    (CLOCK_REALTIME, stamped by the producer): the test notes the time
- *    before each kill, and an instance's frames are all older than its kill
- *    and newer than the previous one.
+ *    after each killed server is reaped (noted before the kill, a frame the
+ *    dying producer stamped meanwhile was taken for the next instance's), and
+ *    an instance's frames are all older than its kill and newer than the
+ *    previous one.
  * 2. same_instance: the server SIGSTOPped for 2.5 s (heartbeats declare it
  *    dead after 2 s), then SIGCONT: the client reconnects to the same
  *    instance (event: new_instance 0), subscriptions resume with exact drops.
@@ -134,8 +136,8 @@ static remora_client_params_t rc_params(events_t *ev, int enable)
 
 /* ---------------------------------------------------------------- subscribers */
 
-/* Kill times (realtime ns), noted before each kill: instance i's frames are
- * older than kill[i]. */
+/* Kill times (realtime ns), noted once each killed server is reaped:
+ * instance i's frames are older than kill[i], instance i+1's newer. */
 static uint64_t       g_kill[MAX_INST];
 static atomic_int     g_nkill;
 
@@ -294,9 +296,9 @@ static void test_restarts(void **state)
 
     for (int r = 1; r <= restarts; r++) {
         it_sleep_ms(100 + (unsigned)(r * 37 % 150)); /* elements flow meanwhile */
+        it_server_kill(&s); /* and reaped: its producer stamps nothing after this */
         g_kill[r - 1] = realtime_ns();
         atomic_store(&g_nkill, r);
-        it_server_kill(&s);
         it_sleep_ms((unsigned)(r * 53 % 120)); /* down for a while, sometimes not at all */
         start_at(&s, addr);
         double listening = it_now_ms(), ok;
