@@ -82,8 +82,12 @@ typedef struct cli_client_opts {
     remora_path_t path;
     cli_token_t   token;
     unsigned      lanes;      /**< 0: the library default */
-    remora_event_cb_t event_cb; /**< NULL: none (set by the command, not an option) */
-    void             *event_arg;
+    /** Reconnect (remora.h): true sets it on; false leaves the library's
+     *  default (off, or $REMORA_RECONNECT). Long-running commands set it
+     *  before parsing; their --no-reconnect clears it. */
+    bool          reconnect;
+    remora_event_cb_t event_cb; /**< NULL: none */
+    void         *event_arg;
     bool          encrypt;    /**< --encrypt */
 } cli_client_opts_t;
 

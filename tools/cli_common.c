@@ -329,7 +329,11 @@ static remora_client_params_t cli_client_params(const cli_client_opts_t *opts)
         params.field_mask |= REMORA_CLIENT_FIELD_LANES;
         params.lanes       = opts->lanes;
     }
-    if (opts->event_cb != NULL) {
+    if (opts->reconnect) {
+        params.field_mask      |= REMORA_CLIENT_FIELD_RECONNECT;
+        params.reconnect.enable = 1;
+    }
+    if (opts->event_cb) {
         params.field_mask |= REMORA_CLIENT_FIELD_EVENT_CB;
         params.event_cb    = opts->event_cb;
         params.event_arg   = opts->event_arg;

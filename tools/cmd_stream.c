@@ -44,6 +44,7 @@ enum {
     CLI_OPT_JSON,
     CLI_OPT_PROGRESS,
     CLI_OPT_GPU,
+    CLI_OPT_NO_RECONNECT,
 };
 
 static uint64_t cli_realtime_ns(void)
@@ -443,6 +444,7 @@ static double cli_hist_quantile(const cli_hist_t *h, double q)
 
 typedef struct cli_stream_stats {
     uint64_t   elements, bytes, drops, torn, corrupt;
+    atomic_ulong reconnects; /* RECONNECTED events (progress thread) */
     double     start, seconds;
     cli_hist_t lat; /* whole run */
     cli_hist_t win; /* since the last progress line */
@@ -481,8 +483,33 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
         return CLI_CONTINUE;
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
+    case CLI_OPT_NO_RECONNECT:
+        o->client.reconnect = false;
+        return CLI_CONTINUE;
     default:
         return CLI_EXIT_USAGE;
+    }
+}
+
+/* How the connection ended, from the client's final DISCONNECTED event
+ * (progress thread): a remora_status_t; 0 while connected or reconnecting. */
+static atomic_int g_stream_lost;
+
+/* Reconnects, for the live line and the summary, and a note on stderr; and
+ * the connection's end, when no reconnect follows. */
+static void cli_stream_event(const remora_event_t *ev, void *arg)
+{
+    cli_stream_stats_t *st = arg;
+
+    if (ev->type == REMORA_EVENT_RECONNECTED) {
+        atomic_fetch_add(&st->reconnects, 1);
+        cli_note("stream read", "reconnected (%s server instance)",
+                 ev->new_instance ? "a new" : "the same");
+    } else if (ev->type == REMORA_EVENT_DISCONNECTED && ev->reconnecting) {
+        cli_note("stream read", "disconnected: %s; reconnecting", remora_status_string(ev->status));
+    } else if (ev->type == REMORA_EVENT_DISCONNECTED) {
+        atomic_store(&g_stream_lost, ev->status != REMORA_OK ? (int)ev->status
+                                                             : (int)REMORA_ERR_DISCONNECTED);
     }
 }
 
@@ -491,10 +518,11 @@ static void cli_stream_progress(cli_stream_stats_t *st, uint64_t *last_n, uint64
 {
     double now = cli_now(), dt = now - *last_t;
 
-    fprintf(stderr, "%s%10.0f elem/s  %7.3f GB/s  drops %llu  torn %llu  corrupt %llu  "
-            "lat p50 %.1f us p99 %.1f us   %s", tty ? "\r" : "",
+    fprintf(stderr, "%s%10.0f elem/s  %7.3f GB/s  drops %llu  reconnects %lu  torn %llu  "
+            "corrupt %llu  lat p50 %.1f us p99 %.1f us   %s", tty ? "\r" : "",
             (double)(st->elements - *last_n) / dt, (double)(st->bytes - *last_b) / dt / 1e9,
-            (unsigned long long)st->drops, (unsigned long long)st->torn,
+            (unsigned long long)st->drops, atomic_load(&st->reconnects),
+            (unsigned long long)st->torn,
             (unsigned long long)st->corrupt, cli_hist_quantile(&st->win, 0.5),
             cli_hist_quantile(&st->win, 0.99), tty ? "" : "\n");
     memset(&st->win, 0, sizeof(st->win));
@@ -529,18 +557,20 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
 
     if (o->json) {
         printf("{\"elements\":%llu,\"bytes\":%llu,\"seconds\":%.3f,\"gbps\":%.3f,"
-               "\"drops\":%llu,\"torn\":%llu,\"corrupt\":%llu,\"lat_us_p50\":%.2f,"
-               "\"lat_us_p99\":%.2f}\n",
+               "\"drops\":%llu,\"reconnects\":%lu,\"torn\":%llu,\"corrupt\":%llu,"
+               "\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f}\n",
                (unsigned long long)st->elements, (unsigned long long)st->bytes, st->seconds,
-               gbps, (unsigned long long)st->drops, (unsigned long long)st->torn,
+               gbps, (unsigned long long)st->drops, atomic_load(&st->reconnects),
+               (unsigned long long)st->torn,
                (unsigned long long)st->corrupt, cli_hist_quantile(&st->lat, 0.5),
                cli_hist_quantile(&st->lat, 0.99));
     } else {
         printf("%llu elements, %llu bytes in %.2f s: %.0f elem/s, %.3f GB/s; drops %llu, "
-               "torn %llu, corrupt %llu%s; latency p50 %.1f us, p99 %.1f us\n",
+               "reconnects %lu, torn %llu, corrupt %llu%s; latency p50 %.1f us, p99 %.1f us\n",
                (unsigned long long)st->elements, (unsigned long long)st->bytes, st->seconds,
                st->seconds > 0 ? (double)st->elements / st->seconds : 0, gbps,
-               (unsigned long long)st->drops, (unsigned long long)st->torn,
+               (unsigned long long)st->drops, atomic_load(&st->reconnects),
+               (unsigned long long)st->torn,
                (unsigned long long)st->corrupt, o->verify ? "" : " (not verified)",
                cli_hist_quantile(&st->lat, 0.5), cli_hist_quantile(&st->lat, 0.99));
     }
@@ -564,17 +594,6 @@ static remora_status_t cli_stream_next(remora_sub_h sub, const cli_stream_read_o
     memset(host, 0, gpu->len);
     *elem = host;
     return remora_copy(host, gpu->ptr, back);
-}
-
-/* How the connection ended, from the client's DISCONNECTED event (progress thread). */
-static atomic_int g_stream_lost; /* a remora_status_t; 0 while connected */
-
-static void cli_stream_on_event(const remora_event_t *event, void *arg)
-{
-    (void)arg;
-    if (event->type == REMORA_EVENT_DISCONNECTED)
-        atomic_store(&g_stream_lost, event->status != REMORA_OK ? (int)event->status
-                                                                 : (int)REMORA_ERR_DISCONNECTED);
 }
 
 /*
@@ -658,21 +677,23 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
         {"json", no_argument, NULL, CLI_OPT_JSON},
         {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
+        {"no-reconnect", no_argument, NULL, CLI_OPT_NO_RECONNECT},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
-    cli_stream_read_opts_t o = {.mode = REMORA_SUB_EVERY, .gpu = -1};
-    cli_parser_t parser = {"", longopts, cli_stream_read_option, &o, &o.client};
     static cli_stream_stats_t st; /* histograms: keep them off the stack */
+    cli_stream_read_opts_t o = {.mode = REMORA_SUB_EVERY, .gpu = -1,
+                                .client = {.reconnect = true, .event_cb = cli_stream_event,
+                                           .event_arg = &st}};
+    cli_parser_t parser = {"", longopts, cli_stream_read_option, &o, &o.client};
     const char *target;
     cli_session_t s;
     int rc;
 
     if ((rc = cli_parse_args(cmd, argc, argv, &parser, &target)) != CLI_CONTINUE)
         return rc;
-    o.client.event_cb = cli_stream_on_event;
+    memset(&st, 0, sizeof(st));
     if ((rc = cli_session_open(&s, cmd, target, true, &o.client)) != 0)
         return rc;
-    memset(&st, 0, sizeof(st));
     rc = cli_stream_follow(&s, &o, &st);
     if (st.elements || rc == 0)
         cli_stream_summary(&st, &o);
@@ -802,7 +823,10 @@ static const cli_command_t cli_stream_read_cmd = {
         "                      terminal (on a terminal it is always shown, in place)\n"
         "  --gpu N             land every element in memory of GPU N; --verify checks\n"
         "                      the bytes there (copied back), latency is taken once an\n"
-        "                      element is in GPU memory\n" CLI_CLIENT_HELP,
+        "                      element is in GPU memory\n"
+        "  --no-reconnect      end when the connection fails; by default the client\n"
+        "                      reconnects (a restarted server is followed; the gap is\n"
+        "                      counted in drops, reconnects in the summary)\n" CLI_CLIENT_HELP,
     .run = cli_stream_read,
 };
 

@@ -376,15 +376,28 @@ REMORA_API remora_status_t remora_server_sync_clients(remora_server_h server, in
 typedef enum remora_event_type {
     REMORA_EVENT_REGION_CHANGED = 1, /**< replaced or resized: new size and generation */
     REMORA_EVENT_REGION_REMOVED = 2,
-    REMORA_EVENT_DISCONNECTED   = 3  /**< the connection is gone; every later call fails */
+    /** The connection is gone. Without reconnecting, every later call fails;
+     *  with it (`reconnecting` set), the client is trying to reconnect. */
+    REMORA_EVENT_DISCONNECTED   = 3,
+    /** A reconnecting client is connected again (see "Reconnecting" below). */
+    REMORA_EVENT_RECONNECTED    = 4
 } remora_event_type_t;
 
 typedef struct remora_event {
     remora_event_type_t type;
-    const char         *name;       /**< region name; NULL for DISCONNECTED */
+    const char         *name;       /**< region name; NULL for DISCONNECTED and RECONNECTED */
     uint64_t            size;       /**< REGION_CHANGED: new size */
     uint64_t            generation; /**< REGION_CHANGED: new generation */
     remora_status_t     status;     /**< DISCONNECTED: why */
+    /** DISCONNECTED: 1 when a reconnect follows (the client retries), 0 when
+     *  this is the end (reconnecting off, given up, or closed). */
+    int                 reconnecting;
+    /** RECONNECTED: 1 when the server is another instance than before (it
+     *  restarted: regions and rings are new, ring sequence numbers start
+     *  again), 0 when it is the same server object. */
+    int                 new_instance;
+    /** RECONNECTED: reconnects of this client so far, this one included. */
+    uint64_t            reconnects;
 } remora_event_t;
 
 /** Runs on the progress thread; the event and its strings live until it returns. */
@@ -407,8 +420,49 @@ enum remora_client_field {
     REMORA_CLIENT_FIELD_EVENT_CB = 1u << 2,
     REMORA_CLIENT_FIELD_PATH     = 1u << 3,
     REMORA_CLIENT_FIELD_LANES    = 1u << 4,
-    REMORA_CLIENT_FIELD_ENCRYPT  = 1u << 5
+    REMORA_CLIENT_FIELD_ENCRYPT  = 1u << 5,
+    REMORA_CLIENT_FIELD_RECONNECT = 1u << 6
 };
+
+/**
+ * Reconnecting (opt-in; REMORA_CLIENT_FIELD_RECONNECT, or the environment
+ * variable REMORA_RECONNECT=1 for clients whose params do not set the field).
+ *
+ * When the connection fails (the server's socket ends, heartbeats stop, UCX
+ * reports the endpoint failed):
+ * - every request and call in flight fails with REMORA_ERR_DISCONNECTED,
+ *   and REMORA_EVENT_DISCONNECTED is raised with `reconnecting` = 1;
+ * - the old endpoint is closed, and every UCX callback of the operations on
+ *   it has run, before the first new handshake starts;
+ * - the client's own reconnect thread (one per client: the handshake blocks
+ *   on a socket, which neither the progress thread nor the context lock may)
+ *   dials the same address: the first attempt at once, then after
+ *   reconnect_min_ms, doubling up to reconnect_max_ms between attempts; each
+ *   attempt is bounded by min(timeout_ms, 3 s). One attempt at a time;
+ * - calls made while it reconnects fail at once with REMORA_ERR_DISCONNECTED
+ *   (they do not wait); subscriptions are the exception (remora_sub_next);
+ * - on success REMORA_EVENT_RECONNECTED is raised (`new_instance` says
+ *   whether the server restarted), the region cache is dropped (regions are
+ *   looked up again on next use, GPU IPC handles and same-host mappings of the
+ *   cache are closed and made again; mappings handed out by
+ *   remora_client_map() stay as they were, on the old memory), and every
+ *   subscription is re-established on its next call (see remora_sub_next);
+ * - lanes are not reconnected: a client with lanes goes on with its first
+ *   connection only after a reconnect (a warning says so);
+ * - after reconnect_give_up_ms without success (-1: never give up) the
+ *   client gives up: a final REMORA_EVENT_DISCONNECTED (`reconnecting` = 0)
+ *   and every later call fails with REMORA_ERR_DISCONNECTED, as without
+ *   reconnecting. remora_client_disconnect() stops a reconnect in progress
+ *   (waiting for an attempt in flight, at most 3 s).
+ * A server restarted on the same address is followed within
+ * reconnect_max_ms plus one handshake of it listening again.
+ */
+typedef struct remora_reconnect_params {
+    int      enable;        /**< 1 on, 0 off. Default off (env REMORA_RECONNECT=1: on) */
+    unsigned min_ms;        /**< wait after the first failed attempt; default 50 */
+    unsigned max_ms;        /**< longest wait between attempts; default 500 */
+    int      give_up_ms;    /**< give up after this long; default 60000; -1: never */
+} remora_reconnect_params_t;
 
 typedef struct remora_client_params {
     uint64_t          field_mask;
@@ -439,6 +493,8 @@ typedef struct remora_client_params {
      *  GPU buffers and regions go through pinned staging buffers. Lanes
      *  inherit it. */
     int               encrypt;
+    /** Reconnecting, see remora_reconnect_params_t. */
+    remora_reconnect_params_t reconnect;
 } remora_client_params_t;
 
 /** Connect to "HOST:PORT", say hello and (if needed) authenticate.
@@ -684,6 +740,23 @@ REMORA_API remora_status_t remora_client_subscribe(remora_client_h client, const
  * copy it into buf (len >= element size). REMORA_ERR_TIMED_OUT when none came;
  * REMORA_ERR_DISCONNECTED when the server went away (subscribe again after
  * reconnecting). Not for subscriptions with a callback.
+ *
+ * On a reconnecting client a subscription outlives the connection: while the
+ * client reconnects, remora_sub_next waits (up to its timeout: TIMED_OUT, the
+ * subscription stays good); once reconnected it re-attaches to the ring of
+ * the same name and goes on. Elements already fetched are delivered first.
+ * - Same server instance: it resumes from the next sequence number wanted;
+ *   what the ring overwrote meanwhile is counted in drops, exactly.
+ * - New instance (the server restarted): sequence numbers start again from
+ *   0. The subscription resumes from the oldest element the new ring still
+ *   holds, and the gap is the new instance's elements it did not get: the
+ *   first sequence number delivered from it (0 when it got them all) is
+ *   added to drops. Elements the old instance committed after the last one
+ *   delivered, before it died, are not counted: nobody can know them.
+ *   info.seq going backwards tells a consumer the numbering restarted.
+ * - The ring gone, or another shape under its name: REMORA_ERR_NOT_FOUND.
+ * - The client gave up reconnecting: REMORA_ERR_DISCONNECTED.
+ * A callback subscription rides through the same way (its thread waits).
  */
 REMORA_API remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
                                            remora_elem_info_t *info, int timeout_ms);

@@ -79,7 +79,9 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     rm_peer_t *peer = arg;
 
-    if (peer->failed)
+    /* A reconnecting client's peer outlives its endpoints: an old one is
+     * not the peer's business any more. */
+    if (peer->failed || ep != peer->ep)
         return;
     rm_debug("endpoint %p failed: %s", (void *)ep, ucs_status_string(status));
     peer->failed = 1;

@@ -1,4 +1,26 @@
-/* The client: connection and handshake, control calls, the region cache, events. */
+/*
+ * The client: connection and handshake, control calls, the region cache,
+ * events, and reconnecting.
+ *
+ * Design notes (reconnecting; the contract is in remora.h)
+ * - client_fail() (lock held, any thread that sees the failure) fails every
+ *   pending op, closes the endpoint and the bootstrap socket, and, when
+ *   reconnecting is on, marks the client `reconnecting` and wakes its
+ *   reconnect thread. Calls check `disconnected` and fail at once.
+ * - The reconnect thread (one per reconnecting client, started at connect)
+ *   is the only thread that touches peer.sock and peer.rx while the client is
+ *   disconnected. It first waits until `pending` is empty: every op of the
+ *   old endpoint has had all its UCX callbacks, so nothing of the old
+ *   connection can touch the client after the new one exists. Then it runs
+ *   the ordinary handshake, blocking on the socket without the lock (why a
+ *   thread: the handshake blocks up to a timeout, which neither the progress
+ *   thread nor a lock holder may). Attempts are spaced by a doubling backoff.
+ * - The switch to the new connection happens in one locked section with the
+ *   endpoint's creation (handshake_connect -> client_up): caches dropped,
+ *   conn_gen bumped, `disconnected` cleared, RECONNECTED queued. So a
+ *   failure of the new connection that the progress thread sees right after
+ *   is handled as a failure of a connected client, never lost.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +29,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mem/cuda.h"
@@ -20,6 +43,10 @@
 #define RM_DEFAULT_CHUNK   (4u << 20)
 #define RM_DEFAULT_WINDOW  4u
 #define RM_CLOSE_WAIT_MS   2000
+#define RM_RC_MIN_MS       50u
+#define RM_RC_MAX_MS       500u
+#define RM_RC_GIVE_UP_MS   60000
+#define RM_RC_ATTEMPT_MS   3000 /* one handshake attempt, at most */
 
 /* ------------------------------------------------------------ ops */
 
@@ -81,7 +108,9 @@ rm_op_t *rm_client_op_send(remora_client_h c, rm_hdr_t *hdr, uint8_t reply_type,
         return NULL;
     }
     hdr->req_id = op->req_id;
-    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, hdr, sp)) != REMORA_OK) {
+    /* A send that fails may fail the connection on the spot (client_fail),
+     * which finishes this op already: never finish it twice. */
+    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, hdr, sp)) != REMORA_OK && !op->replied) {
         op->status  = st; /* finished now: its waiter sees why at once */
         op->replied = 1;
         rm_client_op_finish(op);
@@ -198,19 +227,23 @@ static void deliver_events(rm_deferred_t *d)
     /* From here on the client may be gone: items carry their own callback. */
     rm_list_for_each_safe(pos, tmp, &batch) {
         rm_event_item_t *e = rm_container_of(pos, rm_event_item_t, link);
-        e->ev.name = e->ev.type == REMORA_EVENT_DISCONNECTED ? NULL : e->name;
+        e->ev.name = e->ev.type == REMORA_EVENT_DISCONNECTED ||
+                     e->ev.type == REMORA_EVENT_RECONNECTED ? NULL : e->name;
         e->cb(&e->ev, e->arg);
         free(e);
     }
 }
 
-static void queue_event(remora_client_h c, remora_event_type_t type, const char *name,
-                        uint64_t size, uint64_t generation, remora_status_t status)
+/* Queue an event for the progress thread; returns it (NULL: none) so that
+ * the caller may fill in the fields of its type. */
+static rm_event_item_t *queue_event(remora_client_h c, remora_event_type_t type,
+                                    const char *name, uint64_t size, uint64_t generation,
+                                    remora_status_t status)
 {
     rm_event_item_t *e;
 
     if (c->event_cb == NULL || (e = calloc(1, sizeof(*e))) == NULL)
-        return;
+        return NULL;
     e->ev.type       = type;
     e->ev.size       = size;
     e->ev.generation = generation;
@@ -226,6 +259,7 @@ static void queue_event(remora_client_h c, remora_event_type_t type, const char 
         c->event_task.fn = deliver_events;
         rm_engine_defer(c->ctx, &c->event_task);
     }
+    return e;
 }
 
 /* ------------------------------------------------------------ regions */
@@ -553,17 +587,28 @@ static void fail_pending(remora_client_h c, remora_status_t st)
     }
 }
 
-/* The connection is over: fail what is pending and close (lock held). */
+static void reconnect_request(remora_client_h c);
+
+/* The connection is over: fail what is pending and close (lock held); with
+ * reconnecting on, a reconnect follows. */
 static void client_fail(remora_client_h c, remora_status_t op_status, remora_status_t later)
 {
+    rm_event_item_t *e;
+
     if (c->disconnected)
         return;
     c->disconnected = 1;
     c->disc_status  = later;
     fail_pending(c, op_status);
     rm_peer_close(&c->peer);
-    if (c->ready)
-        queue_event(c, REMORA_EVENT_DISCONNECTED, NULL, 0, 0, later);
+    /* ready is cleared by the user's disconnect: nothing to follow, no event. */
+    c->reconnecting = c->ready && c->rc_has_thread;
+    if (c->ready && (e = queue_event(c, REMORA_EVENT_DISCONNECTED, NULL, 0, 0, later)) != NULL)
+        e->ev.reconnecting = c->reconnecting;
+    if (c->reconnecting) {
+        atomic_store(&c->link_settled, 0);
+        reconnect_request(c);
+    }
 }
 
 static void client_on_error(rm_peer_t *peer, remora_status_t status)
@@ -687,8 +732,9 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
     }
     if (st == REMORA_OK)
         st = rm_client_seal_hello(c, &mine, &theirs);
-    c->same_host       = memcmp(theirs.host_id, c->ctx->host_id, RM_HOST_ID_LEN) == 0;
-    c->server_instance = theirs.instance;
+    /* Taken over under the lock when the connection is made (client_up). */
+    c->hs_same_host = memcmp(theirs.host_id, c->ctx->host_id, RM_HOST_ID_LEN) == 0;
+    c->hs_instance  = theirs.instance;
     return st;
 }
 
@@ -707,6 +753,45 @@ static remora_status_t client_connect_cm(remora_client_h c, int fd, const uint8_
 
 static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame_t *reply,
                                           const uint8_t *addr, uint32_t len);
+
+/* A connection is made (lock held, in the section that created the endpoint):
+ * the client is connected from here on. A reconnect also drops what was
+ * learnt on the old connection and tells the application. */
+static void client_up(remora_client_h c)
+{
+    rm_list_t *pos, *tmp;
+    rm_event_item_t *e;
+    int new_instance = c->hs_instance != c->server_instance;
+
+    c->same_host       = c->hs_same_host;
+    c->server_instance = c->hs_instance;
+    if (c->conn_gen++ == 0)
+        return; /* the first connection */
+    c->reconnects++;
+    /* Regions are looked up again on next use: region ids, keys, mappings and
+     * GPU IPC handles were the old connection's. Entries still used by a
+     * (failed) request go when it lets go; their change epochs meant
+     * something to the old connection only. */
+    rm_list_for_each_safe(pos, tmp, &c->regions)
+        region_detach(c, rm_container_of(pos, rm_rregion_t, link), 0);
+    rm_list_for_each_safe(pos, tmp, &c->zombies)
+        rm_container_of(pos, rm_rregion_t, link)->ack_epoch = 0;
+    c->event_seq++; /* a lookup answered by the old connection is not cached */
+    c->epoch_seen = c->epoch_acked = 0;
+    if (c->nlanes) {
+        rm_warn("reconnected; lanes are not reconnected: going on with one connection");
+        c->nlanes = 0;
+    }
+    c->disconnected = 0;
+    c->reconnecting = 0;
+    rm_info("reconnected to %s (%s server instance, reconnect %llu)", c->addr,
+            new_instance ? "a new" : "the same", (unsigned long long)c->reconnects);
+    if ((e = queue_event(c, REMORA_EVENT_RECONNECTED, NULL, 0, 0, REMORA_OK)) != NULL) {
+        e->ev.new_instance = new_instance;
+        e->ev.reconnects   = c->reconnects;
+    }
+    rm_engine_complete(c->ctx, &c->link_settled);
+}
 
 /* CONNECT: exchange worker addresses (or get a connection-manager port) and
  * create the UCX endpoint the way the server said. */
@@ -730,8 +815,10 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
         st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
     if (st == REMORA_OK)
         st = handshake_endpoint(c, &f, addr, len);
-    if (st == REMORA_OK)
-        st = rm_peer_wireup_wait(&c->peer, deadline);
+    /* A mitigation only (engine.h): a broken endpoint reports itself through
+     * its error callback like any other. */
+    if (st == REMORA_OK && rm_peer_wireup_wait(&c->peer, deadline) != REMORA_OK)
+        rm_info("endpoint wire-up did not finish within the handshake's deadline");
     free(plain);
     return st;
 }
@@ -763,16 +850,16 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
         rm_peer_live_start(&c->peer);
         c->native_rma = (rm_peer_rma_lanes(&c->peer) & ~RM_RMA_LANE_TCP) != 0;
         c->ready      = 1;
+        client_up(c);
     }
     rm_engine_unlock(ctx);
     return st;
 }
 
-/* The whole handshake, on the bootstrap socket, bounded by the client's timeout. */
-static remora_status_t handshake(remora_client_h c, const char *addr)
+/* The whole handshake, on the bootstrap socket, bounded by the deadline. */
+static remora_status_t handshake(remora_client_h c, uint64_t deadline)
 {
-    uint64_t deadline = rm_deadline_ns(c->timeout_ms);
-    remora_status_t st = rm_boot_dial(addr, deadline, &c->peer.sock.fd);
+    remora_status_t st = rm_boot_dial(c->addr, deadline, &c->peer.sock.fd);
 
     if (st != REMORA_OK)
         return st;
@@ -784,6 +871,163 @@ static remora_status_t handshake(remora_client_h c, const char *addr)
         rm_engine_unlock(c->ctx);
     }
     return st;
+}
+
+/* ------------------------------------------------------------ reconnecting */
+
+/* Wake the reconnect thread (lock held; it never takes the lock under rc_mx). */
+static void reconnect_request(remora_client_h c)
+{
+    pthread_mutex_lock(&c->rc_mx);
+    c->rc_wanted = 1;
+    pthread_cond_signal(&c->rc_cv);
+    pthread_mutex_unlock(&c->rc_mx);
+}
+
+/* Sleep ms on the reconnect thread; 1 when the user disconnects meanwhile. */
+static int reconnect_sleep(remora_client_h c, unsigned ms)
+{
+    uint64_t deadline = rm_deadline_ns((int)ms);
+    struct timespec ts;
+    int stop;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    pthread_mutex_lock(&c->rc_mx);
+    while (!c->rc_stop && rm_now_ns() < deadline)
+        if (pthread_cond_timedwait(&c->rc_cv, &c->rc_mx, &ts) != 0)
+            break;
+    stop = c->rc_stop;
+    pthread_mutex_unlock(&c->rc_mx);
+    return stop;
+}
+
+/* Until every op of the old endpoint had its UCX callbacks (pending empty). */
+static int reconnect_drain(remora_client_h c)
+{
+    uint64_t deadline = rm_deadline_ns(RM_CLOSE_WAIT_MS);
+
+    for (;;) {
+        rm_engine_lock(c->ctx);
+        int busy = !rm_list_empty(&c->pending);
+        rm_engine_unlock(c->ctx);
+        if (!busy)
+            return 0;
+        if (rm_now_ns() >= deadline) {
+            /* They are failed and unmatched (reply_type 0): a late callback
+             * touches only its op, never the new endpoint. */
+            rm_warn("operations of the old connection still completing; reconnecting anyway");
+            return 0;
+        }
+        rm_engine_kick(c->ctx);
+        if (reconnect_sleep(c, 1))
+            return -1;
+    }
+}
+
+/* One reconnect: drain, then attempts with backoff until one succeeds, the
+ * user disconnects, or the client gives up. */
+static void reconnect_run(remora_client_h c)
+{
+    uint64_t start = rm_now_ns();
+    unsigned delay = 0, attempts = 0;
+    remora_status_t st = REMORA_ERR_DISCONNECTED;
+    rm_event_item_t *e;
+
+    if (reconnect_drain(c) != 0)
+        return;
+    for (;;) {
+        uint64_t now = rm_now_ns(), spent_ms = (now - start) / 1000000u;
+        int bound = c->timeout_ms < RM_RC_ATTEMPT_MS ? c->timeout_ms : RM_RC_ATTEMPT_MS;
+
+        if (c->rc_give_up_ms >= 0 && spent_ms >= (uint64_t)c->rc_give_up_ms)
+            break;
+        if (c->rc_give_up_ms >= 0 && (uint64_t)bound > (uint64_t)c->rc_give_up_ms - spent_ms)
+            bound = (int)((uint64_t)c->rc_give_up_ms - spent_ms);
+        attempts++;
+        if ((st = handshake(c, rm_deadline_ns(bound))) == REMORA_OK) {
+            rm_engine_kick(c->ctx);
+            return;
+        }
+        rm_debug("reconnect attempt %u to %s: %s", attempts, c->addr, remora_status_string(st));
+        if (st == REMORA_ERR_AUTH || st == REMORA_ERR_VERSION || st == REMORA_ERR_UNSUPPORTED)
+            break; /* a server that will never take us */
+        /* The first attempt ran at once; then min_ms, doubling up to max_ms. */
+        delay = attempts == 1 ? c->rc_min_ms : delay * 2;
+        if (delay > c->rc_max_ms)
+            delay = c->rc_max_ms;
+        if (reconnect_sleep(c, delay))
+            return;
+    }
+    rm_warn("giving up reconnecting to %s after %u attempt(s): %s", c->addr, attempts,
+            remora_status_string(st));
+    rm_engine_lock(c->ctx);
+    c->reconnecting = 0;
+    c->disc_status  = REMORA_ERR_DISCONNECTED;
+    if (c->ready && (e = queue_event(c, REMORA_EVENT_DISCONNECTED, NULL, 0, 0,
+                                     REMORA_ERR_DISCONNECTED)) != NULL)
+        e->ev.reconnecting = 0;
+    rm_engine_complete(c->ctx, &c->link_settled);
+    rm_engine_unlock(c->ctx);
+}
+
+static void *reconnect_main(void *arg)
+{
+    remora_client_h c = arg;
+
+    pthread_mutex_lock(&c->rc_mx);
+    for (;;) {
+        while (!c->rc_stop && !c->rc_wanted)
+            pthread_cond_wait(&c->rc_cv, &c->rc_mx);
+        if (c->rc_stop)
+            break;
+        c->rc_wanted = 0;
+        pthread_mutex_unlock(&c->rc_mx);
+        reconnect_run(c);
+        pthread_mutex_lock(&c->rc_mx);
+    }
+    pthread_mutex_unlock(&c->rc_mx);
+    return NULL;
+}
+
+static void reconnect_stop(remora_client_h c)
+{
+    if (!c->rc_has_thread)
+        return;
+    pthread_mutex_lock(&c->rc_mx);
+    c->rc_stop = 1;
+    pthread_cond_signal(&c->rc_cv);
+    pthread_mutex_unlock(&c->rc_mx);
+    pthread_join(c->rc_thread, NULL);
+    rm_engine_lock(c->ctx);
+    c->rc_has_thread = 0;
+    c->reconnecting  = 0;
+    rm_engine_unlock(c->ctx);
+}
+
+remora_status_t rm_client_await_link(remora_client_h c, uint64_t deadline, uint64_t *gen_p,
+                                     uint64_t *instance_p)
+{
+    remora_status_t st = REMORA_ERR_TIMED_OUT;
+
+    /* settled may be raised and lowered again (a reconnect that failed at
+     * once): look until it holds or the deadline passes. */
+    while (rm_engine_wait(c->ctx, &c->link_settled, deadline) == REMORA_OK) {
+        rm_engine_lock(c->ctx);
+        if (!c->disconnected) {
+            st          = REMORA_OK;
+            *gen_p      = c->conn_gen;
+            *instance_p = c->server_instance;
+        } else if (!c->reconnecting) {
+            st = c->disc_status;
+        }
+        rm_engine_unlock(c->ctx);
+        if (st != REMORA_ERR_TIMED_OUT || rm_now_ns() >= deadline)
+            return st;
+    }
+    return REMORA_ERR_TIMED_OUT;
 }
 
 /* ------------------------------------------------------------ public API */
@@ -837,8 +1081,27 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
     c->chunk_size  = size_from_env("REMORA_CHUNK_SIZE", RM_DEFAULT_CHUNK, 4096, 1u << 30);
     c->window      = (unsigned)size_from_env("REMORA_WINDOW", RM_DEFAULT_WINDOW, 1, 64);
     c->want_lanes  = (unsigned)size_from_env("REMORA_LANES", 1, 1, RM_LANES_MAX);
+    c->rc_enable   = (int)size_from_env("REMORA_RECONNECT", 0, 0, 1);
+    c->rc_min_ms   = RM_RC_MIN_MS;
+    c->rc_max_ms   = RM_RC_MAX_MS;
+    c->rc_give_up_ms = RM_RC_GIVE_UP_MS;
     if (p == NULL)
         return REMORA_OK;
+    if (p->field_mask & REMORA_CLIENT_FIELD_RECONNECT) {
+        const remora_reconnect_params_t *r = &p->reconnect;
+        if ((r->enable != 0 && r->enable != 1) || r->give_up_ms < -1 ||
+            (r->min_ms && r->max_ms && r->min_ms > r->max_ms))
+            return REMORA_ERR_INVALID_PARAM;
+        c->rc_enable = r->enable;
+        if (r->min_ms)
+            c->rc_min_ms = r->min_ms;
+        if (r->max_ms)
+            c->rc_max_ms = r->max_ms;
+        if (c->rc_min_ms > c->rc_max_ms)
+            c->rc_min_ms = c->rc_max_ms;
+        if (r->give_up_ms)
+            c->rc_give_up_ms = r->give_up_ms;
+    }
     if (p->field_mask & REMORA_CLIENT_FIELD_TIMEOUT) {
         if (p->timeout_ms < 0)
             return REMORA_ERR_INVALID_PARAM;
@@ -882,6 +1145,9 @@ static void client_free(remora_client_h c)
         free(rm_container_of(pos, rm_event_item_t, link));
     }
     rm_stage_pool_release(c->stage);
+    pthread_cond_destroy(&c->rc_cv);
+    pthread_mutex_destroy(&c->rc_mx);
+    free(c->addr);
     free(c->token);
     free(c);
 }
@@ -908,11 +1174,26 @@ remora_status_t remora_client_connect(remora_context_h ctx, const char *addr,
     rm_list_init(&c->events);
     atomic_init(&c->drained, 1);
     atomic_init(&c->events_idle, 1);
+    atomic_init(&c->link_settled, 1);
+    pthread_mutex_init(&c->rc_mx, NULL);
+    pthread_cond_init(&c->rc_cv, NULL);
+    if ((c->addr = strdup(addr)) == NULL) {
+        client_free(c);
+        return REMORA_ERR_NO_MEMORY;
+    }
     if ((st = client_apply_params(c, params)) != REMORA_OK) {
         client_free(c);
         return st;
     }
-    if ((st = handshake(c, addr)) != REMORA_OK) {
+    /* The reconnect thread exists before the connection can fail: client_fail
+     * asks it for a reconnect. It sleeps until then. */
+    if (c->rc_enable && pthread_create(&c->rc_thread, NULL, reconnect_main, c) != 0) {
+        client_free(c);
+        return REMORA_ERR_NO_MEMORY;
+    }
+    c->rc_has_thread = c->rc_enable;
+    if ((st = handshake(c, rm_deadline_ns(c->timeout_ms))) != REMORA_OK) {
+        reconnect_stop(c);
         client_free(c);
         return st;
     }
@@ -928,10 +1209,13 @@ void remora_client_disconnect(remora_client_h c)
 
     if (c == NULL)
         return;
+    reconnect_stop(c); /* no new connection from here on */
     lanes_disconnect(c);
     rm_engine_lock(c->ctx);
     c->ready = 0; /* a user-initiated close raises no DISCONNECTED event */
     client_fail(c, REMORA_ERR_CANCELED, REMORA_ERR_CANCELED);
+    c->disc_status = REMORA_ERR_CANCELED; /* also when it had failed before */
+    rm_engine_complete(c->ctx, &c->link_settled);
     rm_engine_unlock(c->ctx);
 
     /* The forced close cancels UCX operations; wait for their callbacks and
@@ -1107,8 +1391,9 @@ static void lanes_connect(remora_client_h c)
     free(body);
     remora_client_params_t lp = {
         .field_mask = REMORA_CLIENT_FIELD_TIMEOUT | REMORA_CLIENT_FIELD_PATH |
-                      REMORA_CLIENT_FIELD_LANES | (c->token ? REMORA_CLIENT_FIELD_TOKEN : 0) |
-                      REMORA_CLIENT_FIELD_ENCRYPT,
+                      REMORA_CLIENT_FIELD_LANES | REMORA_CLIENT_FIELD_RECONNECT |
+                      REMORA_CLIENT_FIELD_ENCRYPT | (c->token ? REMORA_CLIENT_FIELD_TOKEN : 0),
+        .reconnect  = {.enable = 0}, /* lanes are not reconnected (remora.h) */
         .timeout_ms = c->timeout_ms,
         .path       = REMORA_PATH_AM,
         .lanes      = 1,
@@ -1128,7 +1413,7 @@ static void lanes_connect(remora_client_h c)
             remora_context_destroy(c->lane_ctx[i]);
             break;
         }
-        c->nlanes = i + 1;
+        c->nlanes = c->lanes_made = i + 1;
     }
 }
 
@@ -1139,9 +1424,11 @@ unsigned remora_client_lanes(remora_client_h c)
 
 static void lanes_disconnect(remora_client_h c)
 {
-    unsigned n = c->nlanes;
+    unsigned n = c->lanes_made;
 
-    c->nlanes = 0;
+    rm_engine_lock(c->ctx);
+    c->nlanes = c->lanes_made = 0;
+    rm_engine_unlock(c->ctx);
     for (unsigned i = 0; i < n; i++) {
         remora_client_disconnect(c->lane[i]);
         remora_context_destroy(c->lane_ctx[i]);

@@ -9,6 +9,11 @@
  *   run (ucx_busy == 0): only then is the caller's buffer provably untouched.
  * - A request is what the user holds: one or more chunk ops over a byte range,
  *   at most `window` in flight at once.
+ * - Reconnecting (opt-in, client.c): a failed connection leaves the client
+ *   `disconnected` and, with reconnecting on, `reconnecting`; the client's
+ *   reconnect thread closes nothing itself (client_fail did, under the lock),
+ *   waits for the old ops' UCX callbacks, then dials again. Each connection
+ *   made bumps conn_gen; subscriptions compare it with theirs to re-attach.
  * - Regions are cached by name with their remote key. A change event marks
  *   an entry stale; the next use looks it up again. An entry still used by
  *   ops when it goes stale is detached and freed by its last user, which then
@@ -107,6 +112,25 @@ struct remora_client {
     remora_context_h  lane_ctx[RM_LANES_MAX - 1];
     unsigned          nlanes;
     atomic_uint       lane_next;   /* the lane the next split request starts on */
+    unsigned          lanes_made;  /* lane clients to close (nlanes drops to 0 on reconnect) */
+
+    /* Reconnecting (client.c). */
+    char             *addr;        /* "HOST:PORT" as given, dialed again */
+    int               rc_enable;
+    unsigned          rc_min_ms, rc_max_ms;
+    int               rc_give_up_ms;
+    pthread_t         rc_thread;
+    int               rc_has_thread;
+    pthread_mutex_t   rc_mx;       /* guards rc_wanted, rc_stop; rc_cv waits on it */
+    pthread_cond_t    rc_cv;
+    int               rc_wanted;   /* a reconnect is asked for */
+    int               rc_stop;     /* the user disconnects: the thread ends */
+    int               reconnecting;/* lock: disconnected, and a reconnect will follow */
+    atomic_int        link_settled;/* 0 while reconnecting; 1 connected or gone for good */
+    uint64_t          conn_gen;    /* lock: connections made so far (1 after connect) */
+    uint64_t          reconnects;  /* lock: of them, reconnects */
+    uint64_t          hs_instance; /* the handshaking thread's: HELLO_REPLY's instance */
+    int               hs_same_host;
 };
 
 typedef struct rm_op rm_op_t;
@@ -183,6 +207,12 @@ void rm_client_sub_detach(remora_client_h c);
 /* Give up on the connection (without the lock): pending ops fail with op_status,
  * later calls with REMORA_ERR_DISCONNECTED. */
 void rm_client_abort(remora_client_h c, remora_status_t op_status);
+/* For subscriptions riding through a reconnect (lock not held): wait until
+ * the client is connected again or gone for good; REMORA_OK when connected
+ * (then *gen_p and *instance_p say which connection), REMORA_ERR_TIMED_OUT,
+ * or the status later calls fail with. */
+remora_status_t rm_client_await_link(remora_client_h c, uint64_t deadline, uint64_t *gen_p,
+                                     uint64_t *instance_p);
 
 /* transfer.c: mappings handed out by remora_client_map (lock held) */
 void rm_client_unmap_all(remora_client_h c);

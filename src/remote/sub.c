@@ -15,6 +15,13 @@
  *   fetch; it never polls the ring over the network.
  * - Drops: every gap between consecutive delivered sequence numbers is added
  *   to the drop count at delivery, so drops are exact by construction.
+ * - Reconnects (remora.h, remora_sub_next): a subscription remembers the
+ *   connection (conn_gen) and server instance it is attached to. When it has
+ *   nothing in hand and the client's connection is another one, or a step
+ *   failed with DISCONNECTED on a client that reconnects, it waits for the
+ *   link and re-attaches (sub_reattach): the ring is looked up again, and
+ *   `next` stays (same instance) or restarts at 0 (new instance), so the
+ *   gap goes through batch_take's count like any other.
  * - Threading: one consumer at a time (next or the callback thread).
  */
 #include <pthread.h>
@@ -54,6 +61,8 @@ struct remora_sub {
     uint64_t          next;        /* next sequence wanted */
     uint64_t          known_head;
     uint64_t          drops;
+    uint64_t          gen;         /* the client's connection we are attached on */
+    uint64_t          instance;    /* ... and its server instance */
 
     rm_batch_t        cur;
     uint8_t          *inline_body; /* owns cur's data when it came inline */
@@ -102,6 +111,10 @@ static remora_status_t wait_send(remora_sub_h sub)
         sub->region_id = r->id;
     if (c->disconnected) {
         st = c->disc_status;
+    } else if (c->conn_gen != sub->gen) {
+        /* Reconnected since we attached: a wait for `next` would be in the old
+         * instance's numbering. Re-attach first (sub_recover). */
+        st = REMORA_ERR_DISCONNECTED;
     } else if (r->id != sub->region_id) {
         st = REMORA_ERR_NOT_FOUND; /* the ring went; another took its name */
     } else {
@@ -210,11 +223,27 @@ static void fetch_cancel(remora_sub_h sub)
     sub->stage = FETCH_IDLE;
 }
 
+/* Whether the client is still on the connection we are attached on; fetches
+ * check it before and after, so that no element of another connection (maybe
+ * another server instance) is taken for one of ours. */
+static int sub_on_own_link(remora_sub_h sub)
+{
+    remora_client_h c = sub->client;
+
+    rm_engine_lock(c->ctx);
+    int same = !c->disconnected && c->conn_gen == sub->gen;
+    rm_engine_unlock(c->ctx);
+    return same;
+}
+
 static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t count)
 {
     const rm_ring_shape_t *s = &sub->shape;
     uint64_t slot = first % s->capacity;
     remora_status_t st;
+
+    if (!sub_on_own_link(sub))
+        return REMORA_ERR_DISCONNECTED;
 
     if (sub->fbuf[!sub->fcur] == NULL &&
         (sub->fbuf[!sub->fcur] = malloc(sub->batch_max * sub_pitch(sub))) == NULL)
@@ -318,6 +347,8 @@ static remora_status_t fetch_finish(remora_sub_h sub, uint64_t deadline)
     if ((st = fetch_wait(sub, deadline)) != REMORA_OK)
         return st;
     sub->stage = FETCH_IDLE;
+    if (!sub_on_own_link(sub))
+        return REMORA_ERR_DISCONNECTED; /* the data may be of the new connection */
     return fetch_validate(sub);
 }
 
@@ -369,6 +400,82 @@ static int batch_take(remora_sub_h sub, const void **elem_p, remora_elem_info_t 
     return 1;
 }
 
+static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t *size_p,
+                                   rm_ring_shape_t *shape);
+
+/* Whether the client's connection is another than the one we are attached on. */
+static int sub_stale(remora_sub_h sub)
+{
+    remora_client_h c = sub->client;
+
+    rm_engine_lock(c->ctx);
+    int stale = c->rc_has_thread && !c->disconnected && c->conn_gen != sub->gen;
+    rm_engine_unlock(c->ctx);
+    return stale;
+}
+
+/*
+ * Attach again after a reconnect: drop what was in flight on the old
+ * connection (all of it failed and called back: the reconnect waited for
+ * that), look the ring up on the new one, and go on (see the design notes).
+ */
+static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
+{
+    remora_client_h c = sub->client;
+    rm_ring_shape_t shape;
+    uint64_t size, gen, instance;
+    remora_status_t st;
+
+    if ((st = rm_client_await_link(c, deadline, &gen, &instance)) != REMORA_OK)
+        return st;
+    fetch_cancel(sub);
+    if (sub->wait_op) {
+        rm_engine_lock(c->ctx);
+        rm_client_op_abandon(sub->wait_op);
+        rm_engine_unlock(c->ctx);
+        sub->wait_op = NULL;
+    }
+    sub->cur.pos = sub->cur.count;
+    if ((st = ring_header(c, sub->name, &size, &shape)) != REMORA_OK)
+        return st; /* NOT_FOUND: the ring is gone; DISCONNECTED: again */
+    if (shape.elem_size != sub->shape.elem_size || shape.capacity != sub->shape.capacity ||
+        shape.stride != sub->shape.stride || shape.data_stride != sub->shape.data_stride) {
+        rm_info("ring '%s' has another shape after the reconnect", sub->name);
+        return REMORA_ERR_NOT_FOUND;
+    }
+    sub->region_size = size;
+    sub->region_id   = 0; /* learnt again on the next wait */
+    if (instance != sub->instance) {
+        sub->next       = 0; /* a new ring: its numbering starts again */
+        sub->known_head = shape.head;
+    } else if (shape.head > sub->known_head) {
+        sub->known_head = shape.head;
+    }
+    /* The header read above may be of a connection that failed meanwhile;
+     * then the next step fails and we come here again. */
+    sub->gen      = gen;
+    sub->instance = instance;
+    rm_debug("subscription to '%s' re-attached (%s instance), from seq %llu", sub->name,
+             sub->next ? "same" : "new", (unsigned long long)sub->next);
+    return REMORA_OK;
+}
+
+/* A step failed with st: after a reconnect (or while one runs) re-attach,
+ * REMORA_OK to go on; anything else ends this call with that status. */
+static remora_status_t sub_recover(remora_sub_h sub, remora_status_t st, uint64_t deadline)
+{
+    remora_client_h c = sub->client;
+
+    if (st != REMORA_ERR_DISCONNECTED)
+        return st;
+    rm_engine_lock(c->ctx);
+    int follows = c->rc_has_thread && (c->reconnecting || c->conn_gen != sub->gen);
+    rm_engine_unlock(c->ctx);
+    if (!follows)
+        return st;
+    return sub_reattach(sub, deadline);
+}
+
 /* The next element, pointing into the subscription's buffers (valid until the next call). */
 static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_elem_info_t *info,
                                 uint64_t deadline)
@@ -384,25 +491,30 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
                 rm_engine_hand_off(sub->client->ctx); /* it moves while we deliver */
             return REMORA_OK;
         }
+        if (sub_stale(sub)) {
+            st = sub_reattach(sub, deadline);
+            goto check;
+        }
         if (sub->stage != FETCH_IDLE) {
-            if ((st = fetch_finish(sub, deadline)) != REMORA_OK)
-                return st;
-            continue;
+            st = fetch_finish(sub, deadline);
+            goto check;
         }
         if (sub->wait_op == NULL) {
             if (!sub->use_inline && sub->mode == REMORA_SUB_EVERY && sub->known_head > sub->next) {
-                if ((st = fetch_more(sub, sub->next)) != REMORA_OK)
-                    return st;
-                continue;
+                st = fetch_more(sub, sub->next);
+                goto check;
             }
             if ((st = wait_send(sub)) != REMORA_OK)
-                return st;
+                goto check;
         }
         if ((st = wait_finish(sub, deadline)) != REMORA_OK)
-            return st;
+            goto check;
         /* Nothing came inline (too large, or lost while the server copied it). */
         if (sub->cur.pos >= sub->cur.count && sub->known_head > sub->next &&
-            sub->stage == FETCH_IDLE && (st = fetch_more(sub, sub->next)) != REMORA_OK)
+            sub->stage == FETCH_IDLE)
+            st = fetch_more(sub, sub->next);
+check:
+        if (st != REMORA_OK && (st = sub_recover(sub, st, deadline)) != REMORA_OK)
             return st;
     }
 }
@@ -569,6 +681,12 @@ remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
     sub->client = c;
     snprintf(sub->name, sizeof(sub->name), "%s", name);
     snprintf(sub->data_name, sizeof(sub->data_name), "%s%s", name, RM_RING_DATA_SUFFIX);
+    /* The connection the header comes by, or an older one: then the first
+     * call re-attaches. */
+    rm_engine_lock(c->ctx);
+    sub->gen      = c->conn_gen;
+    sub->instance = c->server_instance;
+    rm_engine_unlock(c->ctx);
     if ((st = ring_header(c, name, &sub->region_size, &sub->shape)) != REMORA_OK ||
         (st = sub_apply_params(sub, params)) != REMORA_OK)
         goto err;

@@ -127,13 +127,20 @@ static void chunk_am(rm_op_t *op, remora_request_h req)
         sp.bulk     = 1;
         op->ucx_busy++;
     }
-    if ((st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp)) != REMORA_OK) {
+    /* Held across the send: a send that fails the connection on the spot
+     * (client_fail finishes every pending op) must not free op under us. */
+    op->ucx_busy++;
+    st = rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp);
+    op->ucx_busy--;
+    if (st != REMORA_OK) {
         if (req->write)
-            op->ucx_busy--;
-        op->status  = st;
-        op->replied = 1;
-        rm_client_op_finish(op);
+            op->ucx_busy--; /* done will not run */
+        if (!op->replied) {
+            op->status  = st;
+            op->replied = 1;
+        }
     }
+    rm_client_op_finish(op); /* finished if it failed, here or in client_fail */
 }
 
 static void chunk_rma(rm_op_t *op, remora_request_h req)
