@@ -86,6 +86,7 @@ typedef struct cli_client_opts {
      *  default (off, or $REMORA_RECONNECT). Long-running commands set it
      *  before parsing; their --no-reconnect clears it. */
     bool          reconnect;
+    int           reconnect_for_ms; /**< give up reconnecting after this (0: library default) */
     remora_event_cb_t event_cb; /**< NULL: none */
     void         *event_arg;
     bool          encrypt;    /**< --encrypt */

@@ -332,6 +332,7 @@ static remora_client_params_t cli_client_params(const cli_client_opts_t *opts)
     if (opts->reconnect) {
         params.field_mask      |= REMORA_CLIENT_FIELD_RECONNECT;
         params.reconnect.enable = 1;
+        params.reconnect.give_up_ms = opts->reconnect_for_ms;
     }
     if (opts->event_cb) {
         params.field_mask |= REMORA_CLIENT_FIELD_EVENT_CB;

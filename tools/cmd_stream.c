@@ -45,6 +45,7 @@ enum {
     CLI_OPT_PROGRESS,
     CLI_OPT_GPU,
     CLI_OPT_NO_RECONNECT,
+    CLI_OPT_RECONNECT_FOR,
 };
 
 static uint64_t cli_realtime_ns(void)
@@ -486,6 +487,15 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
     case CLI_OPT_NO_RECONNECT:
         o->client.reconnect = false;
         return CLI_CONTINUE;
+    case CLI_OPT_RECONNECT_FOR: {
+        char *rest;
+        errno = 0;
+        long ms = strtol(arg, &rest, 10);
+        if (errno || *rest || ms < 1 || ms > 86400000)
+            return cli_usage_error(cmd, "bad --reconnect-for '%s': milliseconds, 1..86400000", arg);
+        o->client.reconnect_for_ms = (int)ms;
+        return CLI_CONTINUE;
+    }
     default:
         return CLI_EXIT_USAGE;
     }
@@ -678,6 +688,7 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
         {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
         {"no-reconnect", no_argument, NULL, CLI_OPT_NO_RECONNECT},
+        {"reconnect-for", required_argument, NULL, CLI_OPT_RECONNECT_FOR},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     static cli_stream_stats_t st; /* histograms: keep them off the stack */
@@ -826,7 +837,10 @@ static const cli_command_t cli_stream_read_cmd = {
         "                      element is in GPU memory\n"
         "  --no-reconnect      end when the connection fails; by default the client\n"
         "                      reconnects (a restarted server is followed; the gap is\n"
-        "                      counted in drops, reconnects in the summary)\n" CLI_CLIENT_HELP,
+        "                      counted in drops, reconnects in the summary)\n"
+        "  --reconnect-for MS  give up reconnecting after MS ms (default 60000) and\n"
+        "                      exit 1, as when the stream dies without reconnecting\n"
+        CLI_CLIENT_HELP,
     .run = cli_stream_read,
 };
 

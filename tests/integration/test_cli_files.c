@@ -341,7 +341,7 @@ static void test_stream_read_server_killed(void **state)
 
     it_must_start(&s, "stream", "serve", "--ring", "r=4Kx64", "--rate", "1000", NULL);
     snprintf(target, sizeof(target), "%s/r", s.addr);
-    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--seconds", "60", "--json",
+    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--no-reconnect", "--seconds", "60", "--json",
                                   NULL), 0);
     it_sleep_ms(1000);
     it_server_kill(&s);

@@ -157,7 +157,7 @@ static void test_stream_read_stopped_server(void **state)
 
     it_must_start(&ss, "stream", "serve", "--ring", "r=64x16", "--rate", "100", NULL);
     snprintf(target, sizeof(target), "%s/r", ss.addr);
-    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--seconds", "60", NULL),
+    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--no-reconnect", "--seconds", "60", NULL),
                      0);
     it_sleep_ms(1500); /* connected and consuming */
     assert_true(it_stop_process(ss.pid, 2000));
@@ -170,6 +170,23 @@ static void test_stream_read_stopped_server(void **state)
         fail_msg("remora stream read exited %d (stderr: %s)", run.status, run.err);
     if (took >= 5000)
         fail_msg("remora stream read took %.0f ms to give up (< 5000)", took);
+    it_run_free(&run);
+
+    /* Reconnecting (the default): it keeps trying while the server is
+     * stopped, and exits 1 once --reconnect-for has run out. */
+    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--reconnect-for", "1500",
+                                  "--timeout", "1000", "--seconds", "60", NULL), 0);
+    it_sleep_ms(1500); /* connected and consuming */
+    assert_true(it_stop_process(ss.pid, 2000));
+    t0 = it_now_ms();
+    it_proc_wait(&p, 15000, &run);
+    took = it_now_ms() - t0;
+    kill(ss.pid, SIGCONT);
+    printf("# reconnecting stream read, server stopped: exit %d after %.0f ms\n", run.status, took);
+    /* ~2 s to notice, then 1.5 s of attempts: not at once, not never. */
+    if (run.status == 0 || run.status == -1 || took < 3000 || took >= 10000)
+        fail_msg("reconnecting stream read: exit %d after %.0f ms (stderr: %s)", run.status, took,
+                 run.err);
     it_run_free(&run);
     assert_int_equal(it_server_stop(&ss), 0);
 }
