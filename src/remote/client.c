@@ -972,7 +972,8 @@ remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **inf
         infos[i].access     = descs[i].access;
         infos[i].generation = descs[i].generation;
         infos[i].kind       = (descs[i].flags & RM_REGION_WIRE_RING) ? REMORA_REGION_RING
-                                                                      : REMORA_REGION_PLAIN;
+                            : (descs[i].flags & RM_REGION_WIRE_SIGNALS) ? REMORA_REGION_SIGNALS
+                                                                          : REMORA_REGION_PLAIN;
     }
     *infos_p = infos;
     *count_p = count;
@@ -1009,7 +1010,9 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     info->mem_type   = (remora_mem_type_t)d.mem_type;
     info->access     = d.access;
     info->generation = d.generation;
-    info->kind       = (d.flags & RM_REGION_WIRE_RING) ? REMORA_REGION_RING : REMORA_REGION_PLAIN;
+    info->kind       = (d.flags & RM_REGION_WIRE_RING)      ? REMORA_REGION_RING
+                       : (d.flags & RM_REGION_WIRE_SIGNALS) ? REMORA_REGION_SIGNALS
+                                                            : REMORA_REGION_PLAIN;
     return REMORA_OK;
 }
 
