@@ -900,6 +900,8 @@ void remora_client_disconnect(remora_client_h c)
 
     if (c == NULL)
         return;
+    if (c->ctx->stream_client_hook)
+        c->ctx->stream_client_hook(c, 0);
     lanes_disconnect(c);
     rm_engine_lock(c->ctx);
     c->ready = 0; /* a user-initiated close raises no DISCONNECTED event */
@@ -910,6 +912,8 @@ void remora_client_disconnect(remora_client_h c)
      * for queued events, so nothing refers to the client afterwards. */
     rm_engine_wait(c->ctx, &c->drained, rm_deadline_ns(RM_CLOSE_WAIT_MS));
     rm_engine_wait(c->ctx, &c->events_idle, rm_deadline_ns(RM_CLOSE_WAIT_MS));
+    if (c->ctx->stream_client_hook)
+        c->ctx->stream_client_hook(c, 1);
 
     rm_engine_lock(c->ctx);
     rm_client_unmap_all(c);
