@@ -29,9 +29,10 @@
  *   re-arms it. Captured operations are therefore synchronous (one
  *   stream<->CPU round trip each); slots live as long as the channel.
  * - Order: the proxy issues a client's operations in order; a signal (or
- *   the signal of a put_signal) is issued only when nothing earlier of the
+ *   a small put_signal) is issued only when no earlier data operation of the
  *   channel is in flight, so it is never applied before earlier data is at
- *   the target; the server applies a WRITE_SIGNAL's signal after its data
+ *   the target (earlier signals travel the same endpoint and are applied in
+ *   order, so signals pipeline, up to RM_STREAM_INFLIGHT); the server applies a WRITE_SIGNAL's signal after its data
  *   landed. A captured slot seen ready is taken only after the channel's
  *   live READY was read again (everything the stream wrote before it is
  *   then visible), so live and captured operations keep stream order.
@@ -151,6 +152,7 @@ typedef struct rm_chan {
     rm_list_t        ready;      /* taken, not issued (proxy thread) */
     rm_list_t        inflight;   /* issued, in order (proxy thread) */
     unsigned         ninflight;
+    unsigned         ndata;      /* of those, not signals: what a signal waits for */
     rm_list_t        dcache;     /* rm_dcache_t (client's lock) */
     atomic_int       error;
     int64_t         *err_word;
@@ -356,10 +358,14 @@ static int chan_step(rm_chan_t *ch, int dying)
         if (err != REMORA_OK) {
             sop_finish(s, err);
         } else {
-            if (sop_is_signal(s) && ch->ninflight)
-                break; /* after everything earlier is at the target */
+            /* After every earlier data operation is at the target; earlier
+             * signals go on the same endpoint and are applied in order. */
+            if (sop_is_signal(s) && ch->ndata)
+                break;
             sop_issue(ch, s);
         }
+        if (!sop_is_signal(s))
+            ch->ndata++;
         rm_list_del(&s->link);
         rm_list_push_back(&ch->inflight, &s->link);
         ch->ninflight++;
@@ -381,6 +387,8 @@ static int chan_step(rm_chan_t *ch, int dying)
         }
         rm_list_del(&s->link);
         ch->ninflight--;
+        if (!sop_is_signal(s))
+            ch->ndata--;
         sop_free(s);
         moved = 1;
     }
