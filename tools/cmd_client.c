@@ -49,7 +49,7 @@ static void cli_ls_print_table(const remora_region_info_t *infos, size_t count)
         printf("%-*s %20llu %10s  %-4s  %-5s  %-6s  %llu\n", width, r->name,
                (unsigned long long)r->size, remora_format_size(r->size, human, sizeof(human)),
                cli_mem_type_string(r->mem_type),
-               r->kind == REMORA_REGION_RING ? "ring" : "plain", cli_access_string(r->access),
+               r->kind == REMORA_REGION_RING ? "ring" : r->kind == REMORA_REGION_SIGNALS ? "signals" : "plain", cli_access_string(r->access),
                (unsigned long long)r->generation);
     }
 }
@@ -67,7 +67,7 @@ static void cli_ls_print_json(const remora_region_info_t *infos, size_t count)
                name, (unsigned long long)r->size,
                remora_format_size(r->size, human, sizeof(human)),
                cli_mem_type_string(r->mem_type),
-               r->kind == REMORA_REGION_RING ? "ring" : "plain", cli_access_string(r->access),
+               r->kind == REMORA_REGION_RING ? "ring" : r->kind == REMORA_REGION_SIGNALS ? "signals" : "plain", cli_access_string(r->access),
                (unsigned long long)r->generation);
     }
 }

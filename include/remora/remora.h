@@ -91,6 +91,7 @@ typedef struct remora_client  *remora_client_h;
 typedef struct remora_request *remora_request_h;
 typedef struct remora_ring    *remora_ring_h;
 typedef struct remora_sub     *remora_sub_h;
+typedef struct remora_signals *remora_signals_h;
 
 /* ---------------------------------------------------------------- context */
 
@@ -516,7 +517,8 @@ enum remora_access {
 /** What a region holds. */
 typedef enum remora_region_kind {
     REMORA_REGION_PLAIN = 0,
-    REMORA_REGION_RING  = 1  /**< a ring buffer (docs/ring.md); read-only to clients */
+    REMORA_REGION_RING  = 1, /**< a ring buffer (docs/ring.md); read-only to clients */
+    REMORA_REGION_SIGNALS = 2 /**< an array of 64-bit signals (remora_server_expose_signals) */
 } remora_region_kind_t;
 
 typedef struct remora_region_info {
@@ -781,6 +783,159 @@ REMORA_API void remora_sub_destroy(remora_sub_h sub);
  */
 REMORA_API remora_status_t remora_client_clone_ring(remora_client_h client, const char *name,
                                                     remora_ring_h *ring_p);
+
+
+/* ---------------------------------------------------------------- signals */
+
+/*
+ * A signal is a 64-bit word that remote peers set or add to, and that a
+ * local CUDA stream (remora_stream_wait) or the CPU (remora_signals_wait)
+ * waits on. A signal array lives in shareable host memory, page-locked and
+ * mapped for every GPU when a CUDA driver is present (so streams can wait on
+ * it), plain memory otherwise (CPU-only peers work the same). A server
+ * exposes it by name like a region (KIND signals in `remora ls`); clients
+ * update it with remora_client_signal() or the stream operations below.
+ * Updates are atomic per word; those of one client are applied in order.
+ * See docs/stream.md.
+ */
+typedef enum remora_signal_op {
+    REMORA_SIGNAL_SET = 0, /**< word = value */
+    REMORA_SIGNAL_ADD = 1  /**< word += value (atomic, wraps modulo 2^64) */
+} remora_signal_op_t;
+
+typedef enum remora_cmp {
+    REMORA_CMP_GEQ = 0, /**< (int64_t)(word - value) >= 0: "reached", wrap-safe (as CUDA's) */
+    REMORA_CMP_EQ  = 1, /**< word == value */
+    REMORA_CMP_NEQ = 2  /**< word != value */
+} remora_cmp_t;
+
+enum remora_signals_field {
+    REMORA_SIGNALS_FIELD_INIT = 1u << 0
+};
+
+typedef struct remora_signals_params {
+    uint64_t field_mask;
+    uint64_t init; /**< every word's first value; default 0 */
+} remora_signals_params_t;
+
+/** An array of count (1..2^24) signals. */
+REMORA_API remora_status_t remora_signals_create(remora_context_h context, size_t count,
+                                                 const remora_signals_params_t *params,
+                                                 remora_signals_h *signals_p);
+/** Unexposes the array if a server still exposes it, then frees it. Streams
+ *  must no longer wait on it (synchronize them first). */
+REMORA_API void remora_signals_destroy(remora_signals_h signals);
+REMORA_API size_t remora_signals_count(remora_signals_h signals);
+/** The words in host memory (count of them), for the CPU to read. */
+REMORA_API volatile uint64_t *remora_signals_host_ptr(remora_signals_h signals);
+/** The words' device address, for kernels to poll (volatile loads);
+ *  REMORA_ERR_UNSUPPORTED without CUDA. */
+REMORA_API remora_status_t remora_signals_device_ptr(remora_signals_h signals, void **dev_p);
+/** Read one word. REMORA_ERR_OUT_OF_RANGE for index >= count. */
+REMORA_API remora_status_t remora_signals_read(remora_signals_h signals, size_t index,
+                                               uint64_t *value_p);
+/** Set or add to one word locally (atomic). */
+REMORA_API remora_status_t remora_signals_update(remora_signals_h signals, size_t index,
+                                                 remora_signal_op_t op, uint64_t value);
+/**
+ * Wait on the CPU until word index compares to value as cmp says, at most
+ * timeout_ms (< 0: REMORA_DEFAULT_TIMEOUT_MS). REMORA_OK with the word's
+ * value in *value_p (may be NULL), or REMORA_ERR_TIMED_OUT. Spins briefly,
+ * then sleeps in steps of at most 100 µs.
+ */
+REMORA_API remora_status_t remora_signals_wait(remora_signals_h signals, size_t index,
+                                               remora_cmp_t cmp, uint64_t value,
+                                               int timeout_ms, uint64_t *value_p);
+/** Expose the array under name (writable by signal operations only; plain
+ *  writes into it are refused). At most one server at a time (REMORA_ERR_BUSY).
+ *  Signals are served on the server's first lane only. */
+REMORA_API remora_status_t remora_server_expose_signals(remora_server_h server,
+                                                        const char *name,
+                                                        remora_signals_h signals);
+/** Set or add to a remote signal; returns once the server applied it.
+ *  REMORA_ERR_OUT_OF_RANGE for a bad index, REMORA_ERR_INVALID_PARAM when
+ *  name is not a signal array. */
+REMORA_API remora_status_t remora_client_signal(remora_client_h client, const char *name,
+                                                size_t index, remora_signal_op_t op,
+                                                uint64_t value);
+
+/* ---------------------------------------------------------------- stream-ordered operations */
+
+/*
+ * Operations enqueued on a CUDA stream (a CUstream / cudaStream_t passed as
+ * a pointer; NULL is the legacy stream). Each call only enqueues and
+ * returns; the operation runs when the stream reaches it, after the work
+ * enqueued before it, and the work enqueued after it waits as each call
+ * says. No kernel and no host callback is used: the stream writes a "ready"
+ * word in mapped host memory, remora's proxy thread runs the operation on
+ * the client's data path and writes a "done" word the stream waits for. On
+ * one host, a put into GPU memory reachable by CUDA IPC (and a SET of a
+ * mapped signal) is enqueued on the stream itself as a copy and a stream
+ * memory write, with no proxy at all. Operations of one client on one
+ * stream complete in order. They may be captured into CUDA graphs and the
+ * graphs replayed (one launch of a graph at a time, as CUDA runs them).
+ *
+ * Errors never hang a stream: an operation that fails (peer gone, timeout)
+ * still lets the stream go on; the first error is kept and returned by
+ * remora_stream_error(), later operations of that client on that stream
+ * fail at once (enqueue returns the error; operations already queued
+ * complete without running), and the error word, if set, is written
+ * before the stream goes on. Bad arguments are rejected at enqueue:
+ * REMORA_ERR_INVALID_PARAM (bad stream, NULL pointers), REMORA_ERR_NOT_FOUND
+ * (no such region), REMORA_ERR_OUT_OF_RANGE (range, index),
+ * REMORA_ERR_READ_ONLY. Without CUDA every call is REMORA_ERR_UNSUPPORTED.
+ *
+ * Streams given here must be created non-blocking (cudaStreamNonBlocking)
+ * or be the legacy stream of a process whose other streams are; the
+ * per-thread default stream is not supported.
+ */
+
+/** In stream order, len bytes of src (GPU or host memory) go to the region at
+ *  offset. Later work on the stream may reuse src: it waits until the bytes
+ *  have left it (through the proxy: until the write completed). */
+REMORA_API remora_status_t remora_stream_put(remora_client_h client, const char *region,
+                                             uint64_t offset, const void *src, size_t len,
+                                             void *stream);
+/** The same, and then signal index of the signal array `signals` is updated,
+ *  never before the data is visible at the target. */
+REMORA_API remora_status_t remora_stream_put_signal(remora_client_h client, const char *region,
+                                                    uint64_t offset, const void *src, size_t len,
+                                                    const char *signals, size_t index,
+                                                    remora_signal_op_t op, uint64_t value,
+                                                    void *stream);
+/** The signal alone (after everything this client put before it on the stream). */
+REMORA_API remora_status_t remora_stream_signal(remora_client_h client, const char *signals,
+                                                size_t index, remora_signal_op_t op,
+                                                uint64_t value, void *stream);
+/** Read len bytes of the region into dst (GPU or host); later stream work sees them. */
+REMORA_API remora_status_t remora_stream_get(remora_client_h client, const char *region,
+                                             uint64_t offset, void *dst, size_t len,
+                                             void *stream);
+/** Later work on the stream waits until local signal index compares as cmp says. */
+REMORA_API remora_status_t remora_stream_wait(remora_signals_h signals, size_t index,
+                                              remora_cmp_t cmp, uint64_t value, void *stream);
+/** Later work runs only once every earlier operation of this client on this
+ *  stream completed at the target. */
+REMORA_API remora_status_t remora_stream_flush(remora_client_h client, void *stream);
+/** The first error of this client's operations on this stream; REMORA_OK if none. */
+REMORA_API remora_status_t remora_stream_error(remora_client_h client, void *stream);
+/**
+ * An int64 in device (or mapped host) memory that a kernel can check: it
+ * stays 0 while this client's operations on this stream succeed; once one
+ * fails, the (negative) status is written there before any later work of
+ * the stream runs. NULL stops writing it.
+ */
+REMORA_API remora_status_t remora_stream_error_word(remora_client_h client, void *stream,
+                                                    int64_t *word);
+/**
+ * Free what this client keeps for the stream (mapped words, cached
+ * mappings, captured operations). The stream must have no remora operation
+ * of this client left to run (synchronize it first), and graphs captured
+ * from it with such operations must not be launched again.
+ * Disconnecting the client does this for all its streams, except that
+ * memory the streams may still touch is kept until the context is destroyed.
+ */
+REMORA_API remora_status_t remora_stream_release(remora_client_h client, void *stream);
 
 #ifdef __cplusplus
 }

@@ -804,6 +804,8 @@ void remora_context_destroy(remora_context_h ctx)
 {
     if (ctx == NULL)
         return;
+    if (ctx->stream_fini)
+        ctx->stream_fini(ctx);
     atomic_store(&ctx->stop, 1);
     ucp_worker_signal(ctx->worker);
     wake_progress_thread(ctx);

@@ -133,6 +133,15 @@ struct remora_context {
     uint64_t        peer_timeout_ns; /* silence after which a peer is dead */
     int             rma;             /* RMA enabled: 0 no, 1 verbs only, 2 any transport */
     int             shm_ok;          /* same-host mappings allowed (UCX may use shared memory) */
+
+    /* Stream-ordered operations (src/gpu/stream.c), an upper layer: it sets
+     * these on first use (under its own lock); the lower layers call them. */
+    struct rm_stream_proxy *stream_proxy;
+    /* remora_client_disconnect: phase 0 before the connection is failed,
+     * phase 1 once its operations drained (before its regions are dropped). */
+    void (*stream_client_hook)(struct remora_client *client, int phase);
+    /* remora_context_destroy, first thing. */
+    void (*stream_fini)(remora_context_h ctx);
 };
 
 /*

@@ -72,6 +72,11 @@ enum { /* CUmemorytype */
 #define CU_STREAM_NON_BLOCKING             0x01u
 #define CU_EVENT_DISABLE_TIMING            0x02u
 #define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x01u
+#define CU_MEMHOSTREGISTER_DEVICEMAP       0x02u
+#define CU_STREAM_WAIT_VALUE_GEQ           0x0u
+#define CU_STREAM_WAIT_VALUE_EQ            0x1u
+#define CUDA_ERROR_INVALID_HANDLE          400
+enum { CU_STREAM_CAPTURE_STATUS_NONE = 0, CU_STREAM_CAPTURE_STATUS_ACTIVE = 1 };
 
 /* ---------------------------------------------------------------- symbol table */
 
@@ -112,6 +117,13 @@ static struct cu_api {
     CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
     CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
     CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+    /* stream memory operations (src/gpu/stream.c) */
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
+    CUresult (*StreamWriteValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
+    CUresult (*StreamWaitValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
+    CUresult (*StreamGetCtx)(CUstream, CUcontext *);
+    CUresult (*StreamIsCapturing)(CUstream, int *);
+    CUresult (*StreamQuery)(CUstream);
 } cu;
 
 #define CU_SYM(field, name) {name, offsetof(struct cu_api, field)}
@@ -156,6 +168,12 @@ static const struct cu_sym {
     CU_SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
     CU_SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
     CU_SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+    CU_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
+    CU_SYM(StreamWriteValue64, "cuStreamWriteValue64_v2"),
+    CU_SYM(StreamWaitValue64, "cuStreamWaitValue64_v2"),
+    CU_SYM(StreamGetCtx, "cuStreamGetCtx"),
+    CU_SYM(StreamIsCapturing, "cuStreamIsCapturing"),
+    CU_SYM(StreamQuery, "cuStreamQuery"),
 };
 
 /* ---------------------------------------------------------------- state */
@@ -617,6 +635,22 @@ static int copy_device(const void *dst, const void *src)
     return 0;
 }
 
+/* The stream rm_cuda_copy runs on: one non-blocking stream per device, made
+ * on first use (in the device's primary context, current here) and kept. */
+static remora_status_t copy_stream(int device, CUstream *stream_p)
+{
+    static CUstream streams[RM_CUDA_MAX_DEVICES];
+    remora_status_t status = REMORA_OK;
+
+    pthread_mutex_lock(&ctx_lock);
+    if (streams[device] == NULL)
+        status = cu_check(cu.StreamCreate(&streams[device], CU_STREAM_NON_BLOCKING),
+                          "cuStreamCreate");
+    *stream_p = streams[device];
+    pthread_mutex_unlock(&ctx_lock);
+    return status;
+}
+
 remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length)
 {
     remora_status_t status;
@@ -625,13 +659,20 @@ remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length)
         return REMORA_OK;
     if (dst == NULL || src == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((status = ctx_push(copy_device(dst, src))) != REMORA_OK)
+    int device = copy_device(dst, src);
+    CUstream stream;
+
+    if ((status = ctx_push(device)) != REMORA_OK)
         return status;
-    status = cu_check(cu.Memcpy(dptr(dst), dptr(src), length), "cuMemcpy");
-    /* cuMemcpy returns before a device-to-device copy is done; callers are
-     * promised that it is (their buffer is theirs again). */
+    /* On a non-blocking stream of our own, not the legacy stream: a legacy
+     * copy would wait for every blocking stream of the context, and one of
+     * those may be waiting (cuStreamWaitValue64) for this very transfer to
+     * finish (stream-ordered operations, src/gpu/stream.c): a deadlock.
+     * The synchronize makes it blocking, as callers are promised. */
+    if ((status = copy_stream(device, &stream)) == REMORA_OK)
+        status = cu_check(cu.MemcpyAsync(dptr(dst), dptr(src), length, stream), "cuMemcpyAsync");
     if (status == REMORA_OK)
-        status = cu_check(cu.StreamSynchronize(NULL), "cuStreamSynchronize");
+        status = cu_check(cu.StreamSynchronize(stream), "cuStreamSynchronize");
     ctx_pop();
     return status;
 }
@@ -835,5 +876,125 @@ remora_status_t rm_cuda_ipc_close(int device, void *base)
         return status;
     status = cu_check(cu.IpcCloseMemHandle(dptr(base)), "cuIpcCloseMemHandle");
     ctx_pop();
+    return status;
+}
+
+/* ---------------------------------------------------------------- caller streams */
+
+/*
+ * The caller's CUstream, given as an opaque pointer. Work is enqueued with
+ * the stream's own context current (cuStreamGetCtx); the legacy stream
+ * (NULL) takes the calling thread's context, or device 0's primary one.
+ */
+static remora_status_t raw_push(void *stream)
+{
+    CUcontext ctx = NULL;
+    CUresult r;
+
+    if (rm_cuda_init() != REMORA_OK)
+        return REMORA_ERR_UNSUPPORTED;
+    r = cu.StreamGetCtx((CUstream)stream, &ctx);
+    if (r != CUDA_SUCCESS || ctx == NULL) {
+        if (stream != NULL) {
+            rm_error("not a CUDA stream: %p (%s)", stream, cu_string(r));
+            return REMORA_ERR_INVALID_PARAM;
+        }
+        return ctx_push(0);
+    }
+    return cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+}
+
+remora_status_t rm_cuda_raw_check(void *stream, int *capturing)
+{
+    remora_status_t status;
+    int cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r;
+
+    if ((status = raw_push(stream)) != REMORA_OK)
+        return status;
+    r = cu.StreamIsCapturing((CUstream)stream, &cap);
+    ctx_pop();
+    if (r != CUDA_SUCCESS) {
+        rm_error("cuStreamIsCapturing(%p): %s", stream, cu_string(r));
+        return r == CUDA_ERROR_INVALID_HANDLE ? REMORA_ERR_INVALID_PARAM : REMORA_ERR_IO;
+    }
+    if (cap != CU_STREAM_CAPTURE_STATUS_NONE && cap != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        rm_error("stream %p: its capture was invalidated", stream);
+        return REMORA_ERR_INVALID_PARAM;
+    }
+    if (capturing)
+        *capturing = cap == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return REMORA_OK;
+}
+
+remora_status_t rm_cuda_raw_write64(void *stream, void *dev_addr, uint64_t value)
+{
+    remora_status_t status;
+
+    if ((status = raw_push(stream)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.StreamWriteValue64((CUstream)stream, dptr(dev_addr), value, 0),
+                      "cuStreamWriteValue64");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_raw_wait64(void *stream, void *dev_addr, uint64_t value, int eq)
+{
+    remora_status_t status;
+
+    if ((status = raw_push(stream)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.StreamWaitValue64((CUstream)stream, dptr(dev_addr), value,
+                                           eq ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ),
+                      "cuStreamWaitValue64");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_raw_copy(void *stream, void *dst, const void *src, size_t length)
+{
+    remora_status_t status;
+
+    if (length == 0)
+        return REMORA_OK;
+    if ((status = raw_push(stream)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemcpyAsync(dptr(dst), dptr(src), length, (CUstream)stream),
+                      "cuMemcpyAsync");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_raw_sync(void *stream)
+{
+    remora_status_t status;
+
+    if ((status = raw_push(stream)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.StreamSynchronize((CUstream)stream), "cuStreamSynchronize");
+    ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_host_register_mapped(void *p, size_t length, void **dev_p)
+{
+    remora_status_t status;
+    CUdeviceptr d = 0;
+
+    if (p == NULL || length == 0 || dev_p == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(0)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemHostRegister(p, length, CU_MEMHOSTREGISTER_PORTABLE |
+                                                        CU_MEMHOSTREGISTER_DEVICEMAP),
+                      "cuMemHostRegister");
+    if (status == REMORA_OK &&
+        (status = cu_check(cu.MemHostGetDevicePointer(&d, p, 0), "cuMemHostGetDevicePointer")) !=
+            REMORA_OK)
+        cu.MemHostUnregister(p);
+    ctx_pop();
+    if (status == REMORA_OK)
+        *dev_p = vptr(d);
     return status;
 }

@@ -20,6 +20,7 @@
 #define RM_MEM_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <remora/remora.h>
 
@@ -125,5 +126,26 @@ remora_status_t rm_cuda_ipc_get(const void *p, rm_cuda_ipc_handle_t *handle, siz
  *  allocation's base here. Same-process handles fail (a driver rule). */
 remora_status_t rm_cuda_ipc_open(int device, const rm_cuda_ipc_handle_t *handle, void **base);
 remora_status_t rm_cuda_ipc_close(int device, void *base);
+
+/* ---------------------------------------------------------------- caller streams */
+
+/*
+ * For stream-ordered operations (src/gpu/stream.c). `stream` is the caller's
+ * CUstream as an opaque pointer (NULL: the legacy stream); everything here
+ * only enqueues. Device addresses come from rm_cuda_host_register_mapped()
+ * or are device memory.
+ */
+/* REMORA_ERR_INVALID_PARAM for something that is not a usable stream;
+ * *capturing (may be NULL) = 1 while the stream is being captured. */
+remora_status_t rm_cuda_raw_check(void *stream, int *capturing);
+/* cuStreamWriteValue64 (with its memory barrier: earlier work is visible first). */
+remora_status_t rm_cuda_raw_write64(void *stream, void *dev_addr, uint64_t value);
+/* cuStreamWaitValue64: eq ? *addr == value : (int64_t)(*addr - value) >= 0. */
+remora_status_t rm_cuda_raw_wait64(void *stream, void *dev_addr, uint64_t value, int eq);
+remora_status_t rm_cuda_raw_copy(void *stream, void *dst, const void *src, size_t length);
+remora_status_t rm_cuda_raw_sync(void *stream);
+/* Page-lock host memory, mapped for every device (DEVICEMAP | PORTABLE);
+ * *dev_p is its device address. Undo with rm_cuda_host_unregister(). */
+remora_status_t rm_cuda_host_register_mapped(void *p, size_t length, void **dev_p);
 
 #endif

@@ -1210,6 +1210,8 @@ void remora_client_disconnect(remora_client_h c)
     if (c == NULL)
         return;
     reconnect_stop(c); /* no new connection from here on */
+    if (c->ctx->stream_client_hook)
+        c->ctx->stream_client_hook(c, 0);
     lanes_disconnect(c);
     rm_engine_lock(c->ctx);
     c->ready = 0; /* a user-initiated close raises no DISCONNECTED event */
@@ -1222,6 +1224,8 @@ void remora_client_disconnect(remora_client_h c)
      * for queued events, so nothing refers to the client afterwards. */
     rm_engine_wait(c->ctx, &c->drained, rm_deadline_ns(RM_CLOSE_WAIT_MS));
     rm_engine_wait(c->ctx, &c->events_idle, rm_deadline_ns(RM_CLOSE_WAIT_MS));
+    if (c->ctx->stream_client_hook)
+        c->ctx->stream_client_hook(c, 1);
 
     rm_engine_lock(c->ctx);
     rm_client_unmap_all(c);
@@ -1284,7 +1288,8 @@ remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **inf
         infos[i].access     = descs[i].access;
         infos[i].generation = descs[i].generation;
         infos[i].kind       = (descs[i].flags & RM_REGION_WIRE_RING) ? REMORA_REGION_RING
-                                                                      : REMORA_REGION_PLAIN;
+                            : (descs[i].flags & RM_REGION_WIRE_SIGNALS) ? REMORA_REGION_SIGNALS
+                                                                          : REMORA_REGION_PLAIN;
     }
     *infos_p = infos;
     *count_p = count;
@@ -1321,7 +1326,9 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     info->mem_type   = (remora_mem_type_t)d.mem_type;
     info->access     = d.access;
     info->generation = d.generation;
-    info->kind       = (d.flags & RM_REGION_WIRE_RING) ? REMORA_REGION_RING : REMORA_REGION_PLAIN;
+    info->kind       = (d.flags & RM_REGION_WIRE_RING)      ? REMORA_REGION_RING
+                       : (d.flags & RM_REGION_WIRE_SIGNALS) ? REMORA_REGION_SIGNALS
+                                                            : REMORA_REGION_PLAIN;
     return REMORA_OK;
 }
 

@@ -35,6 +35,7 @@
 #include "remote/server.h"
 #include "remote/auth.h"
 #include "engine/seal.h"
+#include "remote/signals.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -90,6 +91,10 @@ static void region_describe(const rm_conn_t *c, const rm_region_t *r, int with_r
     d->access      = REMORA_ACCESS_READ |
                      ((r->flags & REMORA_REGION_WRITABLE) ? REMORA_ACCESS_WRITE : 0);
     d->flags       = r->ring ? RM_REGION_WIRE_RING : 0;
+    if (r->signals) { /* changed by signal operations only */
+        d->flags  |= RM_REGION_WIRE_SIGNALS;
+        d->access  = REMORA_ACCESS_READ;
+    }
     if (c->peer.seal) { /* encrypted: active messages only, nothing to bypass them */
         d->generation = r->generation;
         d->device     = r->mem->device;
@@ -341,7 +346,7 @@ static remora_status_t check_access(rm_conn_t *c, const rm_hdr_t *hdr, int write
         return REMORA_ERR_NOT_FOUND;
     if (hdr->offset > r->length || hdr->length > r->length - hdr->offset)
         return REMORA_ERR_OUT_OF_RANGE;
-    if (write && !(r->flags & REMORA_REGION_WRITABLE))
+    if (write && (!(r->flags & REMORA_REGION_WRITABLE) || r->signals))
         return REMORA_ERR_READ_ONLY;
     *r_p = r;
     return REMORA_OK;
@@ -436,6 +441,8 @@ typedef struct rm_write_ctx {
     size_t       len;
     void        *cipher; /* sealed rendezvous write: the payload lands here first */
     rm_hdr_t     hdr;    /* ... and is opened with its header */
+    int          has_sig; /* WRITE_SIGNAL: apply sig once the data landed */
+    rm_sig_desc_t sig;
 } rm_write_ctx_t;
 
 static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
@@ -457,8 +464,11 @@ static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
     }
     rm_mem_unref(wc->mem);
     c->inflight--;
+    remora_status_t st = rm_status_from_ucs(status);
+    if (wc->has_sig && st == REMORA_OK && !c->dead)
+        st = rm_server_signal_apply(c->server, &wc->sig);
     if (!c->dead)
-        rm_conn_reply(c, RM_MSG_WRITE_REPLY, wc->req_id, rm_status_from_ucs(status), NULL);
+        rm_conn_reply(c, RM_MSG_WRITE_REPLY, wc->req_id, st, NULL);
     conn_free_if_idle(c);
     free(wc);
 }
@@ -469,8 +479,8 @@ static void write_recv_cb(void *request, ucs_status_t status, size_t length, voi
     ucp_request_free(request);
 }
 
-static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
-                         const ucp_am_recv_param_t *param)
+void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
+                            const ucp_am_recv_param_t *param, const rm_sig_desc_t *sig)
 {
     rm_region_t *r = NULL;
     remora_status_t st = check_access(c, hdr, 1, &r);
@@ -491,6 +501,10 @@ static void handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t l
     wc->req_id = hdr->req_id;
     wc->dst    = region_ptr(r, hdr->offset);
     wc->len    = len;
+    if (sig) {
+        wc->has_sig = 1;
+        wc->sig     = *sig;
+    }
     rm_mem_ref(r->mem);
     c->inflight++;
     if (region_staged(c, r) && len && (wc->stage = rm_stage_get(c->server->stage, len)) == NULL) {
@@ -554,7 +568,9 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     case RM_MSG_LIST:      handle_list(c, hdr); break;
     case RM_MSG_LOOKUP:    handle_lookup(c, hdr, body, len); break;
     case RM_MSG_READ:      handle_read(c, hdr); break;
-    case RM_MSG_WRITE:     handle_write(c, hdr, body, len, param); break;
+    case RM_MSG_WRITE:     rm_server_handle_write(c, hdr, body, len, param, NULL); break;
+    case RM_MSG_SIGNAL:    rm_server_signal(c, hdr); break;
+    case RM_MSG_WRITE_SIGNAL: rm_server_write_signal(c, hdr, body, len, param); break;
     case RM_MSG_PING:      rm_conn_reply(c, RM_MSG_PONG, hdr->req_id, REMORA_OK, NULL); break;
     case RM_MSG_EVENT_ACK: handle_event_ack(c, hdr); break;
     case RM_MSG_RING_WAIT: rm_server_ring_wait(c, hdr); break;
@@ -1133,6 +1149,7 @@ void remora_server_destroy(remora_server_h s)
     rm_list_for_each_safe(pos, tmp, &s->regions) {
         rm_region_t *r = rm_container_of(pos, rm_region_t, link);
         rm_server_ring_region_gone(s, r);
+        rm_server_signals_region_gone(s, r);
         rm_mem_unref(r->mem);
         free(r);
     }
@@ -1287,6 +1304,7 @@ remora_status_t rm_server_region_drop(remora_server_h s, const char *name)
     s->epoch++;
     rm_list_del(&r->link);
     rm_server_ring_region_gone(s, r);
+    rm_server_signals_region_gone(s, r);
     broadcast_event(s, r, RM_EVENT_REMOVED);
     region_retire_mem(s, r);
     retired_sweep(s);

@@ -19,6 +19,7 @@ typedef struct rm_region {
     uint64_t     generation;
     remora_ring_h ring;      /* a ring's memory; NULL for plain regions */
     int          ring_data;  /* a GPU ring's elements: it comes and goes with its ring */
+    struct remora_signals *signals; /* a signal array (server_signals.c); NULL otherwise */
 } rm_region_t;
 
 typedef struct rm_retired {

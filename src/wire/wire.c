@@ -23,6 +23,8 @@ static size_t hdr_len_for(unsigned type)
     switch (type) {
     case RM_MSG_READ:
     case RM_MSG_WRITE:
+    case RM_MSG_SIGNAL:
+    case RM_MSG_WRITE_SIGNAL:
     case RM_MSG_RING_WAIT: return RM_HDR_COMMON + 24;
     case RM_MSG_RING_NOTIFY:
     case RM_MSG_EVENT:     return RM_HDR_COMMON + 32;
@@ -45,10 +47,12 @@ size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf)
     switch (hdr->type) {
     case RM_MSG_READ:
     case RM_MSG_WRITE:
+    case RM_MSG_SIGNAL:
+    case RM_MSG_WRITE_SIGNAL:
     case RM_MSG_RING_WAIT:
     case RM_MSG_RING_NOTIFY:
         put32(buf + 16, hdr->region_id);
-        if (hdr->type == RM_MSG_RING_WAIT)
+        if (hdr->type == RM_MSG_RING_WAIT || hdr->type == RM_MSG_SIGNAL)
             buf[20] = hdr->kind;
         put64(buf + 24, hdr->offset);
         put64(buf + 32, hdr->length);
@@ -101,11 +105,15 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
     switch (hdr->type) {
     case RM_MSG_READ:
     case RM_MSG_WRITE:
+    case RM_MSG_SIGNAL:
+    case RM_MSG_WRITE_SIGNAL:
     case RM_MSG_RING_WAIT:
     case RM_MSG_RING_NOTIFY:
         hdr->region_id = get32(buf + 16);
-        if (hdr->type == RM_MSG_RING_WAIT)
+        if (hdr->type == RM_MSG_RING_WAIT || hdr->type == RM_MSG_SIGNAL)
             hdr->kind = buf[20];
+        if (hdr->type == RM_MSG_SIGNAL && hdr->kind != RM_SIG_SET && hdr->kind != RM_SIG_ADD)
+            return -1;
         hdr->offset    = get64(buf + 24);
         hdr->length    = get64(buf + 32);
         if (hdr->type == RM_MSG_RING_NOTIFY)
@@ -138,7 +146,7 @@ const char *rm_msg_type_name(unsigned type)
         "?", "HELLO", "HELLO_REPLY", "AUTH", "AUTH_REPLY", "LIST", "LIST_REPLY",
         "LOOKUP", "LOOKUP_REPLY", "READ", "READ_REPLY", "WRITE", "WRITE_REPLY",
         "PING", "PONG", "EVENT", "EVENT_ACK", "ERROR", "RING_WAIT", "RING_NOTIFY",
-        "LANES", "LANES_REPLY"};
+        "LANES", "LANES_REPLY", "SIGNAL", "SIGNAL_REPLY", "WRITE_SIGNAL"};
     return type <= RM_MSG_TYPE_MAX ? names[type] : "?";
 }
 
@@ -511,5 +519,30 @@ int rm_boot_parse(const void *data, size_t len, rm_boot_frame_t *f, size_t *used
     f->payload = buf + RM_BOOT_HDR_LEN;
     f->len     = plen;
     *used_p    = RM_BOOT_HDR_LEN + plen;
+    return 0;
+}
+
+/* ------------------------------------------------------------- signals */
+
+void rm_sig_desc_encode(uint8_t out[RM_SIG_DESC_LEN], const rm_sig_desc_t *d)
+{
+    memset(out, 0, RM_SIG_DESC_LEN);
+    put32(out, d->region_id);
+    out[4] = d->op;
+    put64(out + 8, d->index);
+    put64(out + 16, d->value);
+}
+
+int rm_sig_desc_decode(const void *buf, size_t len, rm_sig_desc_t *d)
+{
+    const uint8_t *p = buf;
+
+    if (buf == NULL || len < RM_SIG_DESC_LEN || (p[4] != RM_SIG_SET && p[4] != RM_SIG_ADD) ||
+        p[5] || p[6] || p[7])
+        return -1;
+    d->region_id = get32(p);
+    d->op        = p[4];
+    d->index     = get64(p + 8);
+    d->value     = get64(p + 16);
     return 0;
 }

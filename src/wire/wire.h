@@ -59,7 +59,10 @@ typedef enum rm_msg_type {
     RM_MSG_RING_NOTIFY  = 19,
     RM_MSG_LANES        = 20,
     RM_MSG_LANES_REPLY  = 21,
-    RM_MSG_TYPE_MAX     = 21
+    RM_MSG_SIGNAL       = 22, /* region_id, kind = op, offset = index, length = value */
+    RM_MSG_SIGNAL_REPLY = 23,
+    RM_MSG_WRITE_SIGNAL = 24, /* a WRITE whose body starts with rm_sig_desc (answered WRITE_REPLY) */
+    RM_MSG_TYPE_MAX     = 24
 } rm_msg_type_t;
 
 /* Event kinds carried by RM_MSG_EVENT. */
@@ -67,7 +70,26 @@ enum { RM_EVENT_CHANGED = 1, RM_EVENT_REMOVED = 2 };
 
 /* Region flags on the wire. */
 enum { RM_REGION_WIRE_MAPPABLE = 1u << 0, RM_REGION_WIRE_RING = 1u << 1,
-       RM_REGION_WIRE_IPC = 1u << 2 /* a CUDA IPC handle follows */ };
+       RM_REGION_WIRE_IPC = 1u << 2, /* a CUDA IPC handle follows */
+       RM_REGION_WIRE_SIGNALS = 1u << 3 /* an array of 64-bit signals */ };
+
+/* Signal operations (RM_MSG_SIGNAL kind, rm_sig_desc op). */
+enum { RM_SIG_SET = 0, RM_SIG_ADD = 1 };
+
+/* The signal a WRITE_SIGNAL applies once its data landed: the first
+ * RM_SIG_DESC_LEN bytes of its body (u32 region id, u8 op, 3 zero bytes,
+ * u64 index, u64 value); the data follows. */
+#define RM_SIG_DESC_LEN 24
+typedef struct rm_sig_desc {
+    uint32_t region_id;
+    uint8_t  op;
+    uint64_t index;
+    uint64_t value;
+} rm_sig_desc_t;
+
+void rm_sig_desc_encode(uint8_t out[RM_SIG_DESC_LEN], const rm_sig_desc_t *d);
+/* 0, or -1 when short or malformed (unknown op, non-zero padding). */
+int  rm_sig_desc_decode(const void *buf, size_t len, rm_sig_desc_t *d);
 #define RM_IPC_HANDLE_LEN 64
 
 /* Subscription modes carried by RING_WAIT (kind). */

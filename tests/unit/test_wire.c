@@ -66,6 +66,8 @@ static size_t expected_hdr_len(unsigned type)
     switch (type) {
     case RM_MSG_READ:
     case RM_MSG_WRITE:
+    case RM_MSG_SIGNAL:
+    case RM_MSG_WRITE_SIGNAL:
     case RM_MSG_RING_WAIT: return 40;
     case RM_MSG_RING_NOTIFY:
     case RM_MSG_EVENT:     return 48;
@@ -83,7 +85,8 @@ static rm_hdr_t full_hdr(unsigned type)
         .req_id     = 0x0102030405060708ull,
         .region_id  = 0x11223344u,
         .kind       = type == RM_MSG_EVENT       ? RM_EVENT_REMOVED
-                      : type == RM_MSG_RING_WAIT ? RM_RING_LATEST : 0x77,
+                      : type == RM_MSG_RING_WAIT ? RM_RING_LATEST
+                      : type == RM_MSG_SIGNAL    ? RM_SIG_ADD : 0x77,
         .offset     = 0x2122232425262728ull,
         .length     = 0x3132333435363738ull,
         .generation = 0x4142434445464748ull,
@@ -126,19 +129,53 @@ static void test_hdr_round_trip_every_type(void **state)
         assert_int_equal(hdr_decode_exact(buf, len, &out), 0);
 
         int ring = t == RM_MSG_RING_WAIT || t == RM_MSG_RING_NOTIFY;
-        int rw = t == RM_MSG_READ || t == RM_MSG_WRITE || ring;
+        int sig = t == RM_MSG_SIGNAL || t == RM_MSG_WRITE_SIGNAL;
+        int rw = t == RM_MSG_READ || t == RM_MSG_WRITE || ring || sig;
         int ev = t == RM_MSG_EVENT;
         assert_int_equal(out.type, t);
         assert_int_equal(out.status, in.status); /* common part: all types */
         assert_int_equal(out.req_id, in.req_id);
         assert_int_equal(out.region_id, rw || ev ? in.region_id : 0);
-        assert_int_equal(out.kind, ev || t == RM_MSG_RING_WAIT ? in.kind : 0);
+        assert_int_equal(out.kind, ev || t == RM_MSG_RING_WAIT || t == RM_MSG_SIGNAL ? in.kind : 0);
         assert_int_equal(out.offset, rw ? in.offset : 0);
         assert_int_equal(out.length, rw ? in.length : 0);
         assert_int_equal(out.generation, ev ? in.generation : 0);
         assert_int_equal(out.size, ev || t == RM_MSG_RING_NOTIFY ? in.size : 0);
         assert_int_equal(out.epoch, ev || t == RM_MSG_EVENT_ACK ? in.epoch : 0);
     }
+}
+
+/* SIGNAL: an op other than SET or ADD is refused; WRITE_SIGNAL's signal
+ * descriptor round-trips and rejects what is short or malformed. */
+static void test_signal_wire(void **state)
+{
+    rm_hdr_t h = full_hdr(RM_MSG_SIGNAL), out;
+    uint8_t buf[RM_HDR_MAX + 8], d[RM_SIG_DESC_LEN];
+    size_t len;
+    rm_sig_desc_t in = {.region_id = 0x01020304u, .op = RM_SIG_ADD,
+                        .index = 0x1112131415161718ull, .value = 0x2122232425262728ull}, o;
+
+    h.kind = 2;
+    len = rm_hdr_encode(&h, buf);
+    assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
+    rm_sig_desc_encode(d, &in);
+    assert_int_equal(d[0], 0x04);
+    assert_int_equal(d[4], RM_SIG_ADD);
+    assert_int_equal(d[8], 0x18);
+    assert_int_equal(d[16], 0x28);
+    assert_int_equal(rm_sig_desc_decode(d, sizeof(d), &o), 0);
+    assert_int_equal(o.region_id, in.region_id);
+    assert_int_equal(o.op, in.op);
+    assert_int_equal(o.index, in.index);
+    assert_int_equal(o.value, in.value);
+    for (size_t n = 0; n < sizeof(d); n++)
+        assert_int_equal(rm_sig_desc_decode(d, n, &o), -1);
+    d[4] = 2;
+    assert_int_equal(rm_sig_desc_decode(d, sizeof(d), &o), -1);
+    d[4] = RM_SIG_SET;
+    d[6] = 1;
+    assert_int_equal(rm_sig_desc_decode(d, sizeof(d), &o), -1);
+    assert_int_equal(rm_sig_desc_decode(NULL, 0, &o), -1);
 }
 
 /* The READ header layout, byte by byte: type, version, 2 reserved, status,
@@ -1295,6 +1332,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hdr_round_trip_every_type),
+        cmocka_unit_test(test_signal_wire),
         cmocka_unit_test(test_hdr_read_layout_literal),
         cmocka_unit_test(test_hdr_event_layout_literal),
         cmocka_unit_test(test_hdr_rejects_every_truncation),

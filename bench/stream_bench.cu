@@ -1,0 +1,125 @@
+/*
+ * stream_bench: stream-ordered operations against the same operations
+ * issued from the host, on the path the environment selects (REMORA_PATH,
+ * UCX_TLS). Server and client are in this process (two contexts), so the
+ * path is a same-host one unless forced (scripts/gpu-stream.sh forces
+ * staging/am over TCP). Prints one "key=value" line per figure:
+ *   host_read64_rtt_us          remora_client_read of 64 B, mean round trip
+ *   host_write64_us             remora_client_write of 64 B (blocking), per op
+ *   stream_put64_us             remora_stream_put of 64 B (each waits for DONE), per op
+ *   proxy_added_us              stream_put64_us - host_write64_us (target <= 2)
+ *   stream_signals_per_s        queued stream signals, one client (target >= 500000)
+ *   host_put_GBps_<size>        remora_client_write of a GPU buffer, back to back
+ *   stream_put_GBps_<size>      remora_stream_put of the same, back to back
+ *   put_ratio_<size>            stream / host (target >= 0.9)
+ * Exit 77 without a GPU.
+ */
+#include <string.h>
+
+#include "../tests/gpu/stream_common.h"
+
+static double host_write_bw(pair_t *p, uint8_t *src, size_t n, int iters)
+{
+    RK(remora_client_write(p->client, "buf", 0, src, n)); /* warm */
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++)
+        RK(remora_client_write(p->client, "buf", 0, src, n));
+    return (double)n * iters / ((now_us() - t0) * 1e3);
+}
+
+static double stream_put_bw(pair_t *p, cudaStream_t st, uint8_t *src, size_t n, int iters)
+{
+    RK(remora_stream_put(p->client, "buf", 0, src, n, st));
+    CK(cudaStreamSynchronize(st));
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++)
+        RK(remora_stream_put(p->client, "buf", 0, src, n, st));
+    CK(cudaStreamSynchronize(st));
+    return (double)n * iters / ((now_us() - t0) * 1e3);
+}
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    double scale = argc > 1 ? atof(argv[1]) : 1.0; /* fewer iterations for a quick look */
+    if (scale <= 0)
+        scale = 1.0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no GPU\n");
+        return 77;
+    }
+    CK(cudaSetDevice(0));
+    const size_t cap = 256u << 20;
+    pair_t p;
+    pair_open(&p, cap, 30000);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    uint8_t *src, hbuf[64];
+    CK(cudaMalloc(&src, cap));
+    CK(cudaMemset(src, 1, cap));
+    remora_path_t path = REMORA_PATH_AUTO;
+    RK(remora_client_region_path(p.client, "buf", &path));
+    printf("path=%s\n", remora_path_string(path));
+
+    int n = (int)(20000 * scale);
+    for (int i = 0; i < 100; i++)
+        RK(remora_client_read(p.client, "buf", 0, hbuf, 64));
+    double t0 = now_us();
+    for (int i = 0; i < n; i++)
+        RK(remora_client_read(p.client, "buf", 0, hbuf, 64));
+    double read_rtt = (now_us() - t0) / n;
+    printf("host_read64_rtt_us=%.2f\n", read_rtt);
+
+    memset(hbuf, 3, sizeof(hbuf));
+    t0 = now_us();
+    for (int i = 0; i < n; i++)
+        RK(remora_client_write(p.client, "buf", 0, hbuf, 64));
+    double host_w = (now_us() - t0) / n;
+    printf("host_write64_us=%.2f\n", host_w);
+
+    uint8_t *pinned;
+    CK(cudaHostAlloc((void **)&pinned, 64, cudaHostAllocDefault));
+    memset(pinned, 3, 64);
+    for (int i = 0; i < 100; i++)
+        RK(remora_stream_put(p.client, "buf", 0, pinned, 64, st));
+    CK(cudaStreamSynchronize(st));
+    t0 = now_us();
+    for (int i = 0; i < n; i++)
+        RK(remora_stream_put(p.client, "buf", 0, pinned, 64, st));
+    CK(cudaStreamSynchronize(st));
+    double stream_w = (now_us() - t0) / n;
+    printf("stream_put64_us=%.2f\n", stream_w);
+    printf("proxy_added_us=%.2f\n", stream_w - host_w);
+
+    int ns = (int)(200000 * scale);
+    RK(remora_signals_update(p.sig, 0, REMORA_SIGNAL_SET, 0));
+    t0 = now_us();
+    for (int i = 0; i < ns; i++)
+        RK(remora_stream_signal(p.client, "sig", 0, REMORA_SIGNAL_ADD, 1, st));
+    RK(remora_stream_flush(p.client, st));
+    CK(cudaStreamSynchronize(st));
+    double sig_rate = ns / ((now_us() - t0) / 1e6);
+    uint64_t v = 0;
+    RK(remora_signals_read(p.sig, 0, &v));
+    printf("stream_signals_per_s=%.0f\n", sig_rate);
+    printf("stream_signals_exact=%s\n", v == (uint64_t)ns ? "yes" : "NO");
+
+    const size_t sizes[] = {1u << 20, 16u << 20, 256u << 20};
+    for (size_t k = 0; k < 3; k++) {
+        int it = (int)((k == 0 ? 200 : k == 1 ? 40 : 6) * scale);
+        if (it < 2)
+            it = 2;
+        double hb = host_write_bw(&p, src, sizes[k], it);
+        double sb = stream_put_bw(&p, st, src, sizes[k], it);
+        printf("host_put_GBps_%zuMiB=%.2f\nstream_put_GBps_%zuMiB=%.2f\nput_ratio_%zuMiB=%.3f\n",
+               sizes[k] >> 20, hb, sizes[k] >> 20, sb, sizes[k] >> 20, sb / hb);
+    }
+    remora_status_t err = remora_stream_error(p.client, st);
+    printf("stream_error=%s\n", remora_status_string(err));
+    RK(remora_stream_release(p.client, st));
+    CK(cudaStreamDestroy(st));
+    CK(cudaFreeHost(pinned));
+    CK(cudaFree(src));
+    pair_close(&p);
+    return err == REMORA_OK && v == (uint64_t)ns ? 0 : 1;
+}

@@ -1,0 +1,125 @@
+#!/bin/bash
+# Stream-ordered operations on a GPU machine (docs/stream.md): the GPU tests,
+# the two-process ping-pongs and the benchmark, with every figure the
+# targets of docs/performance.md need and their ratios. Run after
+# scripts/gpu-test.sh BUILD_DIR built everything:
+#   scripts/gpu-stream.sh BUILD_DIR OUTDIR
+# Logs go to OUTDIR (one file per step, summary.txt). Every step has a
+# timeout; the whole run takes well under 4 minutes. Exit: 0 when every
+# step passed or was skipped (no GPU), 1 otherwise.
+#
+# Internal mode (CTest's gpu_stream_pingpong_*):
+#   scripts/gpu-stream.sh --pingpong STREAM_PINGPONG_BIN ipc|tcp|raw [ITERS] [SIZE]
+set -uo pipefail
+
+have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; }
+
+# Two ranks on this host; rank 0's line on stdout. Ports from the PID.
+pingpong() {
+  local bin=$1 mode=$2 iters=${3:-10000} size=${4:-64}
+  local base=$(( 20000 + ($$ * 7 + RANDOM) % 20000 ))
+  local p0=$base p1=$((base + 1)) extra=() envs=()
+  case $mode in
+    ipc) envs=(REMORA_PATH=auto) ;;
+    tcp) envs=(UCX_TLS=tcp REMORA_PATH=staging) ;;
+    raw) extra=(--raw); envs=(REMORA_RAW_SHM=/remora_raw_$$_$RANDOM) ;;
+    *) echo "unknown mode $mode" >&2; return 2 ;;
+  esac
+  have_gpu || { echo "SKIPPED: no GPU"; return 77; }
+  env "${envs[@]}" REMORA_LOG=warn timeout -k 5 120 "$bin" 1 "$p1" "$p0" "$iters" "$size" "${extra[@]}" \
+      > /tmp/remora_pp1_$$.log 2>&1 &
+  local pid1=$!
+  env "${envs[@]}" REMORA_LOG=warn timeout -k 5 120 "$bin" 0 "$p0" "$p1" "$iters" "$size" "${extra[@]}"
+  local rc0=$?
+  wait "$pid1"; local rc1=$?
+  sed 's/^/  rank1: /' /tmp/remora_pp1_$$.log; rm -f /tmp/remora_pp1_$$.log
+  [ "$rc0" = 77 ] && return 77
+  [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+}
+
+if [ "${1:-}" = "--pingpong" ]; then
+  shift
+  pingpong "$@"
+  exit $?
+fi
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:?usage: $0 BUILD_DIR OUTDIR}
+out=${2:?usage: $0 BUILD_DIR OUTDIR}
+mkdir -p "$out"
+gpu=$build/tests/gpu
+[ -d "$root/.gpu-deps" ] && export LD_LIBRARY_PATH=$root/.gpu-deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export REMORA_LOG=${REMORA_LOG:-warn}
+summary=$out/summary.txt
+: > "$summary"
+failed=0
+say() { echo "$*" | tee -a "$summary"; }
+
+for b in test_stream stream_pingpong stream_bench; do
+  [ -x "$gpu/$b" ] || { say "MISSING $gpu/$b (was nvcc found? see cmake output)"; exit 1; }
+done
+if ! have_gpu; then
+  say "SKIPPED: no GPU here (nvidia-smi lists none)"
+  exit 0
+fi
+nvidia-smi --query-gpu=index,name,driver_version --format=csv > "$out/machine.txt" 2>&1
+say "== $(date -u +%FT%TZ) $(head -2 "$out/machine.txt" | tail -1)"
+
+# step NAME TIMEOUT ENV... -- CMD...: run, log, record PASS/FAIL/SKIP.
+step() {
+  local name=$1 t=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  local t0=$SECONDS
+  env "${envs[@]}" timeout -k 5 "$t" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  local verdict=PASS
+  case $rc in 0) ;; 77) verdict=SKIP ;; 124|137) verdict="FAIL (timed out after ${t}s)"; failed=1 ;; *) verdict="FAIL (exit $rc)"; failed=1 ;; esac
+  say "[$verdict] $name ($((SECONDS - t0)) s) -> $out/$name.log"
+}
+
+# 1. Functional: one process through the proxy (staging over TCP).
+step test_stream_staging 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/test_stream"
+grep -E "^(dead peer|sizes|graph|signals|wait|bad args|two gpus|SKIPPED|FAILED)" "$out/test_stream_staging.log" | sed 's/^/    /' | tee -a "$summary"
+
+# 2. Ping-pongs between two processes on GPU 0, 10,000 round trips, 64 B.
+step pingpong_ipc 130 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
+step pingpong_raw 130 -- "$0" --pingpong "$gpu/stream_pingpong" raw 10000 64
+step pingpong_tcp 130 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
+step pingpong_ipc_1MiB 60 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
+
+# 3. Benchmark: TCP (staging) and the same-host default.
+step bench_tcp 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_bench"
+step bench_am 100 REMORA_PATH=am -- "$gpu/stream_bench" 0.5
+
+val() { grep -ho "$2=[^ ]*" "$out/$1.log" 2>/dev/null | head -1 | cut -d= -f2; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "n/a"; else printf "%.3f", a / b }'; }
+diff_() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%.2f", a - b }'; }
+check() { # check LABEL VALUE OP LIMIT
+  awk -v v="$2" -v l="$4" -v op="$3" -v n="$1" 'BEGIN {
+    if (v == "n/a" || v == "") { printf "  %-62s %10s   (no figure)\n", n, "n/a"; exit }
+    ok = (op == "<=") ? (v + 0 <= l + 0) : (v + 0 >= l + 0)
+    printf "  %-62s %10s   target %s %s: %s\n", n, v, op, l, ok ? "met" : "NOT MET" }' | tee -a "$summary"
+}
+
+ipc=$(val pingpong_ipc rtt_us); raw=$(val pingpong_raw rtt_us); tcp=$(val pingpong_tcp rtt_us)
+rd=$(val bench_tcp host_read64_rtt_us)
+say ""
+say "== figures (docs/performance.md, stream-ordered operations)"
+say "  same-host put_signal ping-pong RTT, 64 B (path $(val pingpong_ipc path)): ${ipc:-n/a} us"
+say "  raw cuMemcpyAsync + stream memop ping-pong RTT, 64 B: ${raw:-n/a} us"
+check "ratio remora / raw" "$(ratio "$ipc" "$raw")" "<=" 1.5
+say "  TCP (staging) put_signal ping-pong RTT, 64 B: ${tcp:-n/a} us; host 64 B read RTT: ${rd:-n/a} us"
+check "TCP ping-pong RTT - host read RTT (us)" "$(diff_ "$tcp" "$rd")" "<=" 10
+for b in bench_tcp bench_am; do
+  say "  [$b, path $(val $b path)]"
+  check "queued stream signals per second, one client" "$(val $b stream_signals_per_s)" ">=" 500000
+  check "proxy added per op (stream put 64 B - host write 64 B), us" "$(val $b proxy_added_us)" "<=" 2
+  for s in 1 16 256; do
+    check "stream/host put bandwidth ${s} MiB ($(val $b stream_put_GBps_${s}MiB) / $(val $b host_put_GBps_${s}MiB) GB/s)" "$(val $b put_ratio_${s}MiB)" ">=" 0.9
+  done
+done
+say "  same-host 1 MiB put_signal ping-pong RTT: $(val pingpong_ipc_1MiB rtt_us) us"
+say ""
+[ "$failed" = 0 ] && say "ALL STEPS PASSED (or skipped)" || say "SOME STEPS FAILED: see the logs in $out"
+exit $failed

@@ -1,0 +1,358 @@
+/*
+ * Stream-ordered operations on one GPU (docs/stream.md). The server lives in
+ * this process on a context of its own, so everything runs through the
+ * proxy on the path REMORA_PATH forces (CTest: staging over TCP, am); the
+ * same-host IPC path between two processes is covered by
+ * examples/stream_pingpong (scripts/gpu-stream.sh). Cases:
+ *   sizes      put then get of 0, 1, 3, 63, 4097, 65537, 1 MiB + 7 and 1 GiB
+ *              bytes at an unaligned offset, byte-exact;
+ *   graph      fill, put_signal ADD, get, check captured once and replayed
+ *              300 times: the signal counts every replay, data exact;
+ *   signals    100,000 queued stream signals ADD 1: exactly 100,000;
+ *   wait       a stream waits with NEQ, EQ, GEQ; only the right value lets it go;
+ *   bad args   destroyed stream, unknown region, index and range: a status at once;
+ *   two gpus   the same between GPU 0 and GPU 1 (skipped with fewer than two);
+ *   dead peer  (first, before CUDA starts: fork) the server is killed in the
+ *              middle of a pipeline: the stream finishes within the timeout
+ *              and the error is reported.
+ * Exit 77 without a GPU.
+ */
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "stream_common.h"
+
+static int failures;
+#define EXPECT(c) do { if (!(c)) { fprintf(stderr, "FAILED %s:%d: %s\n", __FILE__, __LINE__, #c); failures++; } } while (0)
+
+/* ------------------------------------------------------------ dead peer (forked server) */
+
+static pid_t spawn_host_server(char *addr, size_t len)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        remora_context_h ctx;
+        remora_server_h s;
+        remora_mem_h mem;
+        remora_signals_h sig;
+        remora_server_params_t sp = {REMORA_SERVER_FIELD_LISTEN_ADDR, "127.0.0.1:0"};
+        remora_mem_params_t mp = {};
+        remora_region_params_t rp = {};
+        char a[80];
+        close(fds[0]);
+        mp.field_mask = REMORA_MEM_FIELD_LENGTH;
+        mp.length = 64 << 20;
+        rp.field_mask = REMORA_REGION_FIELD_FLAGS;
+        rp.flags = REMORA_REGION_WRITABLE;
+        if (remora_context_create(NULL, &ctx) || remora_server_create(ctx, &sp, &s) ||
+            remora_mem_create(ctx, &mp, &mem) || remora_server_expose(s, "buf", mem, &rp) ||
+            remora_signals_create(ctx, 4, NULL, &sig) ||
+            remora_server_expose_signals(s, "sig", sig) || remora_server_address(s, a, sizeof(a)))
+            _exit(1);
+        if (write(fds[1], a, strlen(a) + 1) < 0)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], addr, len - 1);
+    close(fds[0]);
+    if (n <= 0)
+        return -1;
+    addr[n] = '\0';
+    return pid;
+}
+
+static void test_dead_peer(pid_t pid, const char *addr)
+{
+    remora_context_h ctx;
+    remora_client_h c;
+    remora_client_params_t cp = {};
+    cudaStream_t st;
+    uint8_t *src;
+    const int timeout_ms = 4000;
+
+    cp.field_mask = REMORA_CLIENT_FIELD_TIMEOUT;
+    cp.timeout_ms = timeout_ms;
+    RK(remora_context_create(NULL, &ctx));
+    RK(remora_client_connect(ctx, addr, &cp, &c));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaMalloc(&src, 1 << 20));
+    CK(cudaMemset(src, 7, 1 << 20));
+    /* A long pipeline: puts and signals, the server dies while it runs. */
+    int queued = 0;
+    for (int i = 0; i < 3000; i++) {
+        if (remora_stream_put(c, "buf", (uint64_t)(i % 64) << 20, src, 1 << 20, st) != REMORA_OK)
+            break;
+        if (remora_stream_signal(c, "sig", 0, REMORA_SIGNAL_ADD, 1, st) != REMORA_OK)
+            break;
+        queued++;
+        if (i == 20) {
+            usleep(20000);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+    }
+    double t0 = now_us();
+    CK(cudaStreamSynchronize(st)); /* must come back: errors never hang a stream */
+    double waited_ms = (now_us() - t0) / 1e3;
+    remora_status_t err = remora_stream_error(c, st);
+    printf("dead peer: %d ops queued, stream finished %.0f ms after the queue was full, error %s\n",
+           queued, waited_ms, remora_status_string(err));
+    EXPECT(err != REMORA_OK);
+    EXPECT(waited_ms < timeout_ms + 3000);
+    EXPECT(remora_stream_put(c, "buf", 0, src, 64, st) != REMORA_OK); /* later ops fail at once */
+    remora_client_disconnect(c);
+    CK(cudaStreamSynchronize(st));
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(src));
+    remora_context_destroy(ctx);
+}
+
+/* ------------------------------------------------------------ one GPU */
+
+static unsigned long long *d_bad;
+
+static unsigned long long take_bad(void)
+{
+    unsigned long long b = 0;
+    CK(cudaMemcpy(&b, d_bad, sizeof(b), cudaMemcpyDeviceToHost));
+    CK(cudaMemset(d_bad, 0, sizeof(b)));
+    return b;
+}
+
+static void test_sizes(pair_t *p, cudaStream_t st, size_t cap)
+{
+    const size_t sizes[] = {0, 1, 3, 63, 4097, 65537, (1u << 20) + 7, (size_t)1 << 30};
+    uint8_t *src, *dst;
+    CK(cudaMalloc(&src, cap));
+    CK(cudaMalloc(&dst, cap));
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        if (n + 5 > cap)
+            continue;
+        k_fill<<<grid_for(n), 256, 0, st>>>(src, n, k + 1, NULL);
+        CK(cudaMemsetAsync(dst, 0, n ? n : 1, st));
+        double t0 = now_us();
+        RK(remora_stream_put(p->client, "buf", 5, src, n, st));
+        RK(remora_stream_get(p->client, "buf", 5, dst, n, st));
+        k_check<<<grid_for(n), 256, 0, st>>>(dst, n, k + 1, NULL, d_bad);
+        CK(cudaStreamSynchronize(st));
+        unsigned long long bad = take_bad();
+        printf("sizes: %zu bytes put+get in %.0f us, %llu mismatched\n", n, now_us() - t0, bad);
+        EXPECT(bad == 0);
+        EXPECT(remora_stream_error(p->client, st) == REMORA_OK);
+    }
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+}
+
+static void test_graph(pair_t *p, cudaStream_t st)
+{
+    const size_t n = 4096;
+    const int replays = 300;
+    uint8_t *src, *dst;
+    uint64_t *seed, v = 0;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+
+    CK(cudaMalloc(&src, n));
+    CK(cudaMalloc(&dst, n));
+    CK(cudaMalloc(&seed, sizeof(uint64_t)));
+    CK(cudaMemset(seed, 0, sizeof(uint64_t)));
+    RK(remora_signals_update(p->sig, 1, REMORA_SIGNAL_SET, 0));
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    k_bump<<<1, 1, 0, st>>>(seed);
+    k_fill<<<grid_for(n), 256, 0, st>>>(src, n, 0, seed);
+    RK(remora_stream_put_signal(p->client, "buf", 100, src, n, "sig", 1, REMORA_SIGNAL_ADD, 1, st));
+    RK(remora_stream_get(p->client, "buf", 100, dst, n, st));
+    k_check<<<grid_for(n), 256, 0, st>>>(dst, n, 0, seed, d_bad);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    double t0 = now_us();
+    for (int i = 0; i < replays; i++)
+        CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    double us = (now_us() - t0) / replays;
+    RK(remora_signals_read(p->sig, 1, &v));
+    unsigned long long bad = take_bad();
+    printf("graph: %d replays, %.1f us each, signal %llu, %llu mismatched\n", replays, us,
+           (unsigned long long)v, bad);
+    EXPECT(v == (uint64_t)replays);
+    EXPECT(bad == 0);
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+    CK(cudaFree(seed));
+}
+
+static void test_signals(pair_t *p, cudaStream_t st)
+{
+    const int n = 100000;
+    uint64_t v = 0;
+    RK(remora_signals_update(p->sig, 2, REMORA_SIGNAL_SET, 0));
+    double t0 = now_us();
+    for (int i = 0; i < n; i++)
+        RK(remora_stream_signal(p->client, "sig", 2, REMORA_SIGNAL_ADD, 1, st));
+    RK(remora_stream_flush(p->client, st));
+    CK(cudaStreamSynchronize(st));
+    double us = now_us() - t0;
+    RK(remora_signals_read(p->sig, 2, &v));
+    printf("signals: %d queued ADD 1 -> %llu, %.0f signals/s\n", n, (unsigned long long)v,
+           n / (us / 1e6));
+    EXPECT(v == (uint64_t)n);
+}
+
+__global__ void k_mark(volatile uint64_t *m, uint64_t v) { *m = v; }
+
+static int marked(volatile uint64_t *m, uint64_t v, int ms)
+{
+    for (int i = 0; i < ms * 10; i++) {
+        if (*m == v)
+            return 1;
+        usleep(100);
+    }
+    return *m == v;
+}
+
+static void test_wait(pair_t *p, cudaStream_t st)
+{
+    volatile uint64_t *mark;
+    uint64_t *dmark;
+    CK(cudaHostAlloc((void **)&mark, sizeof(uint64_t), cudaHostAllocMapped));
+    CK(cudaHostGetDevicePointer((void **)&dmark, (void *)mark, 0));
+    *mark = 0;
+    RK(remora_signals_update(p->sig, 3, REMORA_SIGNAL_SET, 0));
+
+    RK(remora_stream_wait(p->sig, 3, REMORA_CMP_NEQ, 0, st));
+    k_mark<<<1, 1, 0, st>>>(dmark, 1);
+    RK(remora_stream_wait(p->sig, 3, REMORA_CMP_EQ, 7, st));
+    k_mark<<<1, 1, 0, st>>>(dmark, 2);
+    RK(remora_stream_wait(p->sig, 3, REMORA_CMP_GEQ, 10, st));
+    k_mark<<<1, 1, 0, st>>>(dmark, 3);
+
+    EXPECT(!marked(mark, 1, 200));                 /* NEQ 0 with the word 0: waits */
+    RK(remora_client_signal(p->client, "sig", 3, REMORA_SIGNAL_SET, 5));
+    EXPECT(marked(mark, 1, 2000));
+    EXPECT(!marked(mark, 2, 200));                 /* EQ 7 with 5: waits */
+    RK(remora_client_signal(p->client, "sig", 3, REMORA_SIGNAL_ADD, 2));
+    EXPECT(marked(mark, 2, 2000));
+    EXPECT(!marked(mark, 3, 200));                 /* GEQ 10 with 7: waits */
+    RK(remora_client_signal(p->client, "sig", 3, REMORA_SIGNAL_ADD, 3));
+    EXPECT(marked(mark, 3, 2000));
+    CK(cudaStreamSynchronize(st));
+    printf("wait: NEQ, EQ, GEQ each held the stream until the right value\n");
+    CK(cudaFreeHost((void *)mark));
+}
+
+static void test_bad_args(pair_t *p, cudaStream_t st)
+{
+    uint8_t *src;
+    cudaStream_t dead;
+    CK(cudaMalloc(&src, 64));
+    CK(cudaStreamCreateWithFlags(&dead, cudaStreamNonBlocking));
+    CK(cudaStreamDestroy(dead));
+    EXPECT(remora_stream_put(p->client, "buf", 0, src, 64, dead) == REMORA_ERR_INVALID_PARAM);
+    EXPECT(remora_stream_put(p->client, "nope", 0, src, 64, st) == REMORA_ERR_NOT_FOUND);
+    EXPECT(remora_stream_put(p->client, "buf", remora_mem_length(p->mem) - 8, src, 64, st) ==
+           REMORA_ERR_OUT_OF_RANGE);
+    EXPECT(remora_stream_get(p->client, "buf", UINT64_MAX, src, 1, st) == REMORA_ERR_OUT_OF_RANGE);
+    EXPECT(remora_stream_signal(p->client, "sig", 16, REMORA_SIGNAL_SET, 1, st) ==
+           REMORA_ERR_OUT_OF_RANGE);
+    EXPECT(remora_stream_signal(p->client, "buf", 0, REMORA_SIGNAL_SET, 1, st) ==
+           REMORA_ERR_INVALID_PARAM);
+    EXPECT(remora_stream_put_signal(p->client, "buf", 0, src, 64, "sig", 99, REMORA_SIGNAL_SET, 1,
+                                    st) == REMORA_ERR_OUT_OF_RANGE);
+    EXPECT(remora_stream_put(p->client, "sig", 0, src, 8, st) == REMORA_ERR_INVALID_PARAM);
+    EXPECT(remora_stream_wait(p->sig, 16, REMORA_CMP_EQ, 1, st) == REMORA_ERR_OUT_OF_RANGE);
+    EXPECT(remora_stream_put(p->client, "buf", 0, NULL, 64, st) == REMORA_ERR_INVALID_PARAM);
+    EXPECT(remora_stream_error(p->client, st) == REMORA_OK); /* rejected, not failed */
+    printf("bad args: every one refused at enqueue\n");
+    CK(cudaFree(src));
+}
+
+static void test_two_gpus(int ndev)
+{
+    if (ndev < 2) {
+        printf("SKIPPED two gpus: %d GPU(s) here, the case needs 2\n", ndev);
+        return;
+    }
+    pair_t p;
+    cudaStream_t st;
+    uint8_t *src, *dst;
+    const size_t n = (16u << 20) + 3;
+    CK(cudaSetDevice(0));
+    pair_open(&p, 64 << 20, 10000); /* the region on GPU 0 */
+    CK(cudaSetDevice(1));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaMalloc(&src, n));
+    CK(cudaMalloc(&dst, n));
+    unsigned long long *bad;
+    CK(cudaMalloc(&bad, sizeof(*bad)));
+    CK(cudaMemset(bad, 0, sizeof(*bad)));
+    k_fill<<<grid_for(n), 256, 0, st>>>(src, n, 77, NULL);
+    RK(remora_stream_put_signal(p.client, "buf", 1, src, n, "sig", 0, REMORA_SIGNAL_ADD, 1, st));
+    RK(remora_stream_get(p.client, "buf", 1, dst, n, st));
+    k_check<<<grid_for(n), 256, 0, st>>>(dst, n, 77, NULL, bad);
+    CK(cudaStreamSynchronize(st));
+    unsigned long long b = 0;
+    uint64_t v = 0;
+    CK(cudaMemcpy(&b, bad, sizeof(b), cudaMemcpyDeviceToHost));
+    RK(remora_signals_read(p.sig, 0, &v));
+    printf("two gpus: %zu bytes GPU1 -> GPU0 region -> GPU1, %llu mismatched, signal %llu\n", n, b,
+           (unsigned long long)v);
+    EXPECT(b == 0 && v == 1);
+    remora_stream_release(p.client, st);
+    CK(cudaStreamDestroy(st));
+    pair_close(&p);
+    CK(cudaSetDevice(0));
+}
+
+int main(void)
+{
+    char addr[80];
+    int ndev = 0;
+
+    /* Fork the doomed server before this process starts CUDA. */
+    pid_t pid = spawn_host_server(addr, sizeof(addr));
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        if (pid > 0)
+            kill(pid, SIGKILL);
+        printf("SKIPPED: no GPU\n");
+        return 77;
+    }
+    if (pid <= 0) {
+        fprintf(stderr, "cannot start the server for the dead-peer case\n");
+        return 1;
+    }
+    CK(cudaSetDevice(0));
+    CK(cudaMalloc(&d_bad, sizeof(*d_bad)));
+    CK(cudaMemset(d_bad, 0, sizeof(*d_bad)));
+    test_dead_peer(pid, addr);
+
+    size_t free_b = 0, total = 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    size_t cap = free_b > ((size_t)4 << 30) ? ((size_t)1 << 30) + 64 : (64u << 20);
+    pair_t p;
+    pair_open(&p, cap, 10000);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    test_sizes(&p, st, cap);
+    test_graph(&p, st);
+    test_signals(&p, st);
+    test_wait(&p, st);
+    test_bad_args(&p, st);
+    CK(cudaStreamSynchronize(st));
+    RK(remora_stream_release(p.client, st));
+    CK(cudaStreamDestroy(st));
+    pair_close(&p);
+    test_two_gpus(ndev);
+    printf("%s\n", failures ? "FAILED" : "PASSED");
+    return failures ? 1 : 0;
+}
