@@ -67,6 +67,7 @@ enum { /* CUmemorytype */
 };
 
 #define CU_MEMHOSTALLOC_PORTABLE           0x01u
+#define CU_MEMHOSTALLOC_DEVICEMAP          0x02u
 #define CU_MEMHOSTREGISTER_PORTABLE        0x01u
 #define CU_MEM_ATTACH_GLOBAL               0x01u
 #define CU_STREAM_NON_BLOCKING             0x01u
@@ -95,6 +96,7 @@ static struct cu_api {
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemHostAlloc)(void **, size_t, unsigned);
     CUresult (*MemFreeHost)(void *);
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
     CUresult (*MemHostRegister)(void *, size_t, unsigned);
     CUresult (*MemHostUnregister)(void *);
     CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
@@ -139,6 +141,7 @@ static const struct cu_sym {
     CU_SYM(MemFree, "cuMemFree_v2"),
     CU_SYM(MemHostAlloc, "cuMemHostAlloc"),
     CU_SYM(MemFreeHost, "cuMemFreeHost"),
+    CU_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
     CU_SYM(MemHostRegister, "cuMemHostRegister_v2"),
     CU_SYM(MemHostUnregister, "cuMemHostUnregister"),
     CU_SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
@@ -561,6 +564,31 @@ remora_status_t rm_cuda_host_alloc(size_t length, void **p)
     ctx_pop();
     if (status == REMORA_OK)
         *p = h;
+    return status;
+}
+
+remora_status_t rm_cuda_host_alloc_mapped(int device, size_t length, void **p, void **dev)
+{
+    remora_status_t status;
+    CUdeviceptr d = 0;
+    void *h = NULL;
+
+    if (p == NULL || dev == NULL || length == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemHostAlloc(&h, length,
+                                      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+                      "cuMemHostAlloc");
+    if (status == REMORA_OK &&
+        (status = cu_check(cu.MemHostGetDevicePointer(&d, h, 0), "cuMemHostGetDevicePointer")) !=
+            REMORA_OK)
+        cu.MemFreeHost(h);
+    ctx_pop();
+    if (status == REMORA_OK) {
+        *p   = h;
+        *dev = vptr(d);
+    }
     return status;
 }
 
