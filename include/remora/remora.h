@@ -937,6 +937,130 @@ REMORA_API remora_status_t remora_stream_error_word(remora_client_h client, void
  */
 REMORA_API remora_status_t remora_stream_release(remora_client_h client, void *stream);
 
+/* ---------------------------------------------------------------- sockets */
+
+/*
+ * Byte-stream sockets over a remora connection (docs/gpunet.md): a server
+ * listens under a service name, a client connects to that name through its
+ * connection, and each side then sends and receives bytes in order, like a
+ * TCP socket. GPU kernels are peers too (remora_gpunet_create). Many
+ * sockets share one connection; each has its own flow control (a window
+ * of REMORA_SOCK_WINDOW bytes in flight), so a slow reader stalls only its
+ * own socket.
+ *
+ * Semantics (those of POSIX stream sockets):
+ * - send and recv may move fewer bytes than asked; they return the count
+ *   (> 0), or a negative remora_status_t. recv returns 0 at end of stream:
+ *   the peer shut down or closed and every byte it sent was read.
+ * - timeout_ms bounds each call: 0 never blocks, < 0 means
+ *   REMORA_DEFAULT_TIMEOUT_MS. Nothing movable in time: REMORA_ERR_TIMED_OUT.
+ * - A connection that fails (peer process killed, network gone, silent past
+ *   the context's peer timeout) fails every socket on it: pending and later
+ *   calls return REMORA_ERR_DISCONNECTED (recv first hands out what had
+ *   arrived). send after the peer closed: REMORA_ERR_DISCONNECTED.
+ * - Buffers are host memory; the bytes are copied before send returns.
+ * - Threading: one thread may send while another receives on the same
+ *   socket; two concurrent senders (or receivers) interleave unpredictably.
+ * - A listener is destroyed before its server, sockets before the client or
+ *   server they run on is gone (a socket outliving its connection only
+ *   returns errors, and must still be closed).
+ */
+typedef struct remora_sock          *remora_sock_h;
+typedef struct remora_sock_listener *remora_sock_listener_h;
+
+/** Bytes a sender may have in flight, unread by the receiver, per socket. */
+#define REMORA_SOCK_WINDOW (4u << 20)
+/** Longest service name, bytes. */
+#define REMORA_SOCK_SERVICE_MAX 64
+
+/** Accept connections to `service` (1..REMORA_SOCK_SERVICE_MAX bytes) on a
+ *  server. REMORA_ERR_EXISTS when the server already has that service. */
+REMORA_API remora_status_t remora_sock_listen(remora_server_h server, const char *service,
+                                              remora_sock_listener_h *listener_p);
+/** Stop listening; sockets not yet accepted are reset (their peers see EOF). */
+REMORA_API void remora_sock_listener_destroy(remora_sock_listener_h listener);
+/** The next connection, waiting up to timeout_ms. */
+REMORA_API remora_status_t remora_sock_accept(remora_sock_listener_h listener, int timeout_ms,
+                                              remora_sock_h *sock_p);
+/** Connect to a service of the client's server. REMORA_ERR_NOT_FOUND when
+ *  nothing listens under that name. */
+REMORA_API remora_status_t remora_sock_connect(remora_client_h client, const char *service,
+                                               int timeout_ms, remora_sock_h *sock_p);
+REMORA_API int64_t remora_sock_send(remora_sock_h sock, const void *buf, size_t len,
+                                    int timeout_ms);
+REMORA_API int64_t remora_sock_recv(remora_sock_h sock, void *buf, size_t len, int timeout_ms);
+/** No more sends: the peer's recv returns 0 once it has read everything. */
+REMORA_API remora_status_t remora_sock_shutdown(remora_sock_h sock);
+/** Shut down and free the socket; unread bytes are dropped. */
+REMORA_API void remora_sock_close(remora_sock_h sock);
+
+/** Readiness bits of remora_sock_poll. */
+enum remora_sock_poll_bits {
+    REMORA_SOCK_POLLIN  = 1u << 0, /**< recv would not block (data, end of stream or error) */
+    REMORA_SOCK_POLLOUT = 1u << 1, /**< send would not block */
+    REMORA_SOCK_POLLERR = 1u << 2  /**< the socket failed (output only) */
+};
+
+/** Wait up to timeout_ms until one of n sockets is ready for what events[i]
+ *  asks; writes revents[i] for every socket and returns how many are ready
+ *  (0 on timeout), or a negative status. */
+REMORA_API int remora_sock_poll(remora_sock_h *socks, const unsigned *events, unsigned *revents,
+                                unsigned n, int timeout_ms);
+
+/* ---------------------------------------------------------------- GPU sockets */
+
+/*
+ * GPU sockets (docs/gpunet.md): kernels connect, accept, send and receive
+ * through include/remora/device/socket.cuh; a proxy thread of this context
+ * serves their command queues in pinned host memory mapped for the device.
+ * Peers: remora sockets ("remora://HOST:PORT/SERVICE" to connect,
+ * "remora:SERVICE" to listen on params->server), plain TCP ("tcp://HOST:PORT"),
+ * and other GPU sockets (a GPU listening through remora or TCP).
+ */
+typedef struct remora_gpunet *remora_gpunet_h;
+
+enum remora_gpunet_field {
+    REMORA_GPUNET_FIELD_SERVER     = 1u << 0,
+    REMORA_GPUNET_FIELD_MAX_SOCKS  = 1u << 1,
+    REMORA_GPUNET_FIELD_RING_SIZE  = 1u << 2,
+    REMORA_GPUNET_FIELD_TIMEOUT_MS = 1u << 3,
+    REMORA_GPUNET_FIELD_HOST_QUEUES = 1u << 4
+};
+
+typedef struct remora_gpunet_params {
+    uint64_t        field_mask;
+    /** Where "remora:SERVICE" binds listen. Default none (such binds fail
+     *  with REMORA_ERR_UNSUPPORTED). */
+    remora_server_h server;
+    /** Sockets open at once, 1..4096. Default 256. */
+    unsigned        max_socks;
+    /** Bytes of each socket's send and receive ring, a power of two,
+     *  4 KiB..64 MiB. Default 1 MiB. */
+    size_t          ring_size;
+    /** The clock budget of every blocking device call that gives none.
+     *  Default REMORA_DEFAULT_TIMEOUT_MS. */
+    unsigned        timeout_ms;
+    /** Tests only: queues in ordinary host memory, no CUDA (the device side
+     *  is then played by CPU code, see tests/unit/test_gpunet_queue.c). */
+    int             host_queues;
+} remora_gpunet_params_t;
+
+/** Start a proxy for GPU `device` (REMORA_ERR_UNSUPPORTED without CUDA). */
+REMORA_API remora_status_t remora_gpunet_create(remora_context_h context, int device,
+                                                const remora_gpunet_params_t *params,
+                                                remora_gpunet_h *net_p);
+/**
+ * The device-side handle to pass to kernels (a `rg_net_t *` of socket.cuh):
+ * a device pointer, valid until remora_gpunet_destroy().
+ */
+REMORA_API void *remora_gpunet_device_handle(remora_gpunet_h net);
+/**
+ * Stop the proxy. Every socket fails: device calls in flight or later return
+ * a negative status within their budget, never hang. The queue memory is kept
+ * until the process ends, as kernels may still read it.
+ */
+REMORA_API void remora_gpunet_destroy(remora_gpunet_h net);
+
 #ifdef __cplusplus
 }
 #endif

@@ -67,6 +67,7 @@ enum { /* CUmemorytype */
 };
 
 #define CU_MEMHOSTALLOC_PORTABLE           0x01u
+#define CU_MEMHOSTALLOC_DEVICEMAP          0x02u
 #define CU_MEMHOSTREGISTER_PORTABLE        0x01u
 #define CU_MEM_ATTACH_GLOBAL               0x01u
 #define CU_STREAM_NON_BLOCKING             0x01u
@@ -100,6 +101,7 @@ static struct cu_api {
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemHostAlloc)(void **, size_t, unsigned);
     CUresult (*MemFreeHost)(void *);
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
     CUresult (*MemHostRegister)(void *, size_t, unsigned);
     CUresult (*MemHostUnregister)(void *);
     CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
@@ -118,7 +120,6 @@ static struct cu_api {
     CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
     CUresult (*IpcCloseMemHandle)(CUdeviceptr);
     /* stream memory operations (src/gpu/stream.c) */
-    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
     CUresult (*StreamWriteValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
     CUresult (*StreamWaitValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
     CUresult (*StreamGetCtx)(CUstream, CUcontext *);
@@ -151,6 +152,7 @@ static const struct cu_sym {
     CU_SYM(MemFree, "cuMemFree_v2"),
     CU_SYM(MemHostAlloc, "cuMemHostAlloc"),
     CU_SYM(MemFreeHost, "cuMemFreeHost"),
+    CU_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
     CU_SYM(MemHostRegister, "cuMemHostRegister_v2"),
     CU_SYM(MemHostUnregister, "cuMemHostUnregister"),
     CU_SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
@@ -168,7 +170,6 @@ static const struct cu_sym {
     CU_SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
     CU_SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
     CU_SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
-    CU_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
     CU_SYM(StreamWriteValue64, "cuStreamWriteValue64_v2"),
     CU_SYM(StreamWaitValue64, "cuStreamWaitValue64_v2"),
     CU_SYM(StreamGetCtx, "cuStreamGetCtx"),
@@ -579,6 +580,31 @@ remora_status_t rm_cuda_host_alloc(size_t length, void **p)
     ctx_pop();
     if (status == REMORA_OK)
         *p = h;
+    return status;
+}
+
+remora_status_t rm_cuda_host_alloc_mapped(int device, size_t length, void **p, void **dev)
+{
+    remora_status_t status;
+    CUdeviceptr d = 0;
+    void *h = NULL;
+
+    if (p == NULL || dev == NULL || length == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemHostAlloc(&h, length,
+                                      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+                      "cuMemHostAlloc");
+    if (status == REMORA_OK &&
+        (status = cu_check(cu.MemHostGetDevicePointer(&d, h, 0), "cuMemHostGetDevicePointer")) !=
+            REMORA_OK)
+        cu.MemFreeHost(h);
+    ctx_pop();
+    if (status == REMORA_OK) {
+        *p   = h;
+        *dev = vptr(d);
+    }
     return status;
 }
 

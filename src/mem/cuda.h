@@ -89,6 +89,9 @@ remora_status_t rm_cuda_mem_free(int device, void *p);
 /** Pinned host memory usable from every device, freed with rm_cuda_host_free(). */
 remora_status_t rm_cuda_host_alloc(size_t length, void **p);
 remora_status_t rm_cuda_host_free(void *p);
+/** Pinned host memory mapped for the device (GPU sockets' queues): *p for the
+ *  CPU, *dev for kernels on `device`; freed with rm_cuda_host_free(). */
+remora_status_t rm_cuda_host_alloc_mapped(int device, size_t length, void **p, void **dev);
 /** Page-lock caller memory for every device, until rm_cuda_host_unregister(). */
 remora_status_t rm_cuda_host_register(void *p, size_t length);
 remora_status_t rm_cuda_host_unregister(void *p);

@@ -37,6 +37,7 @@
 #include "remote/auth.h"
 #include "mem/shm.h"
 #include "remote/client.h"
+#include "remote/sock.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -548,6 +549,11 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
         handle_event(c, hdr, body, len);
         return UCS_OK;
     }
+    if (RM_MSG_IS_SOCK(hdr->type) && hdr->type != RM_MSG_SOCK_CONNECT_REPLY) {
+        if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) /* always eager */
+            rm_sock_on_message(peer, NULL, hdr, body, len);
+        return UCS_OK;
+    }
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type != RM_MSG_READ_REPLY) {
         rm_warn("server sent a %s body by rendezvous", rm_msg_type_name(hdr->type));
         mismatch.req_id = hdr->req_id;
@@ -600,6 +606,7 @@ static void client_fail(remora_client_h c, remora_status_t op_status, remora_sta
     c->disconnected = 1;
     c->disc_status  = later;
     fail_pending(c, op_status);
+    rm_sock_peer_gone(&c->peer);
     rm_peer_close(&c->peer);
     /* ready is cleared by the user's disconnect: nothing to follow, no event. */
     c->reconnecting = c->ready && c->rc_has_thread;

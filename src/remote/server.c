@@ -36,6 +36,7 @@
 #include "remote/auth.h"
 #include "engine/seal.h"
 #include "remote/signals.h"
+#include "remote/sock.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -183,6 +184,7 @@ static void conn_kill(rm_conn_t *c)
     c->inflight++; /* the forced close may run our send callbacks right here */
     rm_list_del(&c->link);
     rm_server_ring_conn_gone(c);
+    rm_sock_peer_gone(&c->peer);
     conn_close_cm_listener(c);
     rm_peer_close(&c->peer);
     retired_sweep(c->server); /* it no longer holds up retired memory */
@@ -575,6 +577,10 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     case RM_MSG_EVENT_ACK: handle_event_ack(c, hdr); break;
     case RM_MSG_RING_WAIT: rm_server_ring_wait(c, hdr); break;
     case RM_MSG_LANES:     handle_lanes(c, hdr); break;
+    case RM_MSG_SOCK_CONNECT:
+    case RM_MSG_SOCK_DATA:
+    case RM_MSG_SOCK_FIN:
+    case RM_MSG_SOCK_CREDIT: rm_sock_on_message(&c->peer, c->server, hdr, body, len); break;
     default:
         rm_warn("unexpected %s from a client", rm_msg_type_name(hdr->type));
         rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);

@@ -29,7 +29,7 @@ static size_t hdr_len_for(unsigned type)
     case RM_MSG_RING_NOTIFY:
     case RM_MSG_EVENT:     return RM_HDR_COMMON + 32;
     case RM_MSG_EVENT_ACK: return RM_HDR_COMMON + 8;
-    default:               return RM_HDR_COMMON;
+    default:               return RM_MSG_IS_SOCK(type) ? RM_HDR_COMMON + 24 : RM_HDR_COMMON;
     }
 }
 
@@ -70,6 +70,12 @@ size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf)
         put64(buf + 16, hdr->epoch);
         break;
     default:
+        if (RM_MSG_IS_SOCK(hdr->type)) {
+            put32(buf + 16, hdr->region_id);
+            buf[20] = hdr->kind;
+            put64(buf + 24, hdr->offset);
+            put64(buf + 32, hdr->length);
+        }
         break;
     }
     if (hdr->sealed) {
@@ -87,8 +93,8 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
 
     size_t fixed;
 
-    if (len < RM_HDR_COMMON || buf[0] == 0 || buf[0] > RM_MSG_TYPE_MAX ||
-        buf[1] != RM_HDR_VERSION)
+    if (len < RM_HDR_COMMON || buf[0] == 0 ||
+        (buf[0] > RM_MSG_TYPE_MAX && !RM_MSG_IS_SOCK(buf[0])) || buf[1] != RM_HDR_VERSION)
         return -1;
     fixed = hdr_len_for(buf[0]);
     if (len != fixed + ((buf[2] & RM_HDR_FLAG_SEALED) ? RM_HDR_SEAL_EXT : 0))
@@ -135,6 +141,12 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
         hdr->epoch = get64(buf + 16);
         break;
     default:
+        if (RM_MSG_IS_SOCK(hdr->type)) {
+            hdr->region_id = get32(buf + 16);
+            hdr->kind      = buf[20];
+            hdr->offset    = get64(buf + 24);
+            hdr->length    = get64(buf + 32);
+        }
         break;
     }
     return 0;
@@ -147,6 +159,10 @@ const char *rm_msg_type_name(unsigned type)
         "LOOKUP", "LOOKUP_REPLY", "READ", "READ_REPLY", "WRITE", "WRITE_REPLY",
         "PING", "PONG", "EVENT", "EVENT_ACK", "ERROR", "RING_WAIT", "RING_NOTIFY",
         "LANES", "LANES_REPLY", "SIGNAL", "SIGNAL_REPLY", "WRITE_SIGNAL"};
+    static const char *sock_names[] = {"SOCK_CONNECT", "SOCK_CONNECT_REPLY", "SOCK_DATA",
+                                       "SOCK_FIN", "SOCK_CREDIT"};
+    if (RM_MSG_IS_SOCK(type))
+        return sock_names[type - RM_MSG_SOCK_FIRST];
     return type <= RM_MSG_TYPE_MAX ? names[type] : "?";
 }
 

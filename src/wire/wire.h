@@ -65,6 +65,22 @@ typedef enum rm_msg_type {
     RM_MSG_TYPE_MAX     = 24
 } rm_msg_type_t;
 
+/* Byte-stream sockets (src/remote/sock.c, docs/gpunet.md). Kept apart from
+ * the list above: numbers 26..31 are theirs. region_id is the socket id the
+ * receiver knows, offset the sender's own id, length a byte count (CONNECT:
+ * the sender's receive window; DATA: the payload; CREDIT: bytes consumed),
+ * kind flags. */
+enum {
+    RM_MSG_SOCK_CONNECT       = 26, /* body: service name; reply: u32 id, u64 window */
+    RM_MSG_SOCK_CONNECT_REPLY = 27,
+    RM_MSG_SOCK_DATA          = 28, /* body: the bytes */
+    RM_MSG_SOCK_FIN           = 29, /* the sender writes no more (kind 1: and reads no more) */
+    RM_MSG_SOCK_CREDIT        = 30, /* the receiver consumed `length` more bytes */
+    RM_MSG_SOCK_FIRST         = 26,
+    RM_MSG_SOCK_LAST          = 30
+};
+#define RM_MSG_IS_SOCK(t) ((t) >= RM_MSG_SOCK_FIRST && (t) <= RM_MSG_SOCK_LAST)
+
 /* Event kinds carried by RM_MSG_EVENT. */
 enum { RM_EVENT_CHANGED = 1, RM_EVENT_REMOVED = 2 };
 

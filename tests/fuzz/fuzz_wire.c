@@ -120,7 +120,7 @@ static size_t spec_hdr_len(unsigned type)
     case RM_MSG_RING_NOTIFY:
     case RM_MSG_EVENT:       return 48;
     case RM_MSG_EVENT_ACK: return 24;
-    default:               return 16;
+    default:               return RM_MSG_IS_SOCK(type) ? 40 : 16;
     }
 }
 
@@ -130,14 +130,15 @@ static int spec_hdr_reserved(unsigned type, size_t i)
         return 1;
     if (type == RM_MSG_READ || type == RM_MSG_WRITE || type == RM_MSG_RING_NOTIFY)
         return i >= 20 && i < 24;
-    if (type == RM_MSG_EVENT || type == RM_MSG_RING_WAIT)
+    if (type == RM_MSG_EVENT || type == RM_MSG_RING_WAIT || RM_MSG_IS_SOCK(type))
         return i >= 21 && i < 24;
     return 0;
 }
 
 static int spec_hdr_valid(const uint8_t *in, size_t n)
 {
-    if (n < 16 || in[0] == 0 || in[0] > RM_MSG_TYPE_MAX || in[1] != 1 || n != spec_hdr_len(in[0]))
+    if (n < 16 || in[0] == 0 || (in[0] > RM_MSG_TYPE_MAX && !RM_MSG_IS_SOCK(in[0])) ||
+        in[1] != 1 || n != spec_hdr_len(in[0]))
         return 0;
     if (in[0] == RM_MSG_EVENT && in[20] != RM_EVENT_CHANGED && in[20] != RM_EVENT_REMOVED)
         return 0;

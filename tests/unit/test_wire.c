@@ -250,9 +250,35 @@ static void test_hdr_rejects_bad_type(void **state)
     buf[0] = 0;
     assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
     for (unsigned t = RM_MSG_TYPE_MAX + 1; t <= 255; t++) {
+        if (RM_MSG_IS_SOCK(t))
+            continue; /* test_hdr_sock_roundtrip */
         buf[0] = (uint8_t)t;
         assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
     }
+}
+
+/* Socket messages (26..30) carry ids, kind and a byte count; 31 is not one. */
+static void test_hdr_sock_roundtrip(void **state)
+{
+    uint8_t buf[RM_HDR_MAX];
+    rm_hdr_t in = {.req_id = 7, .region_id = 0x10002, .kind = 1, .offset = 0x30004,
+                   .length = 65536}, out;
+
+    for (unsigned t = RM_MSG_SOCK_FIRST; t <= RM_MSG_SOCK_LAST; t++) {
+        in.type = (uint8_t)t;
+        size_t len = rm_hdr_encode(&in, buf);
+        assert_int_equal(len, 40);
+        assert_int_equal(rm_hdr_decode(buf, len, &out), 0);
+        assert_int_equal(out.type, t);
+        assert_int_equal(out.region_id, in.region_id);
+        assert_int_equal(out.kind, 1);
+        assert_int_equal(out.offset, in.offset);
+        assert_int_equal(out.length, in.length);
+        assert_int_equal(rm_hdr_decode(buf, len - 1, &out), -1);
+        assert_string_not_equal(rm_msg_type_name(t), "?");
+    }
+    buf[0] = RM_MSG_SOCK_LAST + 1;
+    assert_int_equal(rm_hdr_decode(buf, 40, &out), -1);
 }
 
 /* Any version byte other than 1 is rejected. */
@@ -295,6 +321,7 @@ static void test_msg_type_name(void **state)
     assert_string_equal(rm_msg_type_name(RM_MSG_ERROR), "ERROR");
     assert_string_equal(rm_msg_type_name(0), "?");
     assert_string_equal(rm_msg_type_name(RM_MSG_TYPE_MAX + 1), "?");
+    assert_string_equal(rm_msg_type_name(RM_MSG_SOCK_LAST + 1), "?");
     assert_string_equal(rm_msg_type_name(~0u), "?");
     for (unsigned t = 1; t <= RM_MSG_TYPE_MAX; t++)
         assert_string_not_equal(rm_msg_type_name(t), "?");
@@ -1338,6 +1365,7 @@ int main(void)
         cmocka_unit_test(test_hdr_rejects_every_truncation),
         cmocka_unit_test(test_hdr_rejects_longer),
         cmocka_unit_test(test_hdr_rejects_bad_type),
+        cmocka_unit_test(test_hdr_sock_roundtrip),
         cmocka_unit_test(test_hdr_rejects_bad_version),
         cmocka_unit_test(test_hdr_rejects_bad_event_kind),
         cmocka_unit_test(test_msg_type_name),

@@ -1,0 +1,405 @@
+/*
+ * GPUnet's microbenchmarks on remora GPU sockets, each beside a CPU client
+ * doing the same against the same server in the same run (docs/gpunet.md):
+ *   latency    64 B echo round trip over TCP loopback: GPU block vs CPU thread
+ *   bandwidth  64 KiB sends streamed to a TCP sink: one GPU block vs one CPU thread
+ *   blocks     N thread blocks (default 64), a socket each, vs N CPU threads
+ *   gpu-gpu    4 MiB messages from a kernel to a kernel of another process on
+ *              the same GPU, vs cudaMemcpy device-to-device of 4 MiB
+ * Prints one line per figure and the ratios the targets name.
+ *   gpunet_bench [--iters N] [--blocks N] [--mib-per-stream N]
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <remora/device/socket.cuh>
+#include <remora/remora.h>
+
+#define MSG_BW (64 << 10)
+#define MSG_GG (4 << 20)
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* ------------------------------------------------------------ CPU servers */
+
+static int listen_any(unsigned *port)
+{
+    struct sockaddr_in a = {};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 256) ||
+        getsockname(fd, (struct sockaddr *)&a, &len))
+        return -1;
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void *echo_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg, one = 1;
+    char buf[65536];
+    ssize_t n;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        for (ssize_t off = 0; off < n;) {
+            ssize_t m = send(fd, buf + off, n - off, MSG_NOSIGNAL);
+            if (m <= 0) { close(fd); return NULL; }
+            off += m;
+        }
+    close(fd);
+    return NULL;
+}
+
+/* Sink: read to end of stream, answer with the 8-byte count. */
+static void *sink_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char *buf = (char *)malloc(1 << 20);
+    unsigned long long total = 0;
+    ssize_t n;
+    while ((n = recv(fd, buf, 1 << 20, 0)) > 0)
+        total += n;
+    send(fd, &total, sizeof(total), MSG_NOSIGNAL);
+    close(fd);
+    free(buf);
+    return NULL;
+}
+
+struct server { int fd; void *(*fn)(void *); };
+static void *accept_loop(void *arg)
+{
+    struct server *s = (struct server *)arg;
+    for (;;) {
+        int fd = accept(s->fd, NULL, NULL);
+        if (fd < 0) return NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, s->fn, (void *)(intptr_t)fd);
+        pthread_detach(t);
+    }
+}
+
+static int tcp_connect(unsigned port)
+{
+    struct sockaddr_in a = {};
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 ? fd : -1;
+}
+
+/* ------------------------------------------------------------ CPU clients */
+
+static double cpu_rtt_us(unsigned port, int iters)
+{
+    int fd = tcp_connect(port);
+    char b[64] = {1};
+    double t0 = 0;
+    for (int i = -100; i < iters; i++) {
+        if (i == 0) t0 = now_s();
+        send(fd, b, 64, 0);
+        for (int got = 0; got < 64;) got += recv(fd, b + got, 64 - got, 0);
+    }
+    double us = (now_s() - t0) / iters * 1e6;
+    close(fd);
+    return us;
+}
+
+struct stream_arg { unsigned port; size_t bytes; double t0, t1; int ok; pthread_barrier_t *bar; };
+static void *cpu_stream(void *arg)
+{
+    struct stream_arg *a = (struct stream_arg *)arg;
+    char *buf = (char *)calloc(1, MSG_BW);
+    int fd = tcp_connect(a->port);
+    unsigned long long ack = 0;
+    if (a->bar) pthread_barrier_wait(a->bar);
+    a->t0 = now_s();
+    for (size_t sent = 0; sent < a->bytes;) {
+        ssize_t m = send(fd, buf, MSG_BW, 0);
+        if (m <= 0) break;
+        sent += m;
+    }
+    shutdown(fd, SHUT_WR);
+    a->ok = recv(fd, &ack, sizeof(ack), MSG_WAITALL) == sizeof(ack) && ack >= a->bytes;
+    a->t1 = now_s();
+    close(fd);
+    free(buf);
+    return NULL;
+}
+
+static double cpu_streams_gbps(unsigned port, int n, size_t bytes)
+{
+    pthread_t t[256];
+    struct stream_arg a[256];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, n);
+    for (int i = 0; i < n; i++) {
+        a[i] = (struct stream_arg){port, bytes, 0, 0, 0, &bar};
+        pthread_create(&t[i], NULL, cpu_stream, &a[i]);
+    }
+    double t0 = 1e30, t1 = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        if (!a[i].ok) return -1;
+        t0 = a[i].t0 < t0 ? a[i].t0 : t0;
+        t1 = a[i].t1 > t1 ? a[i].t1 : t1;
+    }
+    return (double)bytes * n / (t1 - t0) / 1e9;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+__global__ void k_pingpong(const char *addr, int iters, unsigned long long *ns, int *err)
+{
+    __shared__ uint8_t b[64];
+    int s = rg_connect(addr);
+    if (s < 0) { if (threadIdx.x == 0) *err = s; return; }
+    unsigned long long t0 = 0;
+    for (int i = -100; i < iters; i++) {
+        if (i == 0) t0 = rg_detail::now_ns();
+        if (rg_send(s, b, 64) != 64) { if (threadIdx.x == 0) *err = -1000; break; }
+        for (int got = 0, r; got < 64; got += r)
+            if ((r = rg_recv(s, b + got, 64 - got)) <= 0) { if (threadIdx.x == 0) *err = r ? r : -1001; goto out; }
+    }
+    if (threadIdx.x == 0) *ns = rg_detail::now_ns() - t0;
+out:
+    rg_close(s);
+}
+
+/* Each block streams `bytes` in `msg`-byte sends from src, ends the stream,
+ * waits for the sink's 8-byte count; t[2b], t[2b+1] = start, end. */
+__global__ void k_stream(const char *addr, const uint8_t *src, size_t bytes, int msg,
+                         unsigned long long *t, int *err)
+{
+    __shared__ unsigned long long ack;
+    int s = rg_connect(addr);
+    if (s < 0) { if (threadIdx.x == 0) err[blockIdx.x] = s; return; }
+    unsigned long long t0 = rg_detail::now_ns();
+    const uint8_t *me = src + (size_t)blockIdx.x * msg;
+    for (size_t sent = 0; sent < bytes;) {
+        int off = (int)(sent % msg), r = rg_send(s, me + off, msg - off);
+        if (r < 0) { if (threadIdx.x == 0) err[blockIdx.x] = r; rg_close(s); return; }
+        sent += r;
+    }
+    rg_shutdown(s);
+    int got = 0, r;
+    while (got < 8 && (r = rg_recv(s, (uint8_t *)&ack + got, 8 - got)) > 0) got += r;
+    if (threadIdx.x == 0) {
+        t[2 * blockIdx.x] = t0;
+        t[2 * blockIdx.x + 1] = rg_detail::now_ns();
+        err[blockIdx.x] = got == 8 && ack >= bytes ? 0 : -2000;
+    }
+    rg_close(s);
+}
+
+/* The GPU sink of the gpu-gpu case (another process): accept one stream,
+ * receive it into dst in MSG_GG pieces, answer with the count. */
+__global__ void k_gpu_sink(const char *addr, uint8_t *dst, int *state)
+{
+    int ls = rg_bind(addr);
+    if (threadIdx.x == 0) state[0] = ls >= 0 ? 1 : ls;
+    __threadfence_system();
+    if (ls < 0) return;
+    int s = rg_accept(ls);
+    unsigned long long total = 0;
+    int r;
+    while (s >= 0 && (r = rg_recv(s, dst + total % MSG_GG, MSG_GG - (int)(total % MSG_GG))) > 0)
+        total += r;
+    __shared__ unsigned long long tot;
+    tot = total;
+    if (s >= 0) rg_send(s, &tot, 8);
+    if (s >= 0) rg_close(s);
+    rg_close(ls);
+    if (threadIdx.x == 0) state[1] = (int)(total >> 20);
+}
+
+static char *dev_string(const char *s)
+{
+    char *d;
+    cudaMalloc(&d, strlen(s) + 1);
+    cudaMemcpy(d, s, strlen(s) + 1, cudaMemcpyHostToDevice);
+    return d;
+}
+
+static int wait_stream(cudaStream_t st, double seconds)
+{
+    double until = now_s() + seconds;
+    while (cudaStreamQuery(st) == cudaErrorNotReady)
+        if (now_s() > until) return 0;
+        else usleep(100);
+    return cudaStreamSynchronize(st) == cudaSuccess;
+}
+
+static remora_gpunet_h start_net(remora_context_h *ctx)
+{
+    remora_gpunet_params_t p = {};
+    remora_gpunet_h net;
+    p.field_mask = REMORA_GPUNET_FIELD_RING_SIZE | REMORA_GPUNET_FIELD_MAX_SOCKS;
+    p.ring_size = 1 << 20;
+    p.max_socks = 160;
+    cudaSetDevice(0);
+    cudaFree(0);
+    if (remora_context_create(NULL, ctx) || remora_gpunet_create(*ctx, 0, &p, &net) ||
+        rg_install(remora_gpunet_device_handle(net)) != cudaSuccess) {
+        fprintf(stderr, "gpunet_bench: cannot start the GPU socket proxy\n");
+        exit(1);
+    }
+    return net;
+}
+
+static int sink_child(const char *port)
+{
+    remora_context_h ctx;
+    start_net(&ctx);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%s", port);
+    uint8_t *dst;
+    int *state;
+    cudaMalloc(&dst, MSG_GG);
+    cudaHostAlloc((void **)&state, 2 * sizeof(int), cudaHostAllocMapped);
+    state[0] = state[1] = 0;
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    k_gpu_sink<<<1, 1024, 0, st>>>(dev_string(addr), dst, state);
+    while (!((volatile int *)state)[0]) usleep(100);
+    printf("ready %d\n", state[0]);
+    fflush(stdout);
+    int ok = wait_stream(st, 90);
+    _exit(ok && state[0] == 1 ? 0 : 1);
+}
+
+int main(int argc, char **argv)
+{
+    int iters = 10000, blocks = 64, mib = 64, ngpu = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--gpu-sink")) return sink_child(argv[i + 1]);
+        if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--blocks")) blocks = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--mib-per-stream")) mib = atoi(argv[i + 1]);
+    }
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) {
+        printf("WAIVED: no CUDA device\n");
+        return 77;
+    }
+    if (blocks < 1 || blocks > 128) blocks = 64;
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    remora_context_h ctx;
+    start_net(&ctx);
+    unsigned eport, sport;
+    static struct server es, ss;
+    es.fd = listen_any(&eport); es.fn = echo_conn;
+    ss.fd = listen_any(&sport); ss.fn = sink_conn;
+    pthread_t t;
+    pthread_create(&t, NULL, accept_loop, &es);
+    pthread_create(&t, NULL, accept_loop, &ss);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    char addr[64];
+    int fails = 0;
+
+    /* latency */
+    unsigned long long *ns;
+    int *err;
+    cudaHostAlloc((void **)&ns, 256 * sizeof(*ns), cudaHostAllocMapped);
+    cudaHostAlloc((void **)&err, 256 * sizeof(int), cudaHostAllocMapped);
+    double cpu_rtt = cpu_rtt_us(eport, iters);
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", eport);
+    *err = 0;
+    k_pingpong<<<1, 32, 0, st>>>(dev_string(addr), iters, ns, err);
+    if (!wait_stream(st, 60) || *err) { printf("latency: GPU kernel failed (%d)\n", *err); fails++; }
+    double gpu_rtt = *ns / 1e3 / iters;
+    printf("latency_64B_rtt_us cpu=%.2f gpu=%.2f gpu-cpu=%.2f (target <= 6.00) %s\n", cpu_rtt,
+           gpu_rtt, gpu_rtt - cpu_rtt, gpu_rtt - cpu_rtt <= 6 ? "MET" : "NOT MET");
+
+    /* one stream */
+    size_t bytes = (size_t)mib << 20;
+    uint8_t *src;
+    cudaMalloc(&src, (size_t)blocks * MSG_GG);
+    cudaMemset(src, 7, (size_t)blocks * MSG_GG);
+    double cpu_bw = cpu_streams_gbps(sport, 1, bytes * 4);
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", sport);
+    char *saddr = dev_string(addr);
+    memset(err, 0, 256 * sizeof(int));
+    k_stream<<<1, 1024, 0, st>>>(saddr, src, bytes * 4, MSG_BW, ns, err);
+    if (!wait_stream(st, 120) || err[0]) { printf("bandwidth: GPU kernel failed (%d)\n", err[0]); fails++; }
+    double gpu_bw = bytes * 4 / ((ns[1] - ns[0]) / 1e9) / 1e9;
+    printf("stream_64KiB_GBps cpu=%.2f gpu=%.2f ratio=%.2f (target >= 0.80) %s\n", cpu_bw, gpu_bw,
+           gpu_bw / cpu_bw, gpu_bw / cpu_bw >= 0.8 ? "MET" : "NOT MET");
+
+    /* N blocks */
+    double cpu_agg = cpu_streams_gbps(sport, blocks, bytes);
+    memset(err, 0, 256 * sizeof(int));
+    k_stream<<<blocks, 256, 0, st>>>(saddr, src, bytes, MSG_BW, ns, err);
+    int ok = wait_stream(st, 180);
+    unsigned long long t0 = ~0ull, t1 = 0;
+    for (int b = 0; b < blocks; b++) {
+        if (err[b]) ok = 0;
+        t0 = ns[2 * b] < t0 ? ns[2 * b] : t0;
+        t1 = ns[2 * b + 1] > t1 ? ns[2 * b + 1] : t1;
+    }
+    if (!ok) { printf("blocks: GPU kernel failed\n"); fails++; }
+    double gpu_agg = (double)bytes * blocks / ((t1 - t0) / 1e9) / 1e9;
+    printf("blocks_%d_x_64KiB_GBps cpu=%.2f gpu=%.2f ratio=%.2f (target >= 0.80) %s\n", blocks,
+           cpu_agg, gpu_agg, gpu_agg / cpu_agg, gpu_agg / cpu_agg >= 0.8 ? "MET" : "NOT MET");
+
+    /* gpu-gpu: baseline cudaMemcpy D2D of 4 MiB, one at a time */
+    uint8_t *d2;
+    cudaMalloc(&d2, MSG_GG);
+    cudaMemcpy(d2, src, MSG_GG, cudaMemcpyDeviceToDevice);
+    double c0 = now_s();
+    for (int i = 0; i < 200; i++) cudaMemcpy(d2, src, MSG_GG, cudaMemcpyDeviceToDevice);
+    cudaDeviceSynchronize();
+    double d2d = 200.0 * MSG_GG / (now_s() - c0) / 1e9;
+    unsigned gport;
+    int probe = listen_any(&gport);
+    close(probe);
+    char ports[16];
+    snprintf(ports, sizeof(ports), "%u", gport);
+    int fds[2];
+    if (pipe(fds)) return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        execl("/proc/self/exe", argv[0], "--gpu-sink", ports, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[64] = "";
+    FILE *f = fdopen(fds[0], "r");
+    if (!fgets(line, sizeof(line), f) || strncmp(line, "ready 1", 7)) {
+        printf("gpu-gpu: the GPU sink process did not start (%s)\n", line);
+        fails++;
+    } else {
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", gport);
+        memset(err, 0, 256 * sizeof(int));
+        k_stream<<<1, 1024, 0, st>>>(dev_string(addr), src, (size_t)256 << 20, MSG_GG, ns, err);
+        if (!wait_stream(st, 120) || err[0]) { printf("gpu-gpu: GPU kernel failed (%d)\n", err[0]); fails++; }
+        double gg = (256.0 * (1 << 20)) / ((ns[1] - ns[0]) / 1e9) / 1e9;
+        printf("gpu_gpu_4MiB_GBps d2d_memcpy=%.1f gpu_sockets=%.2f ratio=%.3f (target >= 0.50) %s\n",
+               d2d, gg, gg / d2d, gg / d2d >= 0.5 ? "MET" : "NOT MET");
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    printf("done: %d failure(s)\n", fails);
+    _exit(fails ? 1 : 0);
+}

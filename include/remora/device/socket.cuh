@@ -1,0 +1,497 @@
+/*
+ * remora GPU sockets, device side: header-only CUDA C++ (docs/gpunet.md).
+ *
+ *   #include <remora/device/socket.cuh>
+ *
+ * The host starts a proxy (remora_gpunet_create) and installs its handle
+ * once with rg_install(remora_gpunet_device_handle(net)) from the translation
+ * unit that launches the kernels (or passes it to the *_on forms).
+ *
+ * Block-cooperative calls (rg_connect, rg_bind, rg_accept, rg_send, rg_recv,
+ * rg_shutdown, rg_close, rg_poll): every thread of the block calls them at
+ * the same point with the same arguments, as in GPUnet; all get the same
+ * result. Thread-level calls (rg_*_thread): one thread acts alone; several
+ * threads may use different sockets at once. Non-blocking forms (*_nb)
+ * return REMORA_ERR_TIMED_OUT (-3) at once when nothing can move.
+ *
+ * Results: >= 0 a socket or a byte count (recv: 0 = end of stream); < 0 a
+ * remora_status_t: -1 bad argument (NULL buffer, bad socket, negative
+ * length), -3 timed out (the clock budget, default the proxy's timeout, ran
+ * out), -4 the peer went away, -16 the proxy is gone. send and recv may move
+ * fewer bytes than asked. Buffers may be in shared, global or mapped host
+ * memory. No call spins forever.
+ */
+#ifndef REMORA_DEVICE_SOCKET_CUH
+#define REMORA_DEVICE_SOCKET_CUH
+
+#include <stdint.h>
+
+#include <remora/device/socket_abi.h>
+
+#define RG_OK            0
+#define RG_EINVAL      (-1)
+#define RG_ETIMEDOUT   (-3)
+#define RG_EDISCONNECT (-4)
+#define RG_EADDRESS    (-12)
+#define RG_ECANCELED   (-16)
+
+#define RG_POLLIN  1
+#define RG_POLLOUT 2
+#define RG_POLLERR 4
+
+struct rg_pollfd {
+    int   sock;
+    short events;
+    short revents;
+};
+
+/* The handle kernels use when none is given: set by rg_install(). */
+static __device__ rg_net_t *rg_default_net;
+
+/* Host: make `handle` (remora_gpunet_device_handle) the default of this
+ * translation unit's kernels. Returns cudaSuccess or the CUDA error. */
+static inline cudaError_t rg_install(void *handle)
+{
+    rg_net_t *h = (rg_net_t *)handle;
+    return cudaMemcpyToSymbol(rg_default_net, &h, sizeof(h));
+}
+
+namespace rg_detail {
+
+__device__ __forceinline__ uint64_t now_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ uint64_t ld64(const volatile uint64_t *p)
+{
+    uint64_t v = *p;
+    __threadfence_system();
+    return v;
+}
+
+__device__ __forceinline__ bool block_leader()
+{
+    return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+}
+
+__device__ __forceinline__ unsigned block_rank()
+{
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+__device__ __forceinline__ unsigned block_size()
+{
+    return blockDim.x * blockDim.y * blockDim.z;
+}
+
+__device__ __forceinline__ rg_sock_shm_t *sock_of(rg_net_t *net, int s)
+{
+    return (rg_sock_shm_t *)(uintptr_t)net->socks + s;
+}
+
+__device__ __forceinline__ uint64_t budget(rg_net_t *net, uint64_t timeout_ns)
+{
+    return now_ns() + (timeout_ns ? timeout_ns : net->timeout_ns);
+}
+
+/* Checks every call makes: the handle, the proxy, the socket. */
+__device__ __forceinline__ int check(rg_net_t *net, int s, bool need_open)
+{
+    if (net == NULL || net->magic != RG_ABI_MAGIC)
+        return RG_EINVAL;
+    if (!*(volatile uint32_t *)&net->alive)
+        return RG_ECANCELED;
+    if (s < 0 || (unsigned)s >= net->max_socks)
+        return RG_EINVAL;
+    rg_sock_shm_t *sh = sock_of(net, s);
+    int state = *(volatile int32_t *)&sh->state;
+    if (state == RG_SOCK_FREE && sh->error == 0)
+        return RG_EINVAL;
+    if (need_open && state != RG_SOCK_OPEN && sh->error == 0)
+        return RG_EINVAL;
+    return RG_OK;
+}
+
+/* Copy n bytes with `nthr` threads (rank r): 16-byte words where src and dst
+ * share alignment, bytes otherwise. */
+__device__ __forceinline__ void copy(void *dst, const void *src, size_t n, unsigned r,
+                                     unsigned nthr)
+{
+    uint8_t *d = (uint8_t *)dst;
+    const uint8_t *s = (const uint8_t *)src;
+    if ((((uintptr_t)d ^ (uintptr_t)s) & 15) == 0) {
+        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+        if (head > n)
+            head = n;
+        for (size_t i = r; i < head; i += nthr)
+            d[i] = s[i];
+        size_t words = (n - head) / 16;
+        uint4 *dw = (uint4 *)(d + head);
+        const uint4 *sw = (const uint4 *)(s + head);
+        for (size_t i = r; i < words; i += nthr)
+            dw[i] = sw[i];
+        for (size_t i = head + words * 16 + r; i < n; i += nthr)
+            d[i] = s[i];
+    } else {
+        for (size_t i = r; i < n; i += nthr)
+            d[i] = s[i];
+    }
+}
+
+/* One thread: post a command in a free slot and wait for its answer. */
+__device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t flags,
+                              const char *data, uint64_t timeout_ns)
+{
+    if (net == NULL || net->magic != RG_ABI_MAGIC)
+        return RG_EINVAL;
+    if (!*(volatile uint32_t *)&net->alive)
+        return RG_ECANCELED;
+    uint64_t until = budget(net, timeout_ns);
+    int *locks = (int *)(uintptr_t)net->slot_locks;
+    unsigned start = (blockIdx.x * 131u + block_rank() * 7u) % net->nslots, slot = 0;
+    bool got = false;
+    while (!got) {
+        for (unsigned k = 0; k < net->nslots && !got; k++) {
+            slot = (start + k) % net->nslots;
+            got = atomicCAS(&locks[slot], 0, 1) == 0;
+        }
+        if (!got && now_ns() > until)
+            return RG_ETIMEDOUT;
+    }
+    rg_cmd_t *c = (rg_cmd_t *)(uintptr_t)net->cmds + slot;
+    uint32_t len = 0;
+    if (data) {
+        while (len < RG_ADDR_MAX && data[len])
+            len++;
+        for (uint32_t i = 0; i < len; i++)
+            c->data[i] = data[i];
+        if (data[len] != '\0') { /* longer than an address may be */
+            atomicExch(&locks[slot], 0);
+            return RG_EADDRESS;
+        }
+    }
+    c->op = op;
+    c->sock = sock;
+    c->flags = flags;
+    c->len = len;
+    uint32_t seq = c->seq + 1;
+    __threadfence_system();
+    c->seq = seq;
+    __threadfence_system();
+    int result = RG_ETIMEDOUT;
+    for (;;) {
+        if (*(volatile uint32_t *)&c->done_seq == seq) {
+            __threadfence_system();
+            result = *(volatile int32_t *)&c->result;
+            break;
+        }
+        if (!*(volatile uint32_t *)&net->alive) {
+            result = RG_ECANCELED;
+            break;
+        }
+        if (now_ns() > until)
+            break;
+    }
+    __threadfence();
+    atomicExch(&locks[slot], 0);
+    return result;
+}
+
+/* One thread: how many bytes send may put in now (> 0), or a status. */
+__device__ inline int64_t tx_space(rg_net_t *net, int s, uint64_t until, bool nb)
+{
+    rg_sock_shm_t *sh = sock_of(net, s);
+    for (;;) {
+        int err = *(volatile int32_t *)&sh->error;
+        if (err)
+            return err;
+        if (!*(volatile uint32_t *)&net->alive)
+            return RG_ECANCELED;
+        uint64_t used = sh->tx_head - ld64(&sh->tx_tail);
+        if (used < net->ring_size)
+            return (int64_t)(net->ring_size - used);
+        if (nb || now_ns() > until)
+            return RG_ETIMEDOUT;
+    }
+}
+
+/* One thread: bytes recv may take now (> 0), 0 at end of stream, or a status. */
+__device__ inline int64_t rx_avail(rg_net_t *net, int s, uint64_t until, bool nb)
+{
+    rg_sock_shm_t *sh = sock_of(net, s);
+    for (;;) {
+        uint64_t head = ld64(&sh->rx_head);
+        if (head != sh->rx_tail)
+            return (int64_t)(head - sh->rx_tail);
+        if (*(volatile uint32_t *)&sh->rx_eof) {
+            __threadfence_system();
+            if (ld64(&sh->rx_head) != sh->rx_tail)
+                continue;
+            return 0;
+        }
+        int err = *(volatile int32_t *)&sh->error;
+        if (err)
+            return err;
+        if (!*(volatile uint32_t *)&net->alive)
+            return RG_ECANCELED;
+        if (nb || now_ns() > until)
+            return RG_ETIMEDOUT;
+    }
+}
+
+/* Send/recv with nthr threads of rank r; `sync` synchronizes them. The
+ * leader decides, everyone copies. */
+template <bool BLOCK>
+__device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, bool nb,
+                           uint64_t timeout_ns)
+{
+    __shared__ int64_t shared_n;
+    __shared__ uint64_t shared_pos;
+    int64_t n = 0;
+    uint64_t pos = 0;
+    const bool leader = BLOCK ? block_leader() : true;
+    const unsigned r = BLOCK ? block_rank() : 0, nthr = BLOCK ? block_size() : 1;
+
+    if (leader) {
+        n = check(net, s, !send ? false : true);
+        if (n == RG_OK && (buf == NULL || len < 0))
+            n = RG_EINVAL;
+        if (n == RG_OK && len == 0)
+            n = 0;
+        else if (n == RG_OK) {
+            uint64_t until = budget(net, timeout_ns);
+            n = send ? tx_space(net, s, until, nb) : rx_avail(net, s, until, nb);
+            if (n > len)
+                n = len;
+            rg_sock_shm_t *sh = sock_of(net, s);
+            pos = send ? sh->tx_head : sh->rx_tail;
+        }
+        if (BLOCK) {
+            shared_n = n;
+            shared_pos = pos;
+        }
+    }
+    if (BLOCK) {
+        __syncthreads();
+        n = shared_n;
+        pos = shared_pos;
+    }
+    if (n > 0) {
+        uint64_t ring = net->ring_size;
+        uint8_t *base = (uint8_t *)(uintptr_t)(send ? net->tx_data : net->rx_data) +
+                        (size_t)s * ring;
+        size_t off = (size_t)(pos & (ring - 1)), first = ring - off;
+        if (first > (size_t)n)
+            first = (size_t)n;
+        if (send) {
+            copy(base + off, buf, first, r, nthr);
+            copy(base, (uint8_t *)buf + first, (size_t)n - first, r, nthr);
+        } else {
+            copy(buf, base + off, first, r, nthr);
+            copy((uint8_t *)buf + first, base, (size_t)n - first, r, nthr);
+        }
+        __threadfence_system();
+        if (BLOCK)
+            __syncthreads();
+        if (leader) {
+            rg_sock_shm_t *sh = sock_of(net, s);
+            if (send)
+                *(volatile uint64_t *)&sh->tx_head = pos + (uint64_t)n;
+            else
+                *(volatile uint64_t *)&sh->rx_tail = pos + (uint64_t)n;
+            __threadfence_system();
+        }
+    }
+    if (BLOCK)
+        __syncthreads();
+    return (int)n;
+}
+
+template <bool BLOCK>
+__device__ inline int cmd(rg_net_t *net, uint32_t op, int sock, uint32_t flags, const char *data,
+                          uint64_t timeout_ns)
+{
+    __shared__ int shared_r;
+    int r = 0;
+    if (!BLOCK || block_leader()) {
+        r = command(net, op, sock, flags, data, timeout_ns);
+        if (BLOCK)
+            shared_r = r;
+    }
+    if (BLOCK) {
+        __syncthreads();
+        r = shared_r;
+        __syncthreads();
+    }
+    return r;
+}
+
+template <bool BLOCK>
+__device__ inline int poll(rg_net_t *net, struct rg_pollfd *fds, int n, uint64_t timeout_ns)
+{
+    __shared__ int shared_r;
+    int ready = 0;
+    if (!BLOCK || block_leader()) {
+        if (net == NULL || fds == NULL || n < 0) {
+            ready = RG_EINVAL;
+        } else {
+            uint64_t until = budget(net, timeout_ns);
+            for (;;) {
+                ready = 0;
+                for (int i = 0; i < n; i++) {
+                    short rev = 0;
+                    int s = fds[i].sock;
+                    if (check(net, s, false) != RG_OK) {
+                        rev = RG_POLLERR;
+                    } else {
+                        rg_sock_shm_t *sh = sock_of(net, s);
+                        if (sh->error)
+                            rev |= RG_POLLERR;
+                        if ((fds[i].events & RG_POLLIN) &&
+                            (ld64(&sh->rx_head) != sh->rx_tail || sh->rx_eof || sh->error))
+                            rev |= RG_POLLIN;
+                        if ((fds[i].events & RG_POLLOUT) && sh->state == RG_SOCK_OPEN &&
+                            sh->tx_head - ld64(&sh->tx_tail) < net->ring_size)
+                            rev |= RG_POLLOUT;
+                    }
+                    fds[i].revents = rev;
+                    ready += rev != 0;
+                }
+                if (ready || !*(volatile uint32_t *)&net->alive || now_ns() > until)
+                    break;
+            }
+            if (!ready && !*(volatile uint32_t *)&net->alive)
+                ready = RG_ECANCELED;
+        }
+        if (BLOCK)
+            shared_r = ready;
+    }
+    if (BLOCK) {
+        __syncthreads();
+        ready = shared_r;
+        __syncthreads();
+    }
+    return ready;
+}
+
+} /* namespace rg_detail */
+
+/* ---------------------------------------------------------------- block-cooperative */
+
+/* Connect: "tcp://HOST:PORT" or "remora://HOST:PORT/SERVICE". A socket or < 0. */
+__device__ inline int rg_connect_on(rg_net_t *net, const char *addr, uint64_t timeout_ns = 0)
+{
+    return rg_detail::cmd<true>(net, RG_OP_CONNECT, -1, 0, addr, timeout_ns);
+}
+__device__ inline int rg_connect(const char *addr) { return rg_connect_on(rg_default_net, addr); }
+
+/* Listen: "tcp://HOST:PORT" or "remora:SERVICE" (the proxy's server). */
+__device__ inline int rg_bind_on(rg_net_t *net, const char *addr)
+{
+    return rg_detail::cmd<true>(net, RG_OP_BIND, -1, 0, addr, 0);
+}
+__device__ inline int rg_bind(const char *addr) { return rg_bind_on(rg_default_net, addr); }
+
+__device__ inline int rg_accept_on(rg_net_t *net, int lsock, uint64_t timeout_ns = 0)
+{
+    return rg_detail::cmd<true>(net, RG_OP_ACCEPT, lsock, 0, NULL, timeout_ns);
+}
+__device__ inline int rg_accept(int lsock) { return rg_accept_on(rg_default_net, lsock); }
+__device__ inline int rg_accept_nb(int lsock)
+{
+    return rg_detail::cmd<true>(rg_default_net, RG_OP_ACCEPT, lsock, RG_CMD_NONBLOCK, NULL, 0);
+}
+
+__device__ inline int rg_send_on(rg_net_t *net, int s, const void *buf, int len,
+                                 uint64_t timeout_ns = 0)
+{
+    return rg_detail::xfer<true>(net, s, (void *)buf, len, true, false, timeout_ns);
+}
+__device__ inline int rg_send(int s, const void *buf, int len)
+{
+    return rg_send_on(rg_default_net, s, buf, len);
+}
+__device__ inline int rg_send_nb(int s, const void *buf, int len)
+{
+    return rg_detail::xfer<true>(rg_default_net, s, (void *)buf, len, true, true, 0);
+}
+
+__device__ inline int rg_recv_on(rg_net_t *net, int s, void *buf, int len,
+                                 uint64_t timeout_ns = 0)
+{
+    return rg_detail::xfer<true>(net, s, buf, len, false, false, timeout_ns);
+}
+__device__ inline int rg_recv(int s, void *buf, int len)
+{
+    return rg_recv_on(rg_default_net, s, buf, len);
+}
+__device__ inline int rg_recv_nb(int s, void *buf, int len)
+{
+    return rg_detail::xfer<true>(rg_default_net, s, buf, len, false, true, 0);
+}
+
+/* The peer's recv returns 0 once it has read everything sent before. */
+__device__ inline int rg_shutdown(int s)
+{
+    return rg_detail::cmd<true>(rg_default_net, RG_OP_SHUTDOWN, s, 0, NULL, 0);
+}
+/* Bytes still in the send ring are delivered, then the socket is freed. */
+__device__ inline int rg_close(int s)
+{
+    return rg_detail::cmd<true>(rg_default_net, RG_OP_CLOSE, s, 0, NULL, 0);
+}
+
+/* Wait up to timeout_ns (0: the default budget) until a socket is ready;
+ * the number ready, 0 on timeout, or < 0. */
+__device__ inline int rg_poll(struct rg_pollfd *fds, int n, uint64_t timeout_ns)
+{
+    return rg_detail::poll<true>(rg_default_net, fds, n, timeout_ns);
+}
+
+/* ---------------------------------------------------------------- one thread alone */
+
+__device__ inline int rg_connect_thread(const char *addr, uint64_t timeout_ns = 0)
+{
+    return rg_detail::cmd<false>(rg_default_net, RG_OP_CONNECT, -1, 0, addr, timeout_ns);
+}
+__device__ inline int rg_bind_thread(const char *addr)
+{
+    return rg_detail::cmd<false>(rg_default_net, RG_OP_BIND, -1, 0, addr, 0);
+}
+__device__ inline int rg_accept_thread(int lsock, uint64_t timeout_ns = 0)
+{
+    return rg_detail::cmd<false>(rg_default_net, RG_OP_ACCEPT, lsock, 0, NULL, timeout_ns);
+}
+__device__ inline int rg_send_thread(int s, const void *buf, int len, uint64_t timeout_ns = 0)
+{
+    return rg_detail::xfer<false>(rg_default_net, s, (void *)buf, len, true, false, timeout_ns);
+}
+__device__ inline int rg_recv_thread(int s, void *buf, int len, uint64_t timeout_ns = 0)
+{
+    return rg_detail::xfer<false>(rg_default_net, s, buf, len, false, false, timeout_ns);
+}
+__device__ inline int rg_send_nb_thread(int s, const void *buf, int len)
+{
+    return rg_detail::xfer<false>(rg_default_net, s, (void *)buf, len, true, true, 0);
+}
+__device__ inline int rg_recv_nb_thread(int s, void *buf, int len)
+{
+    return rg_detail::xfer<false>(rg_default_net, s, buf, len, false, true, 0);
+}
+__device__ inline int rg_shutdown_thread(int s)
+{
+    return rg_detail::cmd<false>(rg_default_net, RG_OP_SHUTDOWN, s, 0, NULL, 0);
+}
+__device__ inline int rg_close_thread(int s)
+{
+    return rg_detail::cmd<false>(rg_default_net, RG_OP_CLOSE, s, 0, NULL, 0);
+}
+__device__ inline int rg_poll_thread(struct rg_pollfd *fds, int n, uint64_t timeout_ns)
+{
+    return rg_detail::poll<false>(rg_default_net, fds, n, timeout_ns);
+}
+
+#endif /* REMORA_DEVICE_SOCKET_CUH */

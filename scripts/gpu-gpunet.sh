@@ -1,0 +1,105 @@
+#!/bin/bash
+# GPU sockets on a GPU machine: tests and benchmark, every figure the targets
+# of docs/gpunet.md need, with ratios. Run after scripts/gpu-test.sh BUILD_DIR
+# built everything (nvcc present: gpu_echo_client, gpu_echo_server,
+# gpunet_bench, test_gpunet exist).
+#   scripts/gpu-gpunet.sh BUILD_DIR OUTDIR
+# Every step has a timeout; the whole run stays under 4 minutes. Logs go to
+# OUTDIR; a summary is printed and kept in OUTDIR/summary.txt.
+# Exit status: the number of failed steps.
+set -uo pipefail
+build=${1:?usage: $0 BUILD_DIR OUTDIR}
+out=${2:?usage: $0 BUILD_DIR OUTDIR}
+mkdir -p "$out"
+export REMORA_LOG=${REMORA_LOG:-warn}
+root=$(cd "$(dirname "$0")/.." && pwd)
+deps=$root/.gpu-deps/usr/lib/x86_64-linux-gnu
+[ -d "$deps" ] && export LD_LIBRARY_PATH=$deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fails=0
+summary=$out/summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+pids=()
+cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+
+for b in gpu_echo_client gpu_echo_server gpunet_bench test_gpunet; do
+  if [ ! -x "$build/$b" ]; then
+    say "MISSING $build/$b (was nvcc found when $build was configured?)"
+    exit 1
+  fi
+done
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader >"$out/gpus.txt" 2>&1
+say "== GPUs: $(tr '\n' ';' <"$out/gpus.txt")"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# step NAME TIMEOUT CMD...: run with a timeout, log to OUTDIR/NAME.log
+step() {
+  local name=$1 t=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 5 "$t" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then say "PASSED $name ($((SECONDS - t0)) s)";
+  elif [ $rc -eq 77 ]; then say "SKIPPED $name (no GPU)";
+  else say "FAILED $name (exit $rc$([ $rc -eq 124 ] && echo ', timed out'); $out/$name.log)"; fails=$((fails + 1)); fi
+  return $rc
+}
+
+# 1. The GPU test program: CPU remora peer, TCP peer, 64 blocks, GPU server
+#    with 3 CPU clients, GPU peer in another process, peer killed, proxy
+#    destroyed, bad arguments (two-GPU case waived with one GPU).
+step test_gpunet 120 "$build/test_gpunet" "$build/gpu_echo_server"
+if [ $? -eq 77 ]; then say "no CUDA device here: nothing else to run"; exit 77; fi
+grep -E '^(PASSED|FAILED|WAIVED)|check failed|->' "$out/test_gpunet.log" | sed 's/^/    /' | tee -a "$summary"
+
+# 2. GPUnet's README echo client (verbatim kernel), against plain TCP peers:
+#    a Python echo server, then nc (if present), 8 blocks, checked variant too.
+port=$(free_port)
+python3 - "$port" >"$out/python_echo.log" 2>&1 <<'PY' &
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
+def serve(c):
+    while True:
+        d = c.recv(65536)
+        if not d: break
+        c.sendall(d)
+    c.close()
+s.settimeout(90)
+while True:
+    try: c, _ = s.accept()
+    except socket.timeout: break
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+PY
+pids+=("$!")
+sleep 0.5
+step readme_client_python 60 "$build/gpu_echo_client" 127.0.0.1 "$port" 8
+step readme_client_python_checked 60 "$build/gpu_echo_client" 127.0.0.1 "$port" 8 --check
+if command -v nc >/dev/null 2>&1 && command -v mkfifo >/dev/null 2>&1; then
+  port=$(free_port)
+  fifo=$out/nc.fifo; rm -f "$fifo"; mkfifo "$fifo"
+  # nc as a one-connection echo server: its output fed back to its input.
+  (timeout 60 nc -l 127.0.0.1 "$port" <"$fifo" >"$fifo" 2>"$out/nc.log" || timeout 60 nc -l -p "$port" <"$fifo" >"$fifo" 2>>"$out/nc.log") &
+  pids+=("$!")
+  sleep 0.5
+  step readme_client_nc_checked 60 "$build/gpu_echo_client" 127.0.0.1 "$port" 1 --check
+else
+  say "SKIPPED readme_client_nc_checked (no nc)"
+fi
+
+# 3. GPU <-> GPU, two processes on one GPU: the GPU echo server and the
+#    checked GPU client, 16 blocks.
+port=$(free_port)
+GPU_ECHO_TIMEOUT_MS=60000 timeout -k 5 70 "$build/gpu_echo_server" "$port" 16 >"$out/gpu_echo_server.log" 2>&1 &
+spid=$!; pids+=("$spid")
+for _ in $(seq 1 300); do grep -q listening "$out/gpu_echo_server.log" 2>/dev/null && break; sleep 0.1; done
+step gpu_to_gpu_echo_checked 60 "$build/gpu_echo_client" 127.0.0.1 "$port" 16 --check
+if wait "$spid"; then say "PASSED gpu_echo_server (served 16)"; else say "FAILED gpu_echo_server ($out/gpu_echo_server.log)"; fails=$((fails + 1)); fi
+
+# 4. The benchmark: CPU and GPU side by side, ratios against the targets.
+step gpunet_bench 150 "$build/gpunet_bench" --iters 20000 --blocks 64 --mib-per-stream 64
+grep -E '_us|_GBps|failed' "$out/gpunet_bench.log" | sed 's/^/    /' | tee -a "$summary"
+
+say "== $fails failed step(s); logs in $out"
+exit "$fails"

@@ -1,0 +1,856 @@
+/*
+ * GPU sockets: the host proxy (remora.h "GPU sockets", docs/gpunet.md).
+ *
+ * Design notes
+ * - One proxy per remora_gpunet_create: one thread that polls, in a loop,
+ *   the command slots and the socket rings kernels share with it
+ *   (socket_abi.h), and moves bytes between the rings and each socket's
+ *   backend: a plain TCP socket (non-blocking, readiness from an epoll set
+ *   polled without blocking) or a remora socket (remora_sock_*, UCX).
+ * - The queue memory is one pinned host allocation mapped for the device:
+ *   the rg_net_t header, the socket records, the command slots, then a send
+ *   and a receive ring per socket. Kernels copy payloads into and out of the
+ *   rings themselves (posted PCIe writes; any buffer the kernel can read,
+ *   shared memory included); the proxy hands ring memory straight to send()
+ *   and recv(), so bytes are copied once on each side of the PCIe link.
+ * - Single writer per field (socket_abi.h). The proxy keeps its own copy of
+ *   the counters it owns and publishes them with release stores after the
+ *   data; it reads the device's counters with acquire loads.
+ * - The thread spins while anything happened in the last spin_us
+ *   (REMORA_GPUNET_SPIN_US, default 2000 µs), then naps 50 µs at a time:
+ *   kernel↔CPU round trips stay near the PCIe latency while work flows, and
+ *   an idle proxy costs little.
+ * - Blocking work inside the proxy is limited to remora connection set-up
+ *   (handshake with a server), bounded by the proxy's timeout; TCP connects
+ *   are non-blocking and completed by the loop.
+ * - Destroy: the thread stops, every socket fails with REMORA_ERR_CANCELED,
+ *   alive drops to 0 (kernels' calls return at once), and the queue memory
+ *   is kept until process exit: a kernel may still read it.
+ */
+#include "gpu/gpunet.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "mem/cuda.h"
+#include "remote/sock.h"
+#include "util/log.h"
+#include "util/time.h"
+
+#define GN_DEFAULT_SOCKS  128u
+#define GN_DEFAULT_RING   (256u << 10)
+#define GN_SLOTS          256u
+#define GN_CLIENTS_MAX    16
+
+enum { BK_NONE, BK_TCP, BK_TCP_CONNECTING, BK_TCP_LISTEN, BK_SOCK, BK_SOCK_LISTEN };
+
+typedef struct psock {
+    int      kind;
+    int      fd;
+    remora_sock_h          rs;
+    remora_sock_listener_h rl;
+    int      readable;       /* epoll said so (TCP) */
+    int      closing, shutting, shut_done;
+    uint64_t tx_tail, rx_head;
+    int      pend_slot;      /* BK_TCP_CONNECTING: the command to answer */
+    uint32_t pend_seq;
+    uint64_t deadline;
+} psock_t;
+
+typedef struct paccept {
+    int      active, sock, nonblock;
+    uint32_t seq;
+} paccept_t;
+
+typedef struct pclient {
+    char            addr[128];
+    remora_client_h client;
+} pclient_t;
+
+struct remora_gpunet {
+    remora_context_h ctx, cctx;  /* cctx: this proxy's own, for remora:// connects */
+    remora_server_h  server;
+    int              device, host_queues;
+    unsigned         max_socks, nslots;
+    size_t           ring;
+    uint64_t         timeout_ns, spin_ns;
+    uint8_t         *mem;        /* host view */
+    uintptr_t        dev;        /* device address of mem */
+    size_t           mem_len;
+    void            *locks;      /* device memory (host memory in host_queues mode) */
+    rg_net_t        *net;
+    rg_sock_shm_t   *sh;
+    rg_cmd_t        *cmds;
+    uint8_t         *tx, *rx;
+    psock_t         *ps;
+    uint32_t        *seen;
+    paccept_t       *acc;
+    pclient_t        clients[GN_CLIENTS_MAX];
+    unsigned         nclients;
+    int              epfd;
+    pthread_t        thread;
+    atomic_int       stop;
+};
+
+/* Destroyed proxies' queue memory, kept for kernels that may still look. */
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t ld_acq(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static uint32_t ld_acq32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void st_rel(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static void st_rel32(volatile int32_t *p, int32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+/* ------------------------------------------------------------ sockets */
+
+static void complete(remora_gpunet_h g, unsigned slot, uint32_t seq, int32_t result)
+{
+    rg_cmd_t *c = &g->cmds[slot];
+    c->result = result;
+    __atomic_store_n(&c->done_seq, seq, __ATOMIC_RELEASE);
+}
+
+static int sock_alloc(remora_gpunet_h g, int kind)
+{
+    for (unsigned i = 0; i < g->max_socks; i++) {
+        if (g->ps[i].kind != BK_NONE || g->sh[i].state != RG_SOCK_FREE)
+            continue;
+        memset(&g->ps[i], 0, sizeof(g->ps[i]));
+        g->ps[i].kind = kind;
+        g->ps[i].fd   = -1;
+        rg_sock_shm_t *s = &g->sh[i];
+        s->tx_head = s->rx_tail = s->tx_tail = s->rx_head = 0;
+        s->error   = 0;
+        s->rx_eof  = 0;
+        s->gen++;
+        return (int)i;
+    }
+    return -1;
+}
+
+static void sock_publish(remora_gpunet_h g, int i, int state)
+{
+    st_rel32(&g->sh[i].state, state);
+}
+
+static void sock_free(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+
+    if (p->fd >= 0) {
+        epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+        close(p->fd);
+    }
+    if (p->rs)
+        remora_sock_close(p->rs);
+    if (p->rl)
+        remora_sock_listener_destroy(p->rl);
+    memset(p, 0, sizeof(*p));
+    p->kind = BK_NONE;
+    p->fd   = -1;
+    st_rel32(&g->sh[i].state, RG_SOCK_FREE);
+}
+
+static void sock_fail(remora_gpunet_h g, int i, remora_status_t st)
+{
+    if (g->sh[i].error == 0)
+        st_rel32(&g->sh[i].error, st);
+    if (g->ps[i].closing)
+        sock_free(g, i);
+}
+
+static int tcp_watch(remora_gpunet_h g, int i, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+    return epoll_ctl(g->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void tcp_tune(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* "HOST:PORT" into a sockaddr (IPv4 or IPv6). */
+static remora_status_t tcp_addr(const char *hp, int passive, struct sockaddr_storage *ss,
+                                socklen_t *len)
+{
+    char host[128];
+    const char *colon = strrchr(hp, ':');
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0},
+                    *ai;
+
+    if (colon == NULL || (size_t)(colon - hp) >= sizeof(host) || colon[1] == '\0')
+        return REMORA_ERR_ADDRESS;
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
+    }
+    if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai) != 0)
+        return REMORA_ERR_ADDRESS;
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return REMORA_OK;
+}
+
+static int connect_tcp(remora_gpunet_h g, const char *hp, unsigned slot, uint32_t seq)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    remora_status_t st;
+    int fd, i;
+
+    if ((st = tcp_addr(hp, 0, &ss, &len)) != REMORA_OK)
+        return st;
+    if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+        return REMORA_ERR_IO;
+    tcp_tune(fd);
+    if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS) {
+        st = errno == ECONNREFUSED ? REMORA_ERR_CONNECTION_REFUSED : REMORA_ERR_IO;
+        close(fd);
+        return st;
+    }
+    if ((i = sock_alloc(g, BK_TCP_CONNECTING)) < 0) {
+        close(fd);
+        return REMORA_ERR_BUSY;
+    }
+    g->ps[i].fd        = fd;
+    g->ps[i].pend_slot = (int)slot;
+    g->ps[i].pend_seq  = seq;
+    g->ps[i].deadline  = rm_now_ns() + g->timeout_ns;
+    return REMORA_INPROGRESS;
+}
+
+/* A TCP connect in flight: finished, failed, abandoned or timed out? */
+static int connect_progress(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    struct pollfd pfd = {.fd = p->fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    remora_status_t st;
+
+    if (g->cmds[p->pend_slot].seq != p->pend_seq) { /* the kernel gave up */
+        sock_free(g, i);
+        return 1;
+    }
+    if (poll(&pfd, 1, 0) == 0) {
+        if (rm_now_ns() < p->deadline)
+            return 0;
+        st = REMORA_ERR_TIMED_OUT;
+    } else {
+        getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+        st = err == 0 ? REMORA_OK
+                      : err == ECONNREFUSED ? REMORA_ERR_CONNECTION_REFUSED : REMORA_ERR_IO;
+    }
+    unsigned slot = (unsigned)p->pend_slot;
+    uint32_t seq  = p->pend_seq;
+    if (st != REMORA_OK) {
+        sock_free(g, i);
+        complete(g, slot, seq, st);
+        return 1;
+    }
+    p->kind = BK_TCP;
+    tcp_watch(g, i, p->fd);
+    sock_publish(g, i, RG_SOCK_OPEN);
+    complete(g, slot, seq, i);
+    return 1;
+}
+
+static remora_status_t client_for(remora_gpunet_h g, const char *hp, remora_client_h *c_p)
+{
+    remora_client_params_t cp = {.field_mask = REMORA_CLIENT_FIELD_TIMEOUT,
+                                 .timeout_ms = (int)(g->timeout_ns / 1000000u)};
+    remora_status_t st;
+
+    for (unsigned k = 0; k < g->nclients; k++)
+        if (strcmp(g->clients[k].addr, hp) == 0) {
+            *c_p = g->clients[k].client;
+            return REMORA_OK;
+        }
+    if (g->nclients == GN_CLIENTS_MAX)
+        return REMORA_ERR_BUSY;
+    if (g->cctx == NULL && (st = remora_context_create(NULL, &g->cctx)) != REMORA_OK)
+        return st;
+    if ((st = remora_client_connect(g->cctx, hp, &cp, c_p)) != REMORA_OK)
+        return st;
+    snprintf(g->clients[g->nclients].addr, sizeof(g->clients[0].addr), "%s", hp);
+    g->clients[g->nclients++].client = *c_p;
+    return REMORA_OK;
+}
+
+static int connect_remora(remora_gpunet_h g, const char *rest)
+{
+    char hp[128];
+    const char *slash = strchr(rest, '/');
+    remora_client_h c;
+    remora_sock_h s;
+    remora_status_t st;
+    int i;
+
+    if (slash == NULL || (size_t)(slash - rest) >= sizeof(hp) || slash[1] == '\0')
+        return REMORA_ERR_ADDRESS;
+    memcpy(hp, rest, (size_t)(slash - rest));
+    hp[slash - rest] = '\0';
+    if ((st = client_for(g, hp, &c)) != REMORA_OK)
+        return st;
+    st = remora_sock_connect(c, slash + 1, (int)(g->timeout_ns / 1000000u), &s);
+    if (st == REMORA_ERR_DISCONNECTED) { /* a stale cached connection: once more, afresh */
+        for (unsigned k = 0; k < g->nclients; k++)
+            if (g->clients[k].client == c) {
+                remora_client_disconnect(c);
+                g->clients[k] = g->clients[--g->nclients];
+                break;
+            }
+        if ((st = client_for(g, hp, &c)) != REMORA_OK)
+            return st;
+        st = remora_sock_connect(c, slash + 1, (int)(g->timeout_ns / 1000000u), &s);
+    }
+    if (st != REMORA_OK)
+        return st;
+    if ((i = sock_alloc(g, BK_SOCK)) < 0) {
+        remora_sock_close(s);
+        return REMORA_ERR_BUSY;
+    }
+    g->ps[i].rs = s;
+    sock_publish(g, i, RG_SOCK_OPEN);
+    return i;
+}
+
+static int bind_any(remora_gpunet_h g, const char *addr)
+{
+    int i;
+
+    if (strncmp(addr, "tcp://", 6) == 0) {
+        struct sockaddr_storage ss;
+        socklen_t len;
+        remora_status_t st;
+        int fd, one = 1;
+
+        if ((st = tcp_addr(addr + 6, 1, &ss, &len)) != REMORA_OK)
+            return st;
+        if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+            return REMORA_ERR_IO;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 1024) != 0) {
+            st = errno == EADDRINUSE ? REMORA_ERR_EXISTS : REMORA_ERR_IO;
+            close(fd);
+            return st;
+        }
+        if ((i = sock_alloc(g, BK_TCP_LISTEN)) < 0) {
+            close(fd);
+            return REMORA_ERR_BUSY;
+        }
+        g->ps[i].fd = fd;
+        tcp_watch(g, i, fd);
+    } else if (strncmp(addr, "remora:", 7) == 0) {
+        remora_sock_listener_h l;
+        remora_status_t st;
+
+        if (g->server == NULL)
+            return REMORA_ERR_UNSUPPORTED;
+        if ((st = remora_sock_listen(g->server, addr + 7, &l)) != REMORA_OK)
+            return st;
+        if ((i = sock_alloc(g, BK_SOCK_LISTEN)) < 0) {
+            remora_sock_listener_destroy(l);
+            return REMORA_ERR_BUSY;
+        }
+        g->ps[i].rl = l;
+    } else {
+        return REMORA_ERR_ADDRESS;
+    }
+    sock_publish(g, i, RG_SOCK_LISTEN);
+    return i;
+}
+
+/* Try to accept on listening socket ls; the new socket's index, or -1 if none waits. */
+static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
+{
+    psock_t *p = &g->ps[ls];
+    int i;
+
+    *err = REMORA_OK;
+    if (p->kind == BK_TCP_LISTEN) {
+        int fd = accept4(p->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            p->readable = 0;
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
+                *err = REMORA_ERR_IO;
+            return -1;
+        }
+        tcp_tune(fd);
+        if ((i = sock_alloc(g, BK_TCP)) < 0) {
+            close(fd);
+            *err = REMORA_ERR_BUSY;
+            return -1;
+        }
+        g->ps[i].fd = fd;
+        tcp_watch(g, i, fd);
+    } else {
+        remora_sock_h s;
+        if (!rm_sock_listener_hint(p->rl) || remora_sock_accept(p->rl, 0, &s) != REMORA_OK)
+            return -1;
+        if ((i = sock_alloc(g, BK_SOCK)) < 0) {
+            remora_sock_close(s);
+            *err = REMORA_ERR_BUSY;
+            return -1;
+        }
+        g->ps[i].rs = s;
+    }
+    sock_publish(g, i, RG_SOCK_OPEN);
+    return i;
+}
+
+/* ------------------------------------------------------------ commands */
+
+static int valid_sock(remora_gpunet_h g, int32_t s)
+{
+    return s >= 0 && (unsigned)s < g->max_socks && g->ps[s].kind != BK_NONE;
+}
+
+static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
+{
+    rg_cmd_t *c = &g->cmds[slot];
+    char addr[RG_CMD_INLINE];
+    int32_t s = c->sock;
+    int r;
+
+    g->acc[slot].active = 0; /* a new command replaces a pending accept */
+    switch (c->op) {
+    case RG_OP_CONNECT:
+    case RG_OP_BIND:
+        if (c->len == 0 || c->len > RG_ADDR_MAX) {
+            complete(g, slot, seq, REMORA_ERR_ADDRESS);
+            return;
+        }
+        memcpy(addr, c->data, c->len);
+        addr[c->len] = '\0';
+        if (c->op == RG_OP_BIND)
+            r = bind_any(g, addr);
+        else if (strncmp(addr, "tcp://", 6) == 0)
+            r = connect_tcp(g, addr + 6, slot, seq);
+        else if (strncmp(addr, "remora://", 9) == 0)
+            r = connect_remora(g, addr + 9);
+        else
+            r = REMORA_ERR_ADDRESS;
+        if (r != REMORA_INPROGRESS)
+            complete(g, slot, seq, r);
+        return;
+    case RG_OP_ACCEPT:
+        if (!valid_sock(g, s) ||
+            (g->ps[s].kind != BK_TCP_LISTEN && g->ps[s].kind != BK_SOCK_LISTEN)) {
+            complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
+            return;
+        }
+        g->acc[slot] = (paccept_t){.active = 1, .sock = s, .seq = seq,
+                                   .nonblock = (c->flags & RG_CMD_NONBLOCK) != 0};
+        return;
+    case RG_OP_SHUTDOWN:
+    case RG_OP_CLOSE:
+        if (!valid_sock(g, s)) {
+            complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
+            return;
+        }
+        if (c->op == RG_OP_SHUTDOWN) {
+            g->ps[s].shutting = 1;
+        } else if (g->ps[s].kind == BK_TCP_LISTEN || g->ps[s].kind == BK_SOCK_LISTEN ||
+                   g->sh[s].error) {
+            sock_free(g, s);
+        } else {
+            g->ps[s].closing = 1;
+            sock_publish(g, s, RG_SOCK_CLOSING);
+        }
+        complete(g, slot, seq, REMORA_OK);
+        return;
+    default:
+        complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
+    }
+}
+
+static int accepts_progress(remora_gpunet_h g)
+{
+    int busy = 0;
+
+    for (unsigned k = 0; k < g->nslots; k++) {
+        paccept_t *a = &g->acc[k];
+        remora_status_t err;
+        int i;
+
+        if (!a->active)
+            continue;
+        if (g->ps[a->sock].kind != BK_TCP_LISTEN && g->ps[a->sock].kind != BK_SOCK_LISTEN) {
+            a->active = 0; /* closed under it */
+            complete(g, k, a->seq, REMORA_ERR_CANCELED);
+            continue;
+        }
+        if (g->ps[a->sock].kind == BK_TCP_LISTEN && !g->ps[a->sock].readable && !a->nonblock)
+            continue;
+        i = accept_one(g, a->sock, &err);
+        if (i >= 0 || err != REMORA_OK || a->nonblock) {
+            a->active = 0;
+            complete(g, k, a->seq, i >= 0 ? i : err != REMORA_OK ? err : REMORA_ERR_TIMED_OUT);
+            busy = 1;
+        }
+    }
+    return busy;
+}
+
+/* ------------------------------------------------------------ data */
+
+static int pump(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    rg_sock_shm_t *s = &g->sh[i];
+    uint8_t *txr = g->tx + (size_t)i * g->ring, *rxr = g->rx + (size_t)i * g->ring;
+    int busy = 0;
+
+    if (s->error)
+        return 0;
+    /* Device -> peer. */
+    uint64_t head = ld_acq(&s->tx_head);
+    if (head - p->tx_tail > g->ring) {
+        sock_fail(g, i, REMORA_ERR_PROTOCOL); /* a kernel wrote past the ring */
+        return 1;
+    }
+    if (head != p->tx_tail) {
+        size_t off = (size_t)(p->tx_tail & (g->ring - 1));
+        size_t n   = (size_t)(head - p->tx_tail);
+        if (n > g->ring - off)
+            n = g->ring - off;
+        int64_t r;
+        if (p->kind == BK_TCP) {
+            r = send(p->fd, txr + off, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (r < 0)
+                r = (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : REMORA_ERR_DISCONNECTED;
+        } else {
+            r = rm_sock_tx_hint(p->rs) ? remora_sock_send(p->rs, txr + off, n, 0) : 0;
+            if (r == REMORA_ERR_TIMED_OUT)
+                r = 0;
+        }
+        if (r < 0) {
+            sock_fail(g, i, (remora_status_t)r);
+            return 1;
+        }
+        if (r > 0) {
+            p->tx_tail += (uint64_t)r;
+            st_rel(&s->tx_tail, p->tx_tail);
+            busy = 1;
+        }
+    } else if ((p->closing || p->shutting) && !p->shut_done) {
+        p->shut_done = 1;
+        if (p->kind == BK_TCP)
+            shutdown(p->fd, SHUT_WR);
+        else
+            remora_sock_shutdown(p->rs);
+        if (p->closing) {
+            sock_free(g, i);
+            return 1;
+        }
+    }
+    if (p->closing)
+        return busy;
+    /* Peer -> device. */
+    if (!s->rx_eof) {
+        uint64_t tail = ld_acq(&s->rx_tail);
+        size_t space = g->ring - (size_t)(p->rx_head - tail);
+        if (space > 0 && (p->kind == BK_TCP ? p->readable : rm_sock_rx_hint(p->rs) != 0)) {
+            size_t off = (size_t)(p->rx_head & (g->ring - 1));
+            size_t n   = space < g->ring - off ? space : g->ring - off;
+            int64_t r;
+            if (p->kind == BK_TCP) {
+                r = recv(p->fd, rxr + off, n, MSG_DONTWAIT);
+                if (r < 0)
+                    r = (errno == EAGAIN || errno == EWOULDBLOCK) ? REMORA_ERR_TIMED_OUT
+                                                                   : REMORA_ERR_DISCONNECTED;
+                if (r == REMORA_ERR_TIMED_OUT || (size_t)r < n)
+                    p->readable = 0;
+            } else {
+                r = remora_sock_recv(p->rs, rxr + off, n, 0);
+            }
+            if (r > 0) {
+                p->rx_head += (uint64_t)r;
+                st_rel(&s->rx_head, p->rx_head);
+                busy = 1;
+            } else if (r == 0) {
+                __atomic_store_n(&s->rx_eof, 1u, __ATOMIC_RELEASE);
+                busy = 1;
+            } else if (r != REMORA_ERR_TIMED_OUT) {
+                sock_fail(g, i, (remora_status_t)r);
+                busy = 1;
+            }
+        }
+    }
+    return busy;
+}
+
+static int step(remora_gpunet_h g)
+{
+    struct epoll_event ev[64];
+    int busy = 0, n;
+
+    for (unsigned k = 0; k < g->nslots; k++) {
+        uint32_t seq = ld_acq32(&g->cmds[k].seq);
+        if (seq != g->seen[k]) {
+            g->seen[k] = seq;
+            handle_cmd(g, k, seq);
+            busy = 1;
+        }
+    }
+    while ((n = epoll_wait(g->epfd, ev, 64, 0)) > 0) {
+        for (int k = 0; k < n; k++)
+            if (ev[k].data.u32 < g->max_socks)
+                g->ps[ev[k].data.u32].readable = 1;
+        if (n < 64)
+            break;
+    }
+    busy |= accepts_progress(g);
+    for (unsigned i = 0; i < g->max_socks; i++) {
+        psock_t *p = &g->ps[i];
+        switch (p->kind) {
+        case BK_TCP:
+        case BK_SOCK:
+            busy |= pump(g, (int)i);
+            break;
+        case BK_TCP_CONNECTING:
+            busy |= connect_progress(g, (int)i);
+            break;
+        case BK_TCP_LISTEN:
+            g->sh[i].rx_head = (uint64_t)p->readable;
+            break;
+        case BK_SOCK_LISTEN:
+            g->sh[i].rx_head = (uint64_t)rm_sock_listener_hint(p->rl);
+            break;
+        default:
+            break;
+        }
+    }
+    return busy;
+}
+
+static void *proxy_main(void *arg)
+{
+    remora_gpunet_h g = arg;
+    uint64_t last = rm_now_ns();
+
+    while (!atomic_load_explicit(&g->stop, memory_order_relaxed)) {
+        if (step(g)) {
+            last = rm_now_ns();
+            continue;
+        }
+        uint64_t now = rm_now_ns();
+        if (now - last > g->spin_ns) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        } else {
+            rm_cpu_relax();
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------ create, destroy */
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
+
+static remora_status_t alloc_queues(remora_gpunet_h g)
+{
+    size_t off_socks = align_up(sizeof(rg_net_t), 4096);
+    size_t off_cmds  = align_up(off_socks + g->max_socks * sizeof(rg_sock_shm_t), 4096);
+    size_t off_tx    = align_up(off_cmds + g->nslots * sizeof(rg_cmd_t), 4096);
+    size_t off_rx    = off_tx + g->max_socks * g->ring;
+    void *host = NULL, *dev = NULL;
+    remora_status_t st;
+
+    g->mem_len = off_rx + g->max_socks * g->ring;
+    if (g->host_queues) {
+        if ((host = aligned_alloc(4096, g->mem_len)) == NULL ||
+            (g->locks = calloc(g->nslots, sizeof(int))) == NULL) {
+            free(host);
+            return REMORA_ERR_NO_MEMORY;
+        }
+        dev = host;
+    } else {
+        int *zero;
+        if ((st = rm_cuda_host_alloc_mapped(g->device, g->mem_len, &host, &dev)) != REMORA_OK)
+            return st;
+        if ((zero = calloc(g->nslots, sizeof(int))) == NULL ||
+            (st = rm_cuda_mem_alloc(g->device, g->nslots * sizeof(int), &g->locks)) != REMORA_OK ||
+            (st = rm_cuda_copy(g->locks, zero, g->nslots * sizeof(int))) != REMORA_OK) {
+            if (g->locks)
+                rm_cuda_mem_free(g->device, g->locks);
+            rm_cuda_host_free(host);
+            free(zero);
+            return zero ? st : REMORA_ERR_NO_MEMORY;
+        }
+        free(zero);
+    }
+    memset(host, 0, off_tx); /* the rings need no zeroing */
+    g->mem  = host;
+    g->dev  = (uintptr_t)dev;
+    g->net  = (rg_net_t *)host;
+    g->sh   = (rg_sock_shm_t *)(g->mem + off_socks);
+    g->cmds = (rg_cmd_t *)(g->mem + off_cmds);
+    g->tx   = g->mem + off_tx;
+    g->rx   = g->mem + off_rx;
+    *g->net = (rg_net_t){.magic = RG_ABI_MAGIC, .version = RG_ABI_VERSION,
+                         .max_socks = g->max_socks, .nslots = g->nslots,
+                         .ring_size = g->ring, .timeout_ns = g->timeout_ns, .alive = 1,
+                         .socks = g->dev + off_socks, .cmds = g->dev + off_cmds,
+                         .tx_data = g->dev + off_tx, .rx_data = g->dev + off_rx,
+                         .slot_locks = (uint64_t)(uintptr_t)g->locks};
+    return REMORA_OK;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long x;
+
+    if (v == NULL || *v == '\0')
+        return dflt;
+    x = strtoull(v, &end, 10);
+    return *end == '\0' ? x : dflt;
+}
+
+remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
+                                     const remora_gpunet_params_t *params,
+                                     remora_gpunet_h *net_p)
+{
+    uint64_t fm = params ? params->field_mask : 0;
+    remora_gpunet_h g;
+    remora_status_t st;
+
+    if (ctx == NULL || net_p == NULL || device < 0)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((g = calloc(1, sizeof(*g))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    g->ctx         = ctx;
+    g->device      = device;
+    g->server      = (fm & REMORA_GPUNET_FIELD_SERVER) ? params->server : NULL;
+    g->max_socks   = (fm & REMORA_GPUNET_FIELD_MAX_SOCKS) ? params->max_socks : GN_DEFAULT_SOCKS;
+    g->ring        = (fm & REMORA_GPUNET_FIELD_RING_SIZE) ? params->ring_size : GN_DEFAULT_RING;
+    g->timeout_ns  = (uint64_t)((fm & REMORA_GPUNET_FIELD_TIMEOUT_MS) ? params->timeout_ms
+                                                                       : REMORA_DEFAULT_TIMEOUT_MS) *
+                     1000000u;
+    g->host_queues = (fm & REMORA_GPUNET_FIELD_HOST_QUEUES) ? params->host_queues != 0 : 0;
+    g->spin_ns     = env_u64("REMORA_GPUNET_SPIN_US", 2000) * 1000u;
+    g->nslots      = GN_SLOTS;
+    g->epfd        = -1;
+    if (g->max_socks == 0 || g->max_socks > 4096 || g->ring < 4096 || g->ring > (64u << 20) ||
+        (g->ring & (g->ring - 1)) || g->timeout_ns == 0) {
+        free(g);
+        return REMORA_ERR_INVALID_PARAM;
+    }
+    if (!g->host_queues) {
+        if ((st = rm_cuda_init()) != REMORA_OK) {
+            free(g);
+            return st;
+        }
+        if (device >= rm_cuda_device_count()) {
+            free(g);
+            return REMORA_ERR_INVALID_PARAM;
+        }
+    }
+    if ((g->ps = calloc(g->max_socks, sizeof(*g->ps))) == NULL ||
+        (g->seen = calloc(g->nslots, sizeof(*g->seen))) == NULL ||
+        (g->acc = calloc(g->nslots, sizeof(*g->acc))) == NULL) {
+        st = REMORA_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    for (unsigned i = 0; i < g->max_socks; i++)
+        g->ps[i].fd = -1;
+    if ((g->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        st = REMORA_ERR_IO;
+        goto err_free;
+    }
+    if ((st = alloc_queues(g)) != REMORA_OK)
+        goto err_free;
+    if (pthread_create(&g->thread, NULL, proxy_main, g) != 0) {
+        st = REMORA_ERR_NO_MEMORY;
+        goto err_queues;
+    }
+    rm_info("gpunet: proxy for device %d: %u sockets, rings of %zu bytes, %zu bytes mapped", device,
+            g->max_socks, g->ring, g->mem_len);
+    *net_p = g;
+    return REMORA_OK;
+
+err_queues:
+    if (g->host_queues) {
+        free(g->mem);
+        free(g->locks);
+    } else {
+        rm_cuda_mem_free(g->device, g->locks);
+        rm_cuda_host_free(g->mem);
+    }
+err_free:
+    if (g->epfd >= 0)
+        close(g->epfd);
+    free(g->ps);
+    free(g->seen);
+    free(g->acc);
+    free(g);
+    return st;
+}
+
+void *remora_gpunet_device_handle(remora_gpunet_h g)
+{
+    return g ? (void *)g->dev : NULL;
+}
+
+rg_net_t *rm_gpunet_host_view(remora_gpunet_h g)
+{
+    return g ? g->net : NULL;
+}
+
+void remora_gpunet_destroy(remora_gpunet_h g)
+{
+    if (g == NULL)
+        return;
+    atomic_store(&g->stop, 1);
+    pthread_join(g->thread, NULL);
+    __atomic_store_n(&g->net->alive, 0u, __ATOMIC_RELEASE);
+    for (unsigned k = 0; k < g->nslots; k++)
+        if (g->acc[k].active)
+            complete(g, k, g->acc[k].seq, REMORA_ERR_CANCELED);
+    for (unsigned i = 0; i < g->max_socks; i++) {
+        if (g->ps[i].kind == BK_NONE)
+            continue;
+        if (g->ps[i].kind == BK_TCP_CONNECTING)
+            complete(g, (unsigned)g->ps[i].pend_slot, g->ps[i].pend_seq, REMORA_ERR_CANCELED);
+        st_rel32(&g->sh[i].error, REMORA_ERR_CANCELED);
+        int err = g->sh[i].error;
+        sock_free(g, (int)i);
+        g->sh[i].error = err; /* sock_free marked it free; the error stays visible */
+    }
+    for (unsigned k = 0; k < g->nclients; k++)
+        remora_client_disconnect(g->clients[k].client);
+    if (g->cctx)
+        remora_context_destroy(g->cctx);
+    close(g->epfd);
+    /* The queue memory stays: kernels may still read it (see design notes). */
+    pthread_mutex_lock(&parked_lock);
+    rm_info("gpunet: proxy stopped; %zu bytes of queue memory kept for running kernels",
+            g->mem_len);
+    pthread_mutex_unlock(&parked_lock);
+    free(g->ps);
+    free(g->seen);
+    free(g->acc);
+    free(g);
+}

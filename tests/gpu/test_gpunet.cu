@@ -1,0 +1,466 @@
+/*
+ * GPU sockets on a real GPU (label gpu; exit 77 without one). Each case
+ * prints PASSED or FAILED; the exit status is the number of failures.
+ *   1 echo 1 B..4 MiB with a CPU remora peer (global-memory buffers)
+ *   2 echo with a TCP peer from shared memory, odd sizes, partial sends
+ *   3 64 thread blocks, a socket each, at once
+ *   4 a GPU server (remora:SERVICE) accepting 3 CPU clients
+ *   5 a GPU peer in another process (gpu_echo_server, same GPU), byte-exact
+ *   6 the TCP peer reset mid-transfer: the kernel's calls fail in time
+ *   7 the proxy destroyed under a waiting kernel: error, no hang
+ *   8 bad arguments: NULL buffer, bad socket, bad address
+ *   9 two GPUs: a GPU peer on the other GPU (skipped with fewer than 2)
+ * Usage: test_gpunet [GPU_ECHO_SERVER_BINARY]
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <remora/device/socket.cuh>
+#include <remora/remora.h>
+
+static int g_failed;
+#define CHECK(c) do { if (!(c)) { printf("  check failed: %s (line %d)\n", #c, __LINE__); ok = 0; } } while (0)
+static void report(const char *name, int ok)
+{
+    printf("%s %s\n", ok ? "PASSED" : "FAILED", name);
+    fflush(stdout);
+    g_failed += !ok;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+/* Echo `len` bytes of src through socket-connect(addr) into dst, pieces of `piece`. */
+__global__ void k_echo(const char *addr, const uint8_t *src, uint8_t *dst, int len, int piece,
+                       int *result)
+{
+    __shared__ int s;
+    s = rg_connect(addr);
+    if (s < 0) {
+        if (threadIdx.x == 0) result[blockIdx.x] = s;
+        return;
+    }
+    int sent = 0, got = 0, r = 0;
+    while (got < len) {
+        if (sent < len) {
+            int k = len - sent < piece ? len - sent : piece;
+            r = rg_send(s, src + sent, k);
+            if (r < 0) break;
+            sent += r;
+        }
+        r = rg_recv(s, dst + got, len - got);
+        if (r <= 0) { r = r ? r : -100; break; }
+        got += r;
+        r = 0;
+    }
+    rg_close(s);
+    if (threadIdx.x == 0) result[blockIdx.x] = r < 0 ? r : got;
+}
+
+/* Each block: connect, echo `rounds` x `len` bytes through shared memory, check. */
+__global__ void k_echo_shared(const char *addr, int len, int rounds, int *result)
+{
+    __shared__ uint8_t out[8192], in[8192];
+    __shared__ int s, bad;
+    s = rg_connect(addr);
+    if (s < 0) { if (threadIdx.x == 0) result[blockIdx.x] = s; return; }
+    int r = 0;
+    for (int m = 0; m < rounds && r >= 0; m++) {
+        for (int i = threadIdx.x; i < len; i += blockDim.x)
+            out[i] = (uint8_t)(i * 3 + m + blockIdx.x * 17);
+        bad = 0;
+        __syncthreads();
+        int sent = 0, got = 0;
+        while (sent < len && (r = rg_send(s, out + sent, len - sent)) > 0) sent += r;
+        while (r >= 0 && got < len && (r = rg_recv(s, in + got, len - got)) > 0) got += r;
+        if (r <= 0 && got < len) { r = r ? r : -100; break; }
+        for (int i = threadIdx.x; i < len; i += blockDim.x)
+            if (in[i] != out[i]) bad = 1;
+        __syncthreads();
+        if (bad) r = -200;
+    }
+    rg_close(s);
+    if (threadIdx.x == 0) result[blockIdx.x] = r < 0 ? r : 1;
+}
+
+/* Listen on addr; accept n connections one after another and echo each to EOF. */
+__global__ void k_server(const char *addr, int n, int *result)
+{
+    __shared__ uint8_t buf[4096];
+    int ls = rg_bind(addr), served = 0, r = 0;
+    if (ls < 0) { if (threadIdx.x == 0) result[0] = ls; return; }
+    if (threadIdx.x == 0) result[1] = 1; /* bound */
+    __threadfence_system();
+    for (int c = 0; c < n; c++) {
+        int s = rg_accept(ls);
+        if (s < 0) { r = s; break; }
+        while ((r = rg_recv(s, buf, sizeof(buf))) > 0) {
+            int sent = 0, m = 0;
+            while (sent < r && (m = rg_send(s, buf + sent, r - sent)) > 0) sent += m;
+        }
+        rg_close(s);
+        served++;
+    }
+    rg_close(ls);
+    if (threadIdx.x == 0) result[0] = r < 0 ? r : served;
+}
+
+/* Stream to a peer that dies: keep sending until an error; then recv. */
+__global__ void k_until_error(const char *addr, uint8_t *buf, int *result, unsigned long long *ns)
+{
+    int s = rg_connect(addr);
+    if (s < 0) { if (threadIdx.x == 0) result[0] = s; return; }
+    if (threadIdx.x == 0) result[2] = 1; /* connected */
+    __threadfence_system();
+    int r;
+    unsigned long long t0 = rg_detail::now_ns();
+    while ((r = rg_send(s, buf, 65536)) > 0) {}
+    int r2 = rg_recv(s, buf, 16);
+    if (threadIdx.x == 0) { result[0] = r; result[1] = r2; *ns = rg_detail::now_ns() - t0; }
+    rg_close(s);
+}
+
+/* Wait in recv on a silent socket; the host destroys the proxy meanwhile. */
+__global__ void k_wait(const char *addr, int *result)
+{
+    __shared__ uint8_t b[16];
+    int s = rg_connect(addr);
+    if (threadIdx.x == 0) result[1] = s >= 0 ? 1 : s;
+    __threadfence_system();
+    if (s < 0) return;
+    int r = rg_recv_on(rg_default_net, s, b, sizeof(b), 30000000000ull);
+    if (threadIdx.x == 0) result[0] = r;
+    r = rg_send(s, b, 4);
+    if (threadIdx.x == 0) result[2] = r;
+}
+
+__global__ void k_bad(const char *good_addr, int *result)
+{
+    __shared__ uint8_t b[16];
+    int s = rg_connect(good_addr);
+    result[0] = rg_send(s, NULL, 8);      /* NULL buffer */
+    result[1] = rg_recv(12345, b, 8);     /* socket out of range */
+    result[2] = rg_send(77, b, 8);        /* not open */
+    result[3] = rg_connect("udp://x:1");  /* bad address */
+    result[4] = rg_recv(s, b, -1);        /* negative length */
+    result[5] = rg_recv_on(rg_default_net, s, b, 8, 100000000ull); /* 100 ms of silence */
+    rg_close(s);
+}
+
+/* ------------------------------------------------------------ host peers */
+
+static int tcp_listen_any(unsigned *port)
+{
+    struct sockaddr_in a = {};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 128) ||
+        getsockname(fd, (struct sockaddr *)&a, &len))
+        return -1;
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void *tcp_echo_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    static __thread char buf[65536];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        for (ssize_t off = 0; off < n;) {
+            ssize_t m = send(fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+            if (m <= 0) { close(fd); return NULL; }
+            off += m;
+        }
+    close(fd);
+    return NULL;
+}
+
+static void *tcp_echo_accept(void *arg)
+{
+    int lfd = (int)(intptr_t)arg;
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0) return NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, tcp_echo_conn, (void *)(intptr_t)fd);
+        pthread_detach(t);
+    }
+}
+
+static remora_sock_listener_h g_echo;
+static void *rsock_echo_one(void *arg)
+{
+    remora_sock_h s = (remora_sock_h)arg;
+    char *buf = (char *)malloc(1 << 20);
+    int64_t n;
+    while ((n = remora_sock_recv(s, buf, 1 << 20, 30000)) > 0)
+        for (int64_t off = 0; off < n;) {
+            int64_t m = remora_sock_send(s, buf + off, (size_t)(n - off), 30000);
+            if (m < 0) goto out;
+            off += m;
+        }
+out:
+    free(buf);
+    remora_sock_close(s);
+    return NULL;
+}
+static void *rsock_echo_accept(void *arg)
+{
+    for (;;) {
+        remora_sock_h s;
+        if (remora_sock_accept(g_echo, 1000, &s) == REMORA_OK) {
+            pthread_t t;
+            pthread_create(&t, NULL, rsock_echo_one, s);
+            pthread_detach(t);
+        }
+    }
+    return NULL;
+}
+
+static char *dev_string(const char *s)
+{
+    char *d;
+    cudaMalloc(&d, strlen(s) + 1);
+    cudaMemcpy(d, s, strlen(s) + 1, cudaMemcpyHostToDevice);
+    return d;
+}
+
+static int *mapped_ints(int n)
+{
+    int *p;
+    cudaHostAlloc((void **)&p, n * sizeof(int), cudaHostAllocMapped);
+    memset(p, 0, n * sizeof(int));
+    return p;
+}
+
+static int wait_stream(cudaStream_t st, int ms)
+{
+    for (int i = 0; i < ms * 10; i++) {
+        if (cudaStreamQuery(st) != cudaErrorNotReady) return cudaStreamSynchronize(st) == cudaSuccess;
+        usleep(100);
+    }
+    return 0;
+}
+
+static int echo_sizes(cudaStream_t st, const char *addr)
+{
+    int ok = 1;
+    const int max = 4 << 20;
+    uint8_t *src, *dst, *h = (uint8_t *)malloc(max), *back = (uint8_t *)malloc(max);
+    int *res = mapped_ints(1);
+    char *a = dev_string(addr);
+    cudaMalloc(&src, max);
+    cudaMalloc(&dst, max);
+    for (int i = 0; i < max; i++) h[i] = (uint8_t)(i * 2654435761u >> 13);
+    cudaMemcpy(src, h, max, cudaMemcpyHostToDevice);
+    int sizes[] = {1, 7, 64, 1000, 4096, 65536, 100003, 1 << 20, max};
+    for (int len : sizes) {
+        int piece = len > 4096 ? len / 3 + 1 : len;
+        cudaMemset(dst, 0, max);
+        k_echo<<<1, 256, 0, st>>>(a, src, dst, len, piece, res);
+        if (!wait_stream(st, 60000)) { printf("  %d B: kernel did not finish\n", len); return 0; }
+        cudaMemcpy(back, dst, len, cudaMemcpyDeviceToHost);
+        if (*res != len || memcmp(back, h, len) != 0) {
+            printf("  %d B: result %d, %s\n", len, *res, memcmp(back, h, len) ? "bytes differ" : "bytes equal");
+            ok = 0;
+        }
+    }
+    cudaFree(src); cudaFree(dst); cudaFree(a); free(h); free(back);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    int ngpu = 0;
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) {
+        printf("WAIVED: no CUDA device\n");
+        return 77;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    cudaSetDevice(0);
+    cudaFree(0);
+    remora_context_h ctx;
+    remora_server_h srv;
+    remora_gpunet_h net;
+    char saddr[128], addr[256];
+    remora_server_params_t sp = {};
+    sp.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR;
+    sp.listen_addr = "127.0.0.1:0";
+    if (remora_context_create(NULL, &ctx) || remora_server_create(ctx, &sp, &srv) ||
+        remora_server_address(srv, saddr, sizeof(saddr)) || remora_sock_listen(srv, "echo", &g_echo)) {
+        printf("FAILED setup: remora server\n");
+        return 1;
+    }
+    remora_gpunet_params_t gp = {};
+    gp.field_mask = REMORA_GPUNET_FIELD_SERVER | REMORA_GPUNET_FIELD_TIMEOUT_MS;
+    gp.server = srv;
+    gp.timeout_ms = 10000;
+    if (remora_gpunet_create(ctx, 0, &gp, &net) || rg_install(remora_gpunet_device_handle(net))) {
+        printf("FAILED setup: remora_gpunet_create\n");
+        return 1;
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, rsock_echo_accept, NULL);
+    unsigned tport;
+    int tfd = tcp_listen_any(&tport);
+    pthread_create(&t, NULL, tcp_echo_accept, (void *)(intptr_t)tfd);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+
+    /* 1 */
+    snprintf(addr, sizeof(addr), "remora://%s/echo", saddr);
+    report("echo 1 B..4 MiB, CPU remora peer", echo_sizes(st, addr));
+    /* 2 */
+    {
+        int ok = 1, *res = mapped_ints(1);
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", tport);
+        char *a = dev_string(addr);
+        int lens[] = {1, 3, 777, 8192};
+        for (int len : lens) {
+            k_echo_shared<<<1, 128, 0, st>>>(a, len, 20, res);
+            CHECK(wait_stream(st, 30000));
+            CHECK(*res == 1);
+        }
+        report("echo from shared memory, TCP peer", ok);
+        /* 3 */
+        int *r64 = mapped_ints(64);
+        k_echo_shared<<<64, 128, 0, st>>>(a, 8192, 50, r64);
+        CHECK(wait_stream(st, 60000));
+        int good = 0;
+        for (int i = 0; i < 64; i++) good += r64[i] == 1;
+        if (good != 64) printf("  %d of 64 blocks echoed correctly\n", good);
+        CHECK(good == 64);
+        report("64 thread blocks, a socket each", ok);
+    }
+    /* 4 */
+    {
+        int ok = 1, *res = mapped_ints(2);
+        char *a = dev_string("remora:gpusrv");
+        k_server<<<1, 128, 0, st>>>(a, 3, res);
+        for (int i = 0; i < 20000 && !((volatile int *)res)[1] && !((volatile int *)res)[0]; i++) usleep(500);
+        remora_context_h cctx;
+        remora_client_h cl;
+        CHECK(remora_context_create(NULL, &cctx) == REMORA_OK);
+        CHECK(remora_client_connect(cctx, saddr, NULL, &cl) == REMORA_OK);
+        for (int c = 0; ok && c < 3; c++) {
+            remora_sock_h s;
+            char out[3000], in[3000];
+            for (int i = 0; i < 3000; i++) out[i] = (char)(i + c);
+            CHECK(remora_sock_connect(cl, "gpusrv", 10000, &s) == REMORA_OK);
+            if (!ok) break;
+            CHECK(remora_sock_send(s, out, 3000, 10000) == 3000);
+            size_t got = 0;
+            int64_t r;
+            while (got < 3000 && (r = remora_sock_recv(s, in + got, 3000 - got, 10000)) > 0) got += r;
+            CHECK(got == 3000 && memcmp(in, out, 3000) == 0);
+            remora_sock_close(s);
+        }
+        CHECK(wait_stream(st, 30000));
+        CHECK(res[0] == 3);
+        remora_client_disconnect(cl);
+        remora_context_destroy(cctx);
+        report("GPU server accepting 3 CPU clients", ok);
+    }
+    /* 5 */
+    if (argc > 1) {
+        int ok = 1, fds[2];
+        unsigned port;
+        int probe = tcp_listen_any(&port);
+        close(probe);
+        char ports[16];
+        snprintf(ports, sizeof(ports), "%u", port);
+        pipe(fds);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], 1);
+            execl(argv[1], argv[1], ports, "4", (char *)NULL);
+            _exit(127);
+        }
+        close(fds[1]);
+        char line[128] = "";
+        FILE *f = fdopen(fds[0], "r");
+        CHECK(fgets(line, sizeof(line), f) != NULL && strstr(line, "listening"));
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+        char *a = dev_string(addr);
+        int *r4 = mapped_ints(4);
+        k_echo_shared<<<4, 128, 0, st>>>(a, 8192, 100, r4);
+        CHECK(wait_stream(st, 60000));
+        for (int i = 0; i < 4; i++) CHECK(r4[i] == 1);
+        int status = -1;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        fclose(f);
+        report("GPU peer in another process (same GPU), byte-exact", ok);
+    } else {
+        printf("WAIVED GPU peer in another process: no gpu_echo_server path given\n");
+    }
+    /* 6 */
+    {
+        int ok = 1, *res = mapped_ints(3);
+        unsigned long long *ns;
+        cudaHostAlloc((void **)&ns, sizeof(*ns), cudaHostAllocMapped);
+        unsigned port;
+        int lfd = tcp_listen_any(&port);
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+        char *a = dev_string(addr);
+        uint8_t *buf;
+        cudaMalloc(&buf, 65536);
+        k_until_error<<<1, 256, 0, st>>>(a, buf, res, ns);
+        int pfd = accept(lfd, NULL, NULL);
+        char sink[65536];
+        recv(pfd, sink, sizeof(sink), 0); /* mid-transfer */
+        struct linger lg = {1, 0};
+        setsockopt(pfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        close(pfd);
+        CHECK(wait_stream(st, 15000));
+        printf("  send -> %d, recv -> %d, %.1f ms after the first send\n", res[0], res[1], *ns / 1e6);
+        CHECK(res[0] == REMORA_ERR_DISCONNECTED && res[1] == REMORA_ERR_DISCONNECTED);
+        close(lfd);
+        report("peer killed mid-transfer: kernel gets an error", ok);
+    }
+    /* 8 (before 7, which ends the proxy) */
+    {
+        int ok = 1, *res = mapped_ints(6);
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", tport);
+        char *a = dev_string(addr);
+        k_bad<<<1, 64, 0, st>>>(a, res);
+        CHECK(wait_stream(st, 15000));
+        printf("  %d %d %d %d %d %d\n", res[0], res[1], res[2], res[3], res[4], res[5]);
+        CHECK(res[0] == REMORA_ERR_INVALID_PARAM && res[1] == REMORA_ERR_INVALID_PARAM &&
+              res[2] == REMORA_ERR_INVALID_PARAM && res[3] == REMORA_ERR_ADDRESS &&
+              res[4] == REMORA_ERR_INVALID_PARAM && res[5] == REMORA_ERR_TIMED_OUT);
+        report("bad arguments -> negative status", ok);
+    }
+    /* 9 */
+    if (ngpu < 2)
+        printf("WAIVED two GPUs: %d GPU(s) here (a separate two-GPU issue)\n", ngpu);
+    /* 7 */
+    {
+        int ok = 1, *res = mapped_ints(3);
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", tport);
+        char *a = dev_string(addr);
+        k_wait<<<1, 64, 0, st>>>(a, res);
+        for (int i = 0; i < 20000 && !((volatile int *)res)[1]; i++) usleep(500);
+        usleep(100000);
+        remora_gpunet_destroy(net);
+        CHECK(wait_stream(st, 5000));
+        printf("  recv -> %d, send -> %d\n", res[0], res[2]);
+        CHECK(res[0] == REMORA_ERR_CANCELED && res[2] == REMORA_ERR_CANCELED);
+        report("proxy destroyed while a kernel holds a socket", ok);
+    }
+    printf("%d failure(s)\n", g_failed);
+    fflush(stdout);
+    _exit(g_failed ? 1 : 0); /* echo threads still block in accept */
+}
