@@ -38,18 +38,21 @@ static void rp_obj_unlink(rp_obj_t *o)
     o->prev = o->next = NULL;
 }
 
-static void rp_obj_close_now(rp_obj_t *o)
+/* in_dealloc: o's reference count is already 0 (no resurrection dance). */
+static void rp_obj_close_now(rp_obj_t *o, int in_dealloc)
 {
     o->closing = 0;
     if (o->closed)
         return;
     o->closed = 1;
     /* Keep o alive through destroy: it may drop the last references to others. */
-    Py_INCREF(o);
+    if (!in_dealloc)
+        Py_INCREF(o);
     if (o->destroy != NULL)
         o->destroy(o);
     rp_obj_unlink(o);
-    Py_DECREF(o);
+    if (!in_dealloc)
+        Py_DECREF(o);
 }
 
 int rp_obj_close(rp_obj_t *o, int must)
@@ -65,20 +68,20 @@ int rp_obj_close(rp_obj_t *o, int must)
         o->closing = 1;
         return 0;
     }
-    rp_obj_close_now(o);
+    rp_obj_close_now(o, 0);
     return 0;
 }
 
 void rp_leave(rp_obj_t *o)
 {
     if (--o->busy == 0 && o->closing)
-        rp_obj_close_now(o);
+        rp_obj_close_now(o, 0);
 }
 
 void rp_obj_dealloc_common(rp_obj_t *o)
 {
     /* A running call holds a reference, so nothing is busy here. */
-    rp_obj_close_now(o);
+    rp_obj_close_now(o, 1);
     Py_CLEAR(o->ctx);
 }
 
