@@ -409,7 +409,7 @@ PyMODINIT_FUNC PyInit__remora(void)
     PyTypeObject *types[] = {&rp_ContextType, &rp_MemoryType, &rp_ServerType,
                              &rp_ClientType,  &rp_RequestType, &rp_RingType,
                              &rp_SubscriptionType, &rp_ElementType, &rp_DeviceViewType,
-                             &rp_SlotContextType};
+                             &rp_SlotContextType, &rp_SlotBufferType};
     PyObject     *m = PyModule_Create(&rp_module);
 
     if (m == NULL)

@@ -18,7 +18,22 @@ typedef struct rp_ring {
     int           device;
     void         *reserved; /* the library's reserved slot, until commit */
     PyObject     *slot;     /* memoryview or DeviceView of it, while handed out */
+    PyObject     *exporter; /* host: the SlotBuffer behind slot and every view made from it */
 } rp_ring_t;
+
+/* Exports a reserved host slot. Every export (the memoryview handed out, and
+ * views NumPy & co. derive from it, which share its managed buffer) counts:
+ * while any is alive the slot is not committed and the ring not freed. */
+typedef struct rp_slot_buffer {
+    PyObject_HEAD
+    struct rp_ring *ring;
+    void           *ptr;
+    size_t          len;
+    int             exports;
+    int             valid;
+} rp_slot_buffer_t;
+
+PyTypeObject rp_SlotBufferType;
 
 typedef struct rp_sub {
     rp_obj_t     base;
@@ -232,6 +247,7 @@ static void rp_ring_dealloc(rp_ring_t *self)
 {
     rp_obj_dealloc_common(&self->base);
     Py_CLEAR(self->slot);
+    Py_CLEAR(self->exporter);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -297,9 +313,20 @@ static PyObject *rp_ring_reserve(rp_ring_t *self, PyObject *unused)
     if (self->cuda)
         self->slot = rp_device_view_new((PyObject *)self, self->reserved, self->elem_size,
                                         self->device, 0);
-    else
-        self->slot =
-            PyMemoryView_FromMemory(self->reserved, (Py_ssize_t)self->elem_size, PyBUF_WRITE);
+    else {
+        if (self->exporter == NULL) {
+            rp_slot_buffer_t *x = PyObject_New(rp_slot_buffer_t, &rp_SlotBufferType);
+            if (x == NULL)
+                return NULL;
+            x->ring = (rp_ring_t *)Py_NewRef((PyObject *)self);
+            x->ptr = self->reserved;
+            x->len = self->elem_size;
+            x->exports = 0;
+            x->valid = 1;
+            self->exporter = (PyObject *)x;
+        }
+        self->slot = PyMemoryView_FromObject(self->exporter);
+    }
     if (self->slot == NULL)
         return NULL;
     return Py_NewRef(self->slot);
@@ -309,9 +336,7 @@ static PyObject *rp_ring_reserve(rp_ring_t *self, PyObject *unused)
  * (force: drop it anyway). */
 static int rp_ring_take_view(rp_ring_t *self, int force)
 {
-    if (self->slot == NULL)
-        return 0;
-    if (PyMemoryView_Check(self->slot)) {
+    if (self->slot != NULL && PyMemoryView_Check(self->slot)) {
         PyObject *r = PyObject_CallMethod(self->slot, "release", NULL);
         if (r == NULL) {
             if (!force && !PyErr_ExceptionMatches(PyExc_BufferError))
@@ -324,12 +349,61 @@ static int rp_ring_take_view(rp_ring_t *self, int force)
             }
         }
         Py_XDECREF(r);
-    } else {
+    } else if (self->slot != NULL) {
         rp_device_view_invalidate(self->slot);
     }
     Py_CLEAR(self->slot);
+    if (self->exporter != NULL) {
+        rp_slot_buffer_t *x = (rp_slot_buffer_t *)self->exporter;
+        if (x->exports > 0 && !force) {
+            rp_raise(REMORA_ERR_BUSY, "commit: %d view(s) of the reserved slot are still "
+                                      "alive (del them, then commit again)", x->exports);
+            return -1;
+        }
+        x->valid = 0;
+        Py_CLEAR(self->exporter);
+    }
     return 0;
 }
+
+static void rp_slot_buffer_dealloc(rp_slot_buffer_t *x)
+{
+    Py_XDECREF(x->ring);
+    PyObject_Free(x);
+}
+
+static int rp_slot_buffer_getbuffer(rp_slot_buffer_t *x, Py_buffer *view, int flags)
+{
+    if (!x->valid) {
+        PyErr_SetString(PyExc_BufferError, "the slot was committed");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)x, x->ptr, (Py_ssize_t)x->len, 0, flags) < 0)
+        return -1;
+    x->exports++;
+    rp_enter(&x->ring->base); /* the ring is not freed under a view */
+    return 0;
+}
+
+static void rp_slot_buffer_releasebuffer(rp_slot_buffer_t *x, Py_buffer *view)
+{
+    x->exports--;
+    rp_leave(&x->ring->base);
+}
+
+static PyBufferProcs rp_slot_buffer_as_buffer = {
+    .bf_getbuffer = (getbufferproc)rp_slot_buffer_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)rp_slot_buffer_releasebuffer,
+};
+
+PyTypeObject rp_SlotBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "remora.SlotBuffer",
+    .tp_basicsize = sizeof(rp_slot_buffer_t),
+    .tp_dealloc = (destructor)rp_slot_buffer_dealloc,
+    .tp_as_buffer = &rp_slot_buffer_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The reserved slot of a host ring (behind the memoryview reserve() returns).",
+};
 
 static PyObject *rp_ring_commit(rp_ring_t *self, PyObject *unused)
 {

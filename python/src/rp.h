@@ -52,7 +52,7 @@ struct rp_context {
 /* Types. */
 extern PyTypeObject rp_ContextType, rp_MemoryType, rp_ServerType, rp_ClientType,
     rp_RequestType, rp_RingType, rp_SubscriptionType, rp_ElementType, rp_DeviceViewType,
-    rp_SlotContextType;
+    rp_SlotContextType, rp_SlotBufferType;
 extern PyTypeObject *rp_RegionInfoType, *rp_EventType;
 
 /* ---------------------------------------------------------------- errors (errors.c) */
