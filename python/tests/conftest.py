@@ -50,7 +50,7 @@ class Proc:
             if left <= 0 or not select.select([self.p.stdout], [], [], left)[0]:
                 self.kill()
                 raise RuntimeError(f"no 'listening' line: {self.logtext()}")
-            ch = self.p.stdout.read(1)
+            ch = os.read(self.p.stdout.fileno(), 1)
             if not ch:
                 self.kill()
                 raise RuntimeError(f"server exited: {self.logtext()}")
