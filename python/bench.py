@@ -11,6 +11,7 @@ Starts `remora serve` (a 64 MiB pattern region) and `remora stream serve` (a rin
 and prints each figure with remora bench's and the ratio. --json prints one JSON line.
 """
 import argparse
+import glob
 import json
 import os
 import subprocess
@@ -20,7 +21,8 @@ import time
 import numpy as np
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, here)  # an in-place build (setup.py build_ext --inplace)
+if glob.glob(os.path.join(here, "remora", "_remora*.so")):
+    sys.path.insert(0, here)  # an in-place build (setup.py build_ext --inplace)
 import remora  # noqa: E402
 
 

@@ -23,10 +23,13 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   run_suite build-asan "ASan + UBSan"
 # The Python tests again over the sanitized library. The interpreter is not
 # sanitized, so the runtimes are preloaded, and leak detection is off (CPython
-# keeps its memory until exit); the C suites above check leaks.
-echo "== python tests (ASan + UBSan library)"
+# keeps its memory until exit); the C suites above check leaks. The extension
+# is sanitized too.
+echo "== python tests (ASan + UBSan library and extension)"
 LD_PRELOAD="$(cc -print-file-name=libasan.so):$(cc -print-file-name=libubsan.so)" \
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+  LDFLAGS="-fsanitize=address,undefined" \
   scripts/python-test.sh build-asan
 
 if [ "${FUZZ_SECONDS:-60}" != 0 ] && [ -x tests/fuzz/run.sh ]; then
