@@ -21,8 +21,11 @@ import time
 import numpy as np
 
 here = os.path.dirname(os.path.abspath(__file__))
-if glob.glob(os.path.join(here, "remora", "_remora*.so")):
-    sys.path.insert(0, here)  # an in-place build (setup.py build_ext --inplace)
+# python/ (this script's directory, first on sys.path) holds the package's
+# sources; use them only when built in place (setup.py build_ext --inplace),
+# else the installed package.
+if not glob.glob(os.path.join(here, "remora", "_remora*.so")):
+    sys.path = [p for p in sys.path if os.path.abspath(p or ".") != here]
 import remora  # noqa: E402
 
 
