@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds with -Werror, runs every
-# test, builds again under AddressSanitizer + UndefinedBehaviorSanitizer and
-# runs every test again, then fuzzes each wire decoder for a bounded time.
+# test (the C suites, then the Python binding's pytest suite), builds again
+# under AddressSanitizer + UndefinedBehaviorSanitizer and runs every test again,
+# then fuzzes each wire decoder for a bounded time.
 #   FUZZ_SECONDS=N   fuzzing time (default 60; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +16,21 @@ run_suite() { # DIR LABEL
 
 scripts/build.sh build
 run_suite build "release, -Werror"
+scripts/python-test.sh build
 
 scripts/build.sh build-asan -DREMORA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_suite build-asan "ASan + UBSan"
+# The Python tests again over the sanitized library. The interpreter is not
+# sanitized, so the runtimes are preloaded, and leak detection is off (CPython
+# keeps its memory until exit); the C suites above check leaks. The extension
+# is sanitized too.
+echo "== python tests (ASan + UBSan library and extension)"
+LD_PRELOAD="$(cc -print-file-name=libasan.so):$(cc -print-file-name=libubsan.so)" \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+  LDFLAGS="-fsanitize=address,undefined" \
+  scripts/python-test.sh build-asan
 
 if [ "${FUZZ_SECONDS:-60}" != 0 ] && [ -x tests/fuzz/run.sh ]; then
   echo "== fuzzing wire decoders for ${FUZZ_SECONDS:-60} s"

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Python binding vs `remora bench`, side by side in one run, on the same server and path.
+
+    python3 python/bench.py [--remora build/tools/remora] [--seconds 2] [--path map|am|...]
+
+Starts `remora serve` (a 64 MiB pattern region) and `remora stream serve` (a ring of
+64 B elements at full rate), then measures
+  1. 1 MiB blocks read into a preallocated NumPy array (target >= 0.9x remora bench),
+  2. 64 B read round trip (target <= remora bench's + 3 us),
+  3. a ring of 64 B elements consumed by a Python iterator (target >= 300,000 elements/s),
+and prints each figure with remora bench's and the ratio. --json prints one JSON line.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+here = os.path.dirname(os.path.abspath(__file__))
+# python/ (this script's directory, first on sys.path) holds the package's
+# sources; use them only when built in place (setup.py build_ext --inplace),
+# else the installed package.
+if not glob.glob(os.path.join(here, "remora", "_remora*.so")):
+    sys.path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+import remora  # noqa: E402
+
+
+def start(cmd):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    line = p.stdout.readline().decode().split()
+    if not line or line[0] != "listening":
+        p.kill()
+        sys.exit(f"{cmd[1]} did not start")
+    return p, line[1]
+
+
+def cli_bench(remora_bin, target, size, seconds, env):
+    out = subprocess.run([remora_bin, "bench", target, "--size", str(size), "--seconds",
+                          str(seconds), "--json"], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def py_reads(cli, size, seconds, region_size):
+    """Like remora bench: depth 1, consecutive blocks, warm-up then the measured phase."""
+    out = np.empty(size, np.uint8)
+    nblocks = region_size // size
+    lat = []
+    for phase, dur in (("warm", min(0.2, seconds / 10)), ("run", seconds)):
+        i = 0
+        start = time.perf_counter()
+        end = start + dur
+        now = start
+        while now < end:
+            t0 = now
+            cli.read("p", (i % nblocks) * size, out=out)
+            now = time.perf_counter()
+            if phase == "run":
+                lat.append(now - t0)
+            i += 1
+    elapsed = sum(lat)
+    lat.sort()
+    return {"gbps": len(lat) * size / elapsed / 1e9, "lat_us_p50": lat[len(lat) // 2] * 1e6,
+            "lat_us_avg": elapsed / len(lat) * 1e6, "iters": len(lat)}
+
+
+def ring_rate(addr, seconds):
+    with remora.Context() as ctx:
+        cli = remora.Client(ctx, addr, timeout=5.0)
+        sub = cli.subscribe("f", timeout=5.0)
+        for _ in range(1000):
+            next(sub)
+        n = 0
+        start = time.perf_counter()
+        end = start + seconds
+        first = None
+        for e in sub:
+            if first is None:
+                first = e
+            n += 1
+            if n % 4096 == 0 and time.perf_counter() >= end:
+                break
+        el = time.perf_counter() - start
+        return {"elements_per_s": n / el, "drops": e.drops - first.drops, "elements": n}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--remora", default=os.path.join(os.path.dirname(here), "build", "tools",
+                                                     "remora"))
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--path", default=None, help="force a data path for both (REMORA_PATH)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    env = dict(os.environ)
+    if a.path:
+        env["REMORA_PATH"] = a.path
+    srv, addr = start([a.remora, "serve", "--listen", "127.0.0.1:0", "--region", "p=64M:pattern"])
+    ring, raddr = start([a.remora, "stream", "serve", "--listen", "127.0.0.1:0", "--ring",
+                         "f=64x65536", "--rate", "max"])
+    res = {}
+    try:
+        with remora.Context() as ctx:
+            cli = remora.Client(ctx, addr, path=a.path)
+            cli.read("p", 0, 64)
+            path = cli.path("p")
+            for size, key in ((1 << 20, "1MiB"), (64, "64B")):
+                c = cli_bench(a.remora, f"{addr}/p", size, a.seconds, env)
+                p = py_reads(cli, size, a.seconds, 64 << 20)
+                res[key] = {"python": p, "remora_bench": c}
+        res["ring64"] = ring_rate(raddr, a.seconds)
+    finally:
+        srv.kill()
+        ring.kill()
+    mb, m64, rr = res["1MiB"], res["64B"], res["ring64"]
+    ratio = mb["python"]["gbps"] / mb["remora_bench"]["gbps"]
+    extra = m64["python"]["lat_us_p50"] - m64["remora_bench"]["lat_us_p50"]
+    if a.json:
+        print(json.dumps(dict(res, path=path)))
+        return
+    print(f"path {path} (remora bench: {mb['remora_bench']['path']}), {a.seconds:g} s each")
+    print(f"{'measure':34} {'python':>12} {'remora bench':>13} {'':>18} target")
+    print(f"{'1 MiB read into numpy, GB/s':34} {mb['python']['gbps']:12.3f} "
+          f"{mb['remora_bench']['gbps']:13.3f} {'ratio %.2fx' % ratio:>18} >= 0.9x "
+          f"{'met' if ratio >= 0.9 else 'NOT met'}")
+    print(f"{'64 B read round trip p50, us':34} {m64['python']['lat_us_p50']:12.2f} "
+          f"{m64['remora_bench']['lat_us_p50']:13.2f} {'+%.2f us' % extra:>18} <= +3 us "
+          f"{'met' if extra <= 3 else 'NOT met'}")
+    print(f"{'  (avg, us)':34} {m64['python']['lat_us_avg']:12.2f} "
+          f"{m64['remora_bench']['lat_us_avg']:13.2f}")
+    print(f"{'ring 64 B, Python iterator, el/s':34} {rr['elements_per_s']:12.0f} "
+          f"{'':13} {'drops %d' % rr['drops']:>18} >= 300000 "
+          f"{'met' if rr['elements_per_s'] >= 300000 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+/*
+ * The remora CPython extension (remora._remora): shared declarations.
+ *
+ * Design notes
+ * - Every Python object that holds a library handle starts with rp_obj_t. It
+ *   is linked into its context's list of children, so Context.close() can
+ *   close them all, newest first (dependents are always made after what they
+ *   depend on, so newest-first is a safe destruction order).
+ * - The GIL is released around every library call that may block (RP_BLOCK).
+ *   While a call runs without the GIL, the object's `busy` count is raised;
+ *   close() on a busy object only marks it, and the last call to return does
+ *   the closing. So a handle is never destroyed under a running call.
+ *   `busy` is only touched with the GIL held.
+ * - Library callbacks (events) never take the GIL: they queue and signal an
+ *   eventfd; Python reads the queue (see client.c).
+ * - Memory given to the library by Python (a buffer, a CuPy array, a torch
+ *   tensor) is held (Py_buffer or a reference to the exporter) by a Memory
+ *   object for as long as the library may touch it (see server.c).
+ */
+#ifndef REMORA_PY_RP_H
+#define REMORA_PY_RP_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stdint.h>
+
+#include <remora/remora.h>
+
+typedef struct rp_obj rp_obj_t;
+typedef struct rp_context rp_context_t;
+
+/* Common head of every handle-holding object. */
+struct rp_obj {
+    PyObject_HEAD
+    rp_obj_t     *prev, *next;  /* siblings in the context's list */
+    rp_context_t *ctx;          /* strong reference; NULL for a context itself */
+    int           busy;         /* calls running with the GIL released */
+    int           closing;      /* close() was asked while busy */
+    int           closed;
+    /* Frees the library handle (called once, GIL held; may release it). */
+    void        (*destroy)(rp_obj_t *self);
+};
+
+struct rp_context {
+    rp_obj_t         base;
+    remora_context_h handle;
+    rp_obj_t        *first, *last; /* children, oldest first */
+};
+
+/* Types. */
+extern PyTypeObject rp_ContextType, rp_MemoryType, rp_ServerType, rp_ClientType,
+    rp_RequestType, rp_RingType, rp_SubscriptionType, rp_ElementType, rp_DeviceViewType,
+    rp_SlotContextType, rp_SlotBufferType;
+extern PyTypeObject *rp_RegionInfoType, *rp_EventType;
+
+/* ---------------------------------------------------------------- errors (errors.c) */
+
+int       rp_errors_init(PyObject *module);
+/* Raise the exception class of status with message "what: <status string>". Returns NULL. */
+PyObject *rp_raise(remora_status_t status, const char *fmt, ...);
+/* Raise remora.Closed for a closed object. Returns NULL. */
+PyObject *rp_raise_closed(const char *what);
+
+/* ---------------------------------------------------------------- objects (module.c) */
+
+void rp_obj_link(rp_obj_t *o, rp_context_t *ctx);
+/* Close now, or when the last running call returns. Returns -1 (exception set)
+ * when the object is busy and `must` is set. */
+int  rp_obj_close(rp_obj_t *o, int must);
+void rp_obj_dealloc_common(rp_obj_t *o);
+/* 0 if open, else -1 with remora.Closed raised. */
+static inline int rp_check_open(rp_obj_t *o, const char *what)
+{
+    if (o->closed || o->closing) {
+        rp_raise_closed(what);
+        return -1;
+    }
+    return 0;
+}
+static inline void rp_enter(rp_obj_t *o) { o->busy++; }
+void rp_leave(rp_obj_t *o);
+
+/* Seconds (None: the default) to library milliseconds (-1: default). */
+int rp_timeout_ms(PyObject *obj, int *ms);
+/* A Python int >= 0 and < 2^64 as an offset; OutOfRange otherwise. */
+int rp_offset(PyObject *obj, uint64_t *off);
+/* A Python int >= 0 (or None -> `dflt`) as a size; OutOfRange when negative. */
+int rp_size(PyObject *obj, size_t dflt, size_t *out);
+
+/* ---------------------------------------------------------------- buffers (buffer.c) */
+
+/* Memory given by Python: host (buffer protocol, DLPack CPU) or CUDA
+ * (__cuda_array_interface__, DLPack CUDA). */
+typedef struct rp_buf {
+    void     *ptr;
+    size_t    len;
+    int       cuda;     /* device memory */
+    int       device;   /* CUDA ordinal, -1 for host */
+    int       readonly;
+    int       has_view;
+    Py_buffer view;     /* buffer protocol */
+    PyObject *owner;    /* strong reference to the exporter (GPU, DLPack) */
+} rp_buf_t;
+
+/* Acquire obj's memory; writable: refuse read-only memory (TypeError). */
+int  rp_buf_get(PyObject *obj, int writable, rp_buf_t *b);
+void rp_buf_release(rp_buf_t *b);
+/* Create an object exposing device memory through __cuda_array_interface__. */
+PyObject *rp_device_view_new(PyObject *owner, void *ptr, size_t len, int device, int readonly);
+void      rp_device_view_invalidate(PyObject *view);
+
+/* ---------------------------------------------------------------- shared helpers */
+
+remora_context_h rp_context_handle(rp_context_t *ctx);
+remora_mem_h     rp_memory_handle(PyObject *mem);
+int              rp_memory_readonly(PyObject *mem);
+/* rp_buf_get for a Memory object. */
+int              rp_memory_buf(PyObject *mem, int writable, rp_buf_t *b);
+/* Subscription for Client.subscribe (ring.c). */
+PyObject        *rp_subscribe(PyObject *client, remora_client_h handle, PyObject *args,
+                              PyObject *kw);
+/* A new Memory registering obj's memory (buffer, CuPy, torch...). */
+PyObject        *rp_memory_from_object(rp_context_t *ctx, PyObject *obj, int writable);
+remora_ring_h    rp_ring_handle(PyObject *ring);
+PyObject        *rp_ring_wrap(rp_context_t *ctx, remora_ring_h handle);
+/* A new Element of `size` bytes (uninitialised), seq/drops set later. */
+PyObject        *rp_element_new(size_t size);
+void            *rp_element_data(PyObject *elem);
+void             rp_element_set(PyObject *elem, uint64_t seq, uint64_t drops);
+
+#define RP_MODULE "remora._remora"
+
+#endif
