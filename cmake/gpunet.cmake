@@ -4,8 +4,8 @@
 # Kept in this file so that other CUDA users of the build stay separate.
 include(CheckLanguage)
 check_language(CUDA)
-if(NOT CMAKE_CUDA_COMPILER)
-  message(STATUS "nvcc not found: GPU socket examples, benchmark and tests are not built")
+if(NOT CMAKE_CUDA_COMPILER OR REMORA_SANITIZE)
+  message(STATUS "GPU socket examples, benchmark and tests not built (no nvcc, or a sanitizer build)")
   return()
 endif()
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)

@@ -381,7 +381,7 @@ int main(int argc, char **argv)
         close(probe);
         char ports[16];
         snprintf(ports, sizeof(ports), "%u", port);
-        pipe(fds);
+        if (pipe(fds) != 0) { perror("pipe"); return 1; }
         pid_t pid = fork();
         if (pid == 0) {
             dup2(fds[1], 1);
