@@ -1173,7 +1173,9 @@ remora_status_t remora_stream_error(remora_client_h c, void *stream)
         return REMORA_ERR_INVALID_PARAM;
     if ((ch = chan_lookup(c->ctx, c, stream)) == NULL)
         return REMORA_OK;
-    return (remora_status_t)atomic_load(&ch->error);
+    /* A client that lost its connection fails every later operation: the
+     * stream's error says so even when all earlier ones had completed. */
+    return chan_error(ch);
 }
 
 remora_status_t remora_stream_error_word(remora_client_h c, void *stream, int64_t *word)

@@ -123,6 +123,7 @@ static struct cu_api {
     CUresult (*StreamWriteValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
     CUresult (*StreamWaitValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
     CUresult (*StreamGetCtx)(CUstream, CUcontext *);
+    CUresult (*ThreadExchangeStreamCaptureMode)(int *);
     CUresult (*StreamIsCapturing)(CUstream, int *);
     CUresult (*StreamQuery)(CUstream);
 } cu;
@@ -173,6 +174,7 @@ static const struct cu_sym {
     CU_SYM(StreamWriteValue64, "cuStreamWriteValue64_v2"),
     CU_SYM(StreamWaitValue64, "cuStreamWaitValue64_v2"),
     CU_SYM(StreamGetCtx, "cuStreamGetCtx"),
+    CU_SYM(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode"),
     CU_SYM(StreamIsCapturing, "cuStreamIsCapturing"),
     CU_SYM(StreamQuery, "cuStreamQuery"),
 };
@@ -1012,9 +1014,15 @@ remora_status_t rm_cuda_host_register_mapped(void *p, size_t length, void **dev_
         return REMORA_ERR_INVALID_PARAM;
     if ((status = ctx_push(0)) != REMORA_OK)
         return status;
+    /* A stream operation enqueued while the caller captures a graph sets up
+     * its words here: registering memory is no stream work, so let it through
+     * the capture (CU_STREAM_CAPTURE_MODE_RELAXED), then restore the mode. */
+    int mode = 2;
+    cu.ThreadExchangeStreamCaptureMode(&mode);
     status = cu_check(cu.MemHostRegister(p, length, CU_MEMHOSTREGISTER_PORTABLE |
                                                         CU_MEMHOSTREGISTER_DEVICEMAP),
                       "cuMemHostRegister");
+    cu.ThreadExchangeStreamCaptureMode(&mode);
     if (status == REMORA_OK &&
         (status = cu_check(cu.MemHostGetDevicePointer(&d, p, 0), "cuMemHostGetDevicePointer")) !=
             REMORA_OK)
