@@ -921,13 +921,20 @@ static remora_status_t raw_push(void *stream)
 
     if (rm_cuda_init() != REMORA_OK)
         return REMORA_ERR_UNSUPPORTED;
+    /* The default streams (legacy NULL, 0x1; per-thread, 0x2) synchronize
+     * with every blocking stream of the device, the proxy's copies included:
+     * stream operations take a stream of the caller's own. A destroyed
+     * handle cannot be told from a live one: like CUDA, remora cannot check
+     * it. */
+    if ((uintptr_t)stream <= 2) {
+        rm_error("stream operations need a stream of your own (cudaStreamCreateWithFlags), "
+                 "not a default stream");
+        return REMORA_ERR_INVALID_PARAM;
+    }
     r = cu.StreamGetCtx((CUstream)stream, &ctx);
     if (r != CUDA_SUCCESS || ctx == NULL) {
-        if (stream != NULL) {
-            rm_error("not a CUDA stream: %p (%s)", stream, cu_string(r));
-            return REMORA_ERR_INVALID_PARAM;
-        }
-        return ctx_push(0);
+        rm_error("not a CUDA stream: %p (%s)", stream, cu_string(r));
+        return REMORA_ERR_INVALID_PARAM;
     }
     return cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
 }
