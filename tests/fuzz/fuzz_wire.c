@@ -116,6 +116,8 @@ static size_t spec_hdr_len(unsigned type)
     switch (type) {
     case RM_MSG_READ:
     case RM_MSG_WRITE:
+    case RM_MSG_SIGNAL:
+    case RM_MSG_WRITE_SIGNAL:
     case RM_MSG_RING_WAIT:   return 40;
     case RM_MSG_RING_NOTIFY:
     case RM_MSG_EVENT:       return 48;
@@ -124,13 +126,17 @@ static size_t spec_hdr_len(unsigned type)
     }
 }
 
+/* Byte 2 is the flags byte (only RM_HDR_FLAG_SEALED means anything; its other
+ * bits are ignored and encode as 0), byte 3 is reserved. */
 static int spec_hdr_reserved(unsigned type, size_t i)
 {
-    if (i == 2 || i == 3)
+    if (i == 3)
         return 1;
-    if (type == RM_MSG_READ || type == RM_MSG_WRITE || type == RM_MSG_RING_NOTIFY)
+    if (type == RM_MSG_READ || type == RM_MSG_WRITE || type == RM_MSG_WRITE_SIGNAL ||
+        type == RM_MSG_RING_NOTIFY)
         return i >= 20 && i < 24;
-    if (type == RM_MSG_EVENT || type == RM_MSG_RING_WAIT || RM_MSG_IS_SOCK(type))
+    if (type == RM_MSG_EVENT || type == RM_MSG_RING_WAIT || type == RM_MSG_SIGNAL ||
+        RM_MSG_IS_SOCK(type))
         return i >= 21 && i < 24;
     return 0;
 }
@@ -138,11 +144,13 @@ static int spec_hdr_reserved(unsigned type, size_t i)
 static int spec_hdr_valid(const uint8_t *in, size_t n)
 {
     if (n < 16 || in[0] == 0 || (in[0] > RM_MSG_TYPE_MAX && !RM_MSG_IS_SOCK(in[0])) ||
-        in[1] != 1 || n != spec_hdr_len(in[0]))
+        in[1] != 1 || n != spec_hdr_len(in[0]) + ((in[2] & 0x01) ? 8 + 16 : 0))
         return 0;
     if (in[0] == RM_MSG_EVENT && in[20] != RM_EVENT_CHANGED && in[20] != RM_EVENT_REMOVED)
         return 0;
     if (in[0] == RM_MSG_RING_WAIT && in[20] != RM_RING_EVERY && in[20] != RM_RING_LATEST)
+        return 0;
+    if (in[0] == RM_MSG_SIGNAL && in[20] != RM_SIG_SET && in[20] != RM_SIG_ADD)
         return 0;
     return 1;
 }
@@ -160,13 +168,20 @@ static void fuzz_hdr(const uint8_t *in, size_t n)
     CHECK((uint32_t)h.status == le32(in + 4) && h.req_id == le64(in + 8));
     size_t len = rm_hdr_encode(&h, enc);
     CHECK(len == n && len <= RM_HDR_MAX);
+    CHECK(h.sealed == (in[2] & 0x01));
+    CHECK(enc[2] == (in[2] & 0x01));
     for (size_t i = 0; i < len; i++)
-        CHECK(enc[i] == (spec_hdr_reserved(h.type, i) ? 0 : in[i]));
+        CHECK(i == 2 || enc[i] == (spec_hdr_reserved(h.type, i) ? 0 : in[i]));
     CHECK(rm_hdr_decode(enc, len, &h2) == 0);
     CHECK(h2.type == h.type && h2.status == h.status && h2.req_id == h.req_id &&
           h2.region_id == h.region_id && h2.kind == h.kind && h2.offset == h.offset &&
           h2.length == h.length && h2.generation == h.generation && h2.size == h.size &&
-          h2.epoch == h.epoch);
+          h2.epoch == h.epoch && h2.sealed == h.sealed &&
+          h2.seal_counter == h.seal_counter &&
+          memcmp(h2.seal_tag, h.seal_tag, sizeof(h.seal_tag)) == 0);
+    if (h.sealed)
+        CHECK(h.seal_counter == le64(in + n - 24) &&
+              memcmp(h.seal_tag, in + n - 16, sizeof(h.seal_tag)) == 0);
     CHECK(strcmp(rm_msg_type_name(h.type), "?") != 0);
 }
 
