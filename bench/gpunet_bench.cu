@@ -240,8 +240,13 @@ static char *dev_string(const char *s)
     return d;
 }
 
+/* The kernel just launched on st ran to the end: a launch that failed (too
+ * many registers for the block size, say) counts as a failure, never as a
+ * figure. */
 static int wait_stream(cudaStream_t st, double seconds)
 {
+    if (cudaGetLastError() != cudaSuccess)
+        return 0;
     double until = now_s() + seconds;
     while (cudaStreamQuery(st) == cudaErrorNotReady)
         if (now_s() > until) return 0;
@@ -340,6 +345,7 @@ int main(int argc, char **argv)
     snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", sport);
     char *saddr = dev_string(addr);
     memset(err, 0, 256 * sizeof(int));
+    memset(ns, 0, 256 * sizeof(*ns));
     k_stream<<<1, 1024, 0, st>>>(saddr, src, bytes * 4, MSG_BW, ns, err);
     if (!wait_stream(st, 120) || err[0]) { printf("bandwidth: GPU kernel failed (%d)\n", err[0]); fails++; }
     double gpu_bw = bytes * 4 / ((ns[1] - ns[0]) / 1e9) / 1e9;
@@ -349,6 +355,7 @@ int main(int argc, char **argv)
     /* N blocks */
     double cpu_agg = cpu_streams_gbps(sport, blocks, bytes);
     memset(err, 0, 256 * sizeof(int));
+    memset(ns, 0, 256 * sizeof(*ns));
     k_stream<<<blocks, 256, 0, st>>>(saddr, src, bytes, MSG_BW, ns, err);
     int ok = wait_stream(st, 180);
     unsigned long long t0 = ~0ull, t1 = 0;
@@ -391,8 +398,10 @@ int main(int argc, char **argv)
         fails++;
     } else {
         snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", gport);
+        char *gaddr = dev_string(addr);
         memset(err, 0, 256 * sizeof(int));
-        k_stream<<<1, 1024, 0, st>>>(dev_string(addr), src, (size_t)256 << 20, MSG_GG, ns, err);
+        memset(ns, 0, 256 * sizeof(*ns));
+        k_stream<<<1, 1024, 0, st>>>(gaddr, src, (size_t)256 << 20, MSG_GG, ns, err);
         if (!wait_stream(st, 120) || err[0]) { printf("gpu-gpu: GPU kernel failed (%d)\n", err[0]); fails++; }
         double gg = (256.0 * (1 << 20)) / ((ns[1] - ns[0]) / 1e9) / 1e9;
         printf("gpu_gpu_4MiB_GBps d2d_memcpy=%.1f gpu_sockets=%.2f ratio=%.3f (target >= 0.50) %s\n",

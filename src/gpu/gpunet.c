@@ -37,6 +37,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,16 +56,20 @@
 #define GN_DEFAULT_RING   (256u << 10)
 #define GN_SLOTS          256u
 #define GN_CLIENTS_MAX    16
+#define GN_WORKERS_MAX    16
 
-enum { BK_NONE, BK_TCP, BK_TCP_CONNECTING, BK_TCP_LISTEN, BK_SOCK, BK_SOCK_LISTEN };
+/* BK_RESERVED: handed out by sock_alloc, backend not set up yet (no worker
+ * touches it). */
+enum { BK_NONE, BK_TCP, BK_TCP_CONNECTING, BK_TCP_LISTEN, BK_SOCK, BK_SOCK_LISTEN, BK_RESERVED };
 
 typedef struct psock {
-    int      kind;
+    int      kind;           /* atomic: the owner pumps BK_TCP/BK_SOCK once it is set */
     int      fd;
     remora_sock_h          rs;
     remora_sock_listener_h rl;
     int      readable;       /* epoll said so (TCP) */
-    int      closing, shutting, shut_done;
+    int      closing, shutting; /* atomic: set by worker 0 (commands), read by the owner */
+    int      shut_done;
     uint64_t tx_tail, rx_head;
     int      pend_slot;      /* BK_TCP_CONNECTING: the command to answer */
     uint32_t pend_seq;
@@ -92,6 +97,7 @@ struct remora_gpunet {
     uintptr_t        dev;        /* device address of mem */
     size_t           mem_len;
     void            *locks;      /* device memory (host memory in host_queues mode) */
+    void            *dnet;       /* device memory: the copy of *net kernels get (NULL: host queues) */
     rg_net_t        *net;
     rg_sock_shm_t   *sh;
     rg_cmd_t        *cmds;
@@ -101,10 +107,16 @@ struct remora_gpunet {
     paccept_t       *acc;
     pclient_t        clients[GN_CLIENTS_MAX];
     unsigned         nclients;
-    int              epfd;
-    pthread_t        thread;
+    unsigned         nworkers;   /* socket i's data is pumped by worker i % nworkers */
+    int              epfd[GN_WORKERS_MAX];
+    pthread_t        thread[GN_WORKERS_MAX];
     atomic_int       stop;
 };
+
+typedef struct worker_arg {
+    remora_gpunet_h g;
+    unsigned        w;
+} worker_arg_t;
 
 /* Destroyed proxies' queue memory, kept for kernels that may still look. */
 static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -113,6 +125,16 @@ static uint64_t ld_acq(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMI
 static uint32_t ld_acq32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static void st_rel(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 static void st_rel32(volatile int32_t *p, int32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static int kind_of(psock_t *p) { return __atomic_load_n(&p->kind, __ATOMIC_ACQUIRE); }
+static void set_kind(psock_t *p, int k) { __atomic_store_n(&p->kind, k, __ATOMIC_RELEASE); }
+static int flag(int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }
+static void set_flag(int *f) { __atomic_store_n(f, 1, __ATOMIC_RELEASE); }
+
+/* The epoll set of the worker that owns socket i's data (listeners: worker 0). */
+static int owner_ep(remora_gpunet_h g, int i, int kind)
+{
+    return kind == BK_TCP_LISTEN ? g->epfd[0] : g->epfd[(unsigned)i % g->nworkers];
+}
 
 /* ------------------------------------------------------------ sockets */
 
@@ -123,14 +145,16 @@ static void complete(remora_gpunet_h g, unsigned slot, uint32_t seq, int32_t res
     __atomic_store_n(&c->done_seq, seq, __ATOMIC_RELEASE);
 }
 
+/* Worker 0 only. Data sockets are allocated BK_RESERVED and handed to their
+ * owner with set_kind() once their backend is set up. */
 static int sock_alloc(remora_gpunet_h g, int kind)
 {
     for (unsigned i = 0; i < g->max_socks; i++) {
-        if (g->ps[i].kind != BK_NONE || g->sh[i].state != RG_SOCK_FREE)
+        if (kind_of(&g->ps[i]) != BK_NONE || g->sh[i].state != RG_SOCK_FREE)
             continue;
         memset(&g->ps[i], 0, sizeof(g->ps[i]));
-        g->ps[i].kind = kind;
-        g->ps[i].fd   = -1;
+        g->ps[i].fd = -1;
+        set_kind(&g->ps[i], kind);
         rg_sock_shm_t *s = &g->sh[i];
         s->tx_head = s->rx_tail = s->tx_tail = s->rx_head = 0;
         s->error   = 0;
@@ -146,21 +170,24 @@ static void sock_publish(remora_gpunet_h g, int i, int state)
     st_rel32(&g->sh[i].state, state);
 }
 
+/* By the socket's owner (worker 0 for listeners and connects in flight). */
 static void sock_free(remora_gpunet_h g, int i)
 {
     psock_t *p = &g->ps[i];
 
     if (p->fd >= 0) {
-        epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+        epoll_ctl(owner_ep(g, i, p->kind), EPOLL_CTL_DEL, p->fd, NULL);
         close(p->fd);
     }
     if (p->rs)
         remora_sock_close(p->rs);
     if (p->rl)
         remora_sock_listener_destroy(p->rl);
-    memset(p, 0, sizeof(*p));
-    p->kind = BK_NONE;
-    p->fd   = -1;
+    p->fd = -1;
+    p->rs = NULL;
+    p->rl = NULL;
+    p->readable = p->closing = p->shutting = p->shut_done = 0;
+    set_kind(p, BK_NONE); /* last: worker 0 may hand the slot out again */
     st_rel32(&g->sh[i].state, RG_SOCK_FREE);
 }
 
@@ -168,20 +195,20 @@ static void sock_fail(remora_gpunet_h g, int i, remora_status_t st)
 {
     if (g->sh[i].error == 0)
         st_rel32(&g->sh[i].error, st);
-    if (g->ps[i].closing)
+    if (flag(&g->ps[i].closing))
         sock_free(g, i);
 }
 
-static int tcp_watch(remora_gpunet_h g, int i, int fd)
+static int tcp_watch(remora_gpunet_h g, int i, int fd, int kind)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
-    return epoll_ctl(g->epfd, EPOLL_CTL_ADD, fd, &ev);
+    return epoll_ctl(owner_ep(g, i, kind), EPOLL_CTL_ADD, fd, &ev);
 }
 
 static void tcp_tune(int fd)
 {
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* small sends go at once */
 }
 
 /* "HOST:PORT" into a sockaddr (IPv4 or IPv6). */
@@ -266,8 +293,9 @@ static int connect_progress(remora_gpunet_h g, int i)
         complete(g, slot, seq, st);
         return 1;
     }
-    p->kind = BK_TCP;
-    tcp_watch(g, i, p->fd);
+    set_kind(p, BK_RESERVED);
+    tcp_watch(g, i, p->fd, BK_TCP);
+    set_kind(p, BK_TCP); /* its owner pumps it from now on */
     sock_publish(g, i, RG_SOCK_OPEN);
     complete(g, slot, seq, i);
     return 1;
@@ -324,11 +352,12 @@ static int connect_remora(remora_gpunet_h g, const char *rest)
     }
     if (st != REMORA_OK)
         return st;
-    if ((i = sock_alloc(g, BK_SOCK)) < 0) {
+    if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
         remora_sock_close(s);
         return REMORA_ERR_BUSY;
     }
     g->ps[i].rs = s;
+    set_kind(&g->ps[i], BK_SOCK);
     sock_publish(g, i, RG_SOCK_OPEN);
     return i;
 }
@@ -358,7 +387,7 @@ static int bind_any(remora_gpunet_h g, const char *addr)
             return REMORA_ERR_BUSY;
         }
         g->ps[i].fd = fd;
-        tcp_watch(g, i, fd);
+        tcp_watch(g, i, fd, BK_TCP_LISTEN);
     } else if (strncmp(addr, "remora:", 7) == 0) {
         remora_sock_listener_h l;
         remora_status_t st;
@@ -395,23 +424,25 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
             return -1;
         }
         tcp_tune(fd);
-        if ((i = sock_alloc(g, BK_TCP)) < 0) {
+        if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
             close(fd);
             *err = REMORA_ERR_BUSY;
             return -1;
         }
         g->ps[i].fd = fd;
-        tcp_watch(g, i, fd);
+        tcp_watch(g, i, fd, BK_TCP);
+        set_kind(&g->ps[i], BK_TCP);
     } else {
         remora_sock_h s;
         if (!rm_sock_listener_hint(p->rl) || remora_sock_accept(p->rl, 0, &s) != REMORA_OK)
             return -1;
-        if ((i = sock_alloc(g, BK_SOCK)) < 0) {
+        if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
             remora_sock_close(s);
             *err = REMORA_ERR_BUSY;
             return -1;
         }
         g->ps[i].rs = s;
+        set_kind(&g->ps[i], BK_SOCK);
     }
     sock_publish(g, i, RG_SOCK_OPEN);
     return i;
@@ -421,7 +452,10 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
 
 static int valid_sock(remora_gpunet_h g, int32_t s)
 {
-    return s >= 0 && (unsigned)s < g->max_socks && g->ps[s].kind != BK_NONE;
+    if (s < 0 || (unsigned)s >= g->max_socks)
+        return 0;
+    int k = kind_of(&g->ps[s]);
+    return k != BK_NONE && k != BK_RESERVED && !flag(&g->ps[s].closing);
 }
 
 static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
@@ -468,13 +502,14 @@ static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
             return;
         }
         if (c->op == RG_OP_SHUTDOWN) {
-            g->ps[s].shutting = 1;
-        } else if (g->ps[s].kind == BK_TCP_LISTEN || g->ps[s].kind == BK_SOCK_LISTEN ||
-                   g->sh[s].error) {
+            set_flag(&g->ps[s].shutting);
+        } else if (g->ps[s].kind == BK_TCP_LISTEN || g->ps[s].kind == BK_SOCK_LISTEN) {
             sock_free(g, s);
         } else {
-            g->ps[s].closing = 1;
+            /* The owner sends what the ring holds (nothing if the socket
+             * failed) and frees it. */
             sock_publish(g, s, RG_SOCK_CLOSING);
+            set_flag(&g->ps[s].closing);
         }
         complete(g, slot, seq, REMORA_OK);
         return;
@@ -518,10 +553,15 @@ static int pump(remora_gpunet_h g, int i)
     psock_t *p = &g->ps[i];
     rg_sock_shm_t *s = &g->sh[i];
     uint8_t *txr = g->tx + (size_t)i * g->ring, *rxr = g->rx + (size_t)i * g->ring;
-    int busy = 0;
+    int busy = 0, closing = flag(&p->closing);
 
-    if (s->error)
+    if (s->error) {
+        if (closing) {
+            sock_free(g, i);
+            return 1;
+        }
         return 0;
+    }
     /* Device -> peer. */
     uint64_t head = ld_acq(&s->tx_head);
     if (head - p->tx_tail > g->ring) {
@@ -552,18 +592,18 @@ static int pump(remora_gpunet_h g, int i)
             st_rel(&s->tx_tail, p->tx_tail);
             busy = 1;
         }
-    } else if ((p->closing || p->shutting) && !p->shut_done) {
+    } else if ((closing || flag(&p->shutting)) && !p->shut_done) {
         p->shut_done = 1;
         if (p->kind == BK_TCP)
             shutdown(p->fd, SHUT_WR);
         else
             remora_sock_shutdown(p->rs);
-        if (p->closing) {
+        if (closing) {
             sock_free(g, i);
             return 1;
         }
     }
-    if (p->closing)
+    if (closing)
         return busy;
     /* Peer -> device. */
     if (!s->rx_eof) {
@@ -599,10 +639,39 @@ static int pump(remora_gpunet_h g, int i)
     return busy;
 }
 
-static int step(remora_gpunet_h g)
+/* Mark the TCP sockets epoll set `ep` says are readable. */
+static void drain_epoll(remora_gpunet_h g, int ep)
 {
     struct epoll_event ev[64];
-    int busy = 0, n;
+    int n;
+
+    while ((n = epoll_wait(ep, ev, 64, 0)) > 0) {
+        for (int k = 0; k < n; k++)
+            if (ev[k].data.u32 < g->max_socks)
+                g->ps[ev[k].data.u32].readable = 1;
+        if (n < 64)
+            break;
+    }
+}
+
+/* Worker w: the data of sockets i % nworkers == w. */
+static int step_data(remora_gpunet_h g, unsigned w)
+{
+    int busy = 0;
+
+    drain_epoll(g, g->epfd[w]);
+    for (unsigned i = w; i < g->max_socks; i += g->nworkers) {
+        int k = kind_of(&g->ps[i]);
+        if (k == BK_TCP || k == BK_SOCK)
+            busy |= pump(g, (int)i);
+    }
+    return busy;
+}
+
+/* Worker 0 also: commands, accepts, connects in flight, listeners. */
+static int step_control(remora_gpunet_h g)
+{
+    int busy = 0;
 
     for (unsigned k = 0; k < g->nslots; k++) {
         uint32_t seq = ld_acq32(&g->cmds[k].seq);
@@ -612,21 +681,12 @@ static int step(remora_gpunet_h g)
             busy = 1;
         }
     }
-    while ((n = epoll_wait(g->epfd, ev, 64, 0)) > 0) {
-        for (int k = 0; k < n; k++)
-            if (ev[k].data.u32 < g->max_socks)
-                g->ps[ev[k].data.u32].readable = 1;
-        if (n < 64)
-            break;
-    }
+    if (g->nworkers > 1)
+        drain_epoll(g, g->epfd[0]); /* listeners (step_data drains it otherwise) */
     busy |= accepts_progress(g);
     for (unsigned i = 0; i < g->max_socks; i++) {
         psock_t *p = &g->ps[i];
-        switch (p->kind) {
-        case BK_TCP:
-        case BK_SOCK:
-            busy |= pump(g, (int)i);
-            break;
+        switch (kind_of(p)) {
         case BK_TCP_CONNECTING:
             busy |= connect_progress(g, (int)i);
             break;
@@ -645,11 +705,16 @@ static int step(remora_gpunet_h g)
 
 static void *proxy_main(void *arg)
 {
-    remora_gpunet_h g = arg;
+    worker_arg_t *wa = arg;
+    remora_gpunet_h g = wa->g;
+    unsigned w = wa->w;
     uint64_t last = rm_now_ns();
 
+    free(wa);
     while (!atomic_load_explicit(&g->stop, memory_order_relaxed)) {
-        if (step(g)) {
+        int busy = w == 0 ? step_control(g) : 0;
+        busy |= step_data(g, w);
+        if (busy) {
             last = rm_now_ns();
             continue;
         }
@@ -713,7 +778,21 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
                          .ring_size = g->ring, .timeout_ns = g->timeout_ns, .alive = 1,
                          .socks = g->dev + off_socks, .cmds = g->dev + off_cmds,
                          .tx_data = g->dev + off_tx, .rx_data = g->dev + off_rx,
-                         .slot_locks = (uint64_t)(uintptr_t)g->locks};
+                         .slot_locks = (uint64_t)(uintptr_t)g->locks,
+                         .alive_ptr = g->dev + offsetof(rg_net_t, alive)};
+    if (!g->host_queues) {
+        /* Kernels read the constant header from device memory: each field
+         * read across PCIe would cost a round trip per call. */
+        if ((st = rm_cuda_mem_alloc(g->device, sizeof(rg_net_t), &g->dnet)) != REMORA_OK ||
+            (st = rm_cuda_copy(g->dnet, g->net, sizeof(rg_net_t))) != REMORA_OK) {
+            if (g->dnet)
+                rm_cuda_mem_free(g->device, g->dnet);
+            g->dnet = NULL;
+            rm_cuda_mem_free(g->device, g->locks);
+            rm_cuda_host_free(host);
+            return st;
+        }
+    }
     return REMORA_OK;
 }
 
@@ -752,7 +831,14 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     g->host_queues = (fm & REMORA_GPUNET_FIELD_HOST_QUEUES) ? params->host_queues != 0 : 0;
     g->spin_ns     = env_u64("REMORA_GPUNET_SPIN_US", 2000) * 1000u;
     g->nslots      = GN_SLOTS;
-    g->epfd        = -1;
+    {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        uint64_t dflt = ncpu >= 4 ? (uint64_t)(ncpu / 2) : 1u;
+        uint64_t nw = env_u64("REMORA_GPUNET_THREADS", dflt > 8 ? 8 : dflt);
+        g->nworkers = nw < 1 ? 1u : nw > GN_WORKERS_MAX ? GN_WORKERS_MAX : (unsigned)nw;
+    }
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
+        g->epfd[w] = -1;
     if (g->max_socks == 0 || g->max_socks > 4096 || g->ring < 4096 || g->ring > (64u << 20) ||
         (g->ring & (g->ring - 1)) || g->timeout_ns == 0) {
         free(g);
@@ -776,18 +862,28 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     }
     for (unsigned i = 0; i < g->max_socks; i++)
         g->ps[i].fd = -1;
-    if ((g->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
-        st = REMORA_ERR_IO;
-        goto err_free;
-    }
+    for (unsigned w = 0; w < g->nworkers; w++)
+        if ((g->epfd[w] = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+            st = REMORA_ERR_IO;
+            goto err_free;
+        }
     if ((st = alloc_queues(g)) != REMORA_OK)
         goto err_free;
-    if (pthread_create(&g->thread, NULL, proxy_main, g) != 0) {
-        st = REMORA_ERR_NO_MEMORY;
-        goto err_queues;
+    for (unsigned w = 0; w < g->nworkers; w++) {
+        worker_arg_t *wa = malloc(sizeof(*wa));
+        if (wa)
+            *wa = (worker_arg_t){.g = g, .w = w};
+        if (wa == NULL || pthread_create(&g->thread[w], NULL, proxy_main, wa) != 0) {
+            free(wa);
+            atomic_store(&g->stop, 1);
+            for (unsigned k = 0; k < w; k++)
+                pthread_join(g->thread[k], NULL);
+            st = REMORA_ERR_NO_MEMORY;
+            goto err_queues;
+        }
     }
-    rm_info("gpunet: proxy for device %d: %u sockets, rings of %zu bytes, %zu bytes mapped", device,
-            g->max_socks, g->ring, g->mem_len);
+    rm_info("gpunet: proxy for device %d: %u sockets, rings of %zu bytes, %zu bytes mapped, "
+            "%u thread(s)", device, g->max_socks, g->ring, g->mem_len, g->nworkers);
     *net_p = g;
     return REMORA_OK;
 
@@ -796,12 +892,14 @@ err_queues:
         free(g->mem);
         free(g->locks);
     } else {
+        rm_cuda_mem_free(g->device, g->dnet);
         rm_cuda_mem_free(g->device, g->locks);
         rm_cuda_host_free(g->mem);
     }
 err_free:
-    if (g->epfd >= 0)
-        close(g->epfd);
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
+        if (g->epfd[w] >= 0)
+            close(g->epfd[w]);
     free(g->ps);
     free(g->seen);
     free(g->acc);
@@ -811,7 +909,9 @@ err_free:
 
 void *remora_gpunet_device_handle(remora_gpunet_h g)
 {
-    return g ? (void *)g->dev : NULL;
+    if (g == NULL)
+        return NULL;
+    return g->dnet ? g->dnet : (void *)g->dev;
 }
 
 rg_net_t *rm_gpunet_host_view(remora_gpunet_h g)
@@ -824,7 +924,8 @@ void remora_gpunet_destroy(remora_gpunet_h g)
     if (g == NULL)
         return;
     atomic_store(&g->stop, 1);
-    pthread_join(g->thread, NULL);
+    for (unsigned w = 0; w < g->nworkers; w++)
+        pthread_join(g->thread[w], NULL);
     __atomic_store_n(&g->net->alive, 0u, __ATOMIC_RELEASE);
     for (unsigned k = 0; k < g->nslots; k++)
         if (g->acc[k].active)
@@ -843,7 +944,8 @@ void remora_gpunet_destroy(remora_gpunet_h g)
         remora_client_disconnect(g->clients[k].client);
     if (g->cctx)
         remora_context_destroy(g->cctx);
-    close(g->epfd);
+    for (unsigned w = 0; w < g->nworkers; w++)
+        close(g->epfd[w]);
     /* The queue memory stays: kernels may still read it (see design notes). */
     pthread_mutex_lock(&parked_lock);
     rm_info("gpunet: proxy stopped; %zu bytes of queue memory kept for running kernels",

@@ -65,13 +65,6 @@ __device__ __forceinline__ uint64_t now_ns()
     return t;
 }
 
-__device__ __forceinline__ uint64_t ld64(const volatile uint64_t *p)
-{
-    uint64_t v = *p;
-    __threadfence_system();
-    return v;
-}
-
 __device__ __forceinline__ bool block_leader()
 {
     return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
@@ -97,26 +90,74 @@ __device__ __forceinline__ uint64_t budget(rg_net_t *net, uint64_t timeout_ns)
     return now_ns() + (timeout_ns ? timeout_ns : net->timeout_ns);
 }
 
-/* Checks every call makes: the handle, the proxy, the socket. */
-__device__ __forceinline__ int check(rg_net_t *net, int s, bool need_open)
+/* The proxy's liveness word (mapped host memory). */
+__device__ __forceinline__ uint32_t alive(rg_net_t *net)
+{
+    return *(const volatile uint32_t *)(uintptr_t)net->alive_ptr;
+}
+
+/* Acquire at system scope: ring data read after this is at least as new as
+ * the counters read before it. */
+__device__ __forceinline__ void fence_acquire_sys()
+{
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+/* One 16-byte volatile load. Several issued back to back cost one PCIe
+ * round trip together, where dependent loads and fences cost one each. */
+__device__ __forceinline__ void ld_v2(const void *p, uint64_t &a, uint64_t &b)
+{
+    asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+/* A socket record as one snapshot: both halves and `alive` in one round trip. */
+struct snap_t {
+    uint64_t tx_head, rx_tail, tx_tail, rx_head;
+    int32_t  state, error;
+    uint32_t rx_eof, alive;
+};
+
+__device__ __forceinline__ snap_t snap(rg_net_t *net, rg_sock_shm_t *sh)
+{
+    snap_t x;
+    uint64_t se, eg;
+    const volatile uint32_t *al = (const volatile uint32_t *)(uintptr_t)net->alive_ptr;
+    ld_v2((const void *)&sh->tx_head, x.tx_head, x.rx_tail);
+    ld_v2((const void *)&sh->tx_tail, x.tx_tail, x.rx_head);
+    ld_v2((const void *)&sh->state, se, eg);
+    x.alive  = *al;
+    x.state  = (int32_t)(uint32_t)se;
+    x.error  = (int32_t)(uint32_t)(se >> 32);
+    x.rx_eof = (uint32_t)eg;
+    return x;
+}
+
+/* Checks every call makes on the handle and the socket number (no PCIe). */
+__device__ __forceinline__ int check_net(rg_net_t *net, int s)
 {
     if (net == NULL || net->magic != RG_ABI_MAGIC)
         return RG_EINVAL;
-    if (!*(volatile uint32_t *)&net->alive)
-        return RG_ECANCELED;
     if (s < 0 || (unsigned)s >= net->max_socks)
         return RG_EINVAL;
-    rg_sock_shm_t *sh = sock_of(net, s);
-    int state = *(volatile int32_t *)&sh->state;
-    if (state == RG_SOCK_FREE && sh->error == 0)
+    return RG_OK;
+}
+
+/* ... and on a snapshot of the socket: the proxy, the socket's state. */
+__device__ __forceinline__ int check_snap(const snap_t &x, bool need_open)
+{
+    if (!x.alive)
+        return RG_ECANCELED;
+    if (x.state == RG_SOCK_FREE && x.error == 0)
         return RG_EINVAL;
-    if (need_open && state != RG_SOCK_OPEN && sh->error == 0)
+    if (need_open && x.state != RG_SOCK_OPEN && x.error == 0)
         return RG_EINVAL;
     return RG_OK;
 }
 
 /* Copy n bytes with `nthr` threads (rank r): 16-byte words where src and dst
- * share alignment, bytes otherwise. */
+ * share alignment, bytes otherwise. Two loads per thread are in flight
+ * before their stores, so reading mapped host memory pipelines its PCIe
+ * round trips (more would cost registers: kernels of 1024 threads have 64). */
 __device__ __forceinline__ void copy(void *dst, const void *src, size_t n, unsigned r,
                                      unsigned nthr)
 {
@@ -131,10 +172,16 @@ __device__ __forceinline__ void copy(void *dst, const void *src, size_t n, unsig
         size_t words = (n - head) / 16;
         uint4 *dw = (uint4 *)(d + head);
         const uint4 *sw = (const uint4 *)(s + head);
-        for (size_t i = r; i < words; i += nthr)
+        size_t i = r;
+        for (; i + nthr < words; i += 2 * (size_t)nthr) {
+            uint4 v0 = sw[i], v1 = sw[i + nthr];
+            dw[i] = v0;
+            dw[i + nthr] = v1;
+        }
+        for (; i < words; i += nthr)
             dw[i] = sw[i];
-        for (size_t i = head + words * 16 + r; i < n; i += nthr)
-            d[i] = s[i];
+        for (size_t k = head + words * 16 + r; k < n; k += nthr)
+            d[k] = s[k];
     } else {
         for (size_t i = r; i < n; i += nthr)
             d[i] = s[i];
@@ -147,7 +194,7 @@ __device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t fla
 {
     if (net == NULL || net->magic != RG_ABI_MAGIC)
         return RG_EINVAL;
-    if (!*(volatile uint32_t *)&net->alive)
+    if (!alive(net))
         return RG_ECANCELED;
     uint64_t until = budget(net, timeout_ns);
     int *locks = (int *)(uintptr_t)net->slot_locks;
@@ -188,7 +235,7 @@ __device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t fla
             result = *(volatile int32_t *)&c->result;
             break;
         }
-        if (!*(volatile uint32_t *)&net->alive) {
+        if (!alive(net)) {
             result = RG_ECANCELED;
             break;
         }
@@ -200,50 +247,55 @@ __device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t fla
     return result;
 }
 
-/* One thread: how many bytes send may put in now (> 0), or a status. */
-__device__ inline int64_t tx_space(rg_net_t *net, int s, uint64_t until, bool nb)
+/* One thread: how many bytes send may put in now (> 0), or a status; *x
+ * holds the snapshot it decided on. */
+__device__ inline int64_t tx_space(rg_net_t *net, rg_sock_shm_t *sh, snap_t *x, uint64_t until,
+                                   bool nb)
 {
-    rg_sock_shm_t *sh = sock_of(net, s);
     for (;;) {
-        int err = *(volatile int32_t *)&sh->error;
-        if (err)
-            return err;
-        if (!*(volatile uint32_t *)&net->alive)
+        if (x->error)
+            return x->error;
+        if (!x->alive)
             return RG_ECANCELED;
-        uint64_t used = sh->tx_head - ld64(&sh->tx_tail);
+        uint64_t used = x->tx_head - x->tx_tail;
         if (used < net->ring_size)
             return (int64_t)(net->ring_size - used);
         if (nb || now_ns() > until)
             return RG_ETIMEDOUT;
+        *x = snap(net, sh);
     }
 }
 
 /* One thread: bytes recv may take now (> 0), 0 at end of stream, or a status. */
-__device__ inline int64_t rx_avail(rg_net_t *net, int s, uint64_t until, bool nb)
+__device__ inline int64_t rx_avail(rg_net_t *net, rg_sock_shm_t *sh, snap_t *x, uint64_t until,
+                                   bool nb)
 {
-    rg_sock_shm_t *sh = sock_of(net, s);
     for (;;) {
-        uint64_t head = ld64(&sh->rx_head);
-        if (head != sh->rx_tail)
-            return (int64_t)(head - sh->rx_tail);
-        if (*(volatile uint32_t *)&sh->rx_eof) {
-            __threadfence_system();
-            if (ld64(&sh->rx_head) != sh->rx_tail)
+        if (x->rx_head != x->rx_tail) {
+            fence_acquire_sys();
+            return (int64_t)(x->rx_head - x->rx_tail);
+        }
+        if (x->rx_eof) {
+            /* rx_eof is published after the last rx_head: look again after it. */
+            fence_acquire_sys();
+            *x = snap(net, sh);
+            if (x->rx_head != x->rx_tail)
                 continue;
             return 0;
         }
-        int err = *(volatile int32_t *)&sh->error;
-        if (err)
-            return err;
-        if (!*(volatile uint32_t *)&net->alive)
+        if (x->error)
+            return x->error;
+        if (!x->alive)
             return RG_ECANCELED;
         if (nb || now_ns() > until)
             return RG_ETIMEDOUT;
+        *x = snap(net, sh);
     }
 }
 
 /* Send/recv with nthr threads of rank r; `sync` synchronizes them. The
- * leader decides, everyone copies. */
+ * leader decides, everyone copies. Per call the leader crosses PCIe for one
+ * snapshot (more only while it waits); a send adds one system fence. */
 template <bool BLOCK>
 __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, bool nb,
                            uint64_t timeout_ns)
@@ -256,18 +308,23 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
     const unsigned r = BLOCK ? block_rank() : 0, nthr = BLOCK ? block_size() : 1;
 
     if (leader) {
-        n = check(net, s, !send ? false : true);
+        n = check_net(net, s);
+        rg_sock_shm_t *sh = n == RG_OK ? sock_of(net, s) : NULL;
+        snap_t x;
+        if (n == RG_OK) {
+            x = snap(net, sh);
+            n = check_snap(x, send);
+        }
         if (n == RG_OK && (buf == NULL || len < 0))
             n = RG_EINVAL;
         if (n == RG_OK && len == 0)
             n = 0;
         else if (n == RG_OK) {
             uint64_t until = budget(net, timeout_ns);
-            n = send ? tx_space(net, s, until, nb) : rx_avail(net, s, until, nb);
+            n = send ? tx_space(net, sh, &x, until, nb) : rx_avail(net, sh, &x, until, nb);
             if (n > len)
                 n = len;
-            rg_sock_shm_t *sh = sock_of(net, s);
-            pos = send ? sh->tx_head : sh->rx_tail;
+            pos = send ? x.tx_head : x.rx_tail;
         }
         if (BLOCK) {
             shared_n = n;
@@ -289,20 +346,21 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
         if (send) {
             copy(base + off, buf, first, r, nthr);
             copy(base, (uint8_t *)buf + first, (size_t)n - first, r, nthr);
+            __threadfence_system(); /* the bytes reach the host before the counter */
         } else {
             copy(buf, base + off, first, r, nthr);
             copy((uint8_t *)buf + first, base, (size_t)n - first, r, nthr);
         }
-        __threadfence_system();
         if (BLOCK)
-            __syncthreads();
+            __syncthreads(); /* every thread's loads and stores are done */
         if (leader) {
             rg_sock_shm_t *sh = sock_of(net, s);
+            /* A posted write: nothing waits for it; the proxy sees it within a
+             * PCIe latency, the next call of this thread reads it back. */
             if (send)
                 *(volatile uint64_t *)&sh->tx_head = pos + (uint64_t)n;
             else
                 *(volatile uint64_t *)&sh->rx_tail = pos + (uint64_t)n;
-            __threadfence_system();
         }
     }
     if (BLOCK)
@@ -344,26 +402,27 @@ __device__ inline int poll(rg_net_t *net, struct rg_pollfd *fds, int n, uint64_t
                 for (int i = 0; i < n; i++) {
                     short rev = 0;
                     int s = fds[i].sock;
-                    if (check(net, s, false) != RG_OK) {
+                    snap_t x;
+                    if (check_net(net, s) != RG_OK ||
+                        check_snap(x = snap(net, sock_of(net, s)), false) != RG_OK) {
                         rev = RG_POLLERR;
                     } else {
-                        rg_sock_shm_t *sh = sock_of(net, s);
-                        if (sh->error)
+                        if (x.error)
                             rev |= RG_POLLERR;
                         if ((fds[i].events & RG_POLLIN) &&
-                            (ld64(&sh->rx_head) != sh->rx_tail || sh->rx_eof || sh->error))
+                            (x.rx_head != x.rx_tail || x.rx_eof || x.error))
                             rev |= RG_POLLIN;
-                        if ((fds[i].events & RG_POLLOUT) && sh->state == RG_SOCK_OPEN &&
-                            sh->tx_head - ld64(&sh->tx_tail) < net->ring_size)
+                        if ((fds[i].events & RG_POLLOUT) && x.state == RG_SOCK_OPEN &&
+                            x.tx_head - x.tx_tail < net->ring_size)
                             rev |= RG_POLLOUT;
                     }
                     fds[i].revents = rev;
                     ready += rev != 0;
                 }
-                if (ready || !*(volatile uint32_t *)&net->alive || now_ns() > until)
+                if (ready || !alive(net) || now_ns() > until)
                     break;
             }
-            if (!ready && !*(volatile uint32_t *)&net->alive)
+            if (!ready && !alive(net))
                 ready = RG_ECANCELED;
         }
         if (BLOCK)

@@ -10,6 +10,13 @@
  * A writer publishes data first, then (after a system-scope fence) the
  * counter; a reader reads the counter, fences, then the data. Counters are
  * byte totals that only grow; ring offsets are counter % ring_size.
+ *
+ * With a GPU the handle kernels get is a copy of rg_net_t in device memory
+ * (the constant fields and addresses read at L2 speed, not across PCIe);
+ * `alive` of that copy is unused and kernels read the word at alive_ptr (the
+ * header's own `alive`, in mapped host memory). The proxy-written half of
+ * rg_sock_shm_t (offset 64: tx_tail, rx_head, state, error, rx_eof, gen) is
+ * 16-byte aligned so a kernel takes it in two loads issued together.
  */
 #ifndef REMORA_DEVICE_SOCKET_ABI_H
 #define REMORA_DEVICE_SOCKET_ABI_H
@@ -17,7 +24,7 @@
 #include <stdint.h>
 
 #define RG_ABI_MAGIC    0x31474e52u /* "RNG1" */
-#define RG_ABI_VERSION  1u
+#define RG_ABI_VERSION  2u
 #define RG_CMD_INLINE   256u        /* bytes of a command's inline data (addresses) */
 #define RG_ADDR_MAX     (RG_CMD_INLINE - 1u)
 
@@ -80,7 +87,8 @@ typedef struct rg_net {
     uint64_t          tx_data;     /* max_socks rings of ring_size: socket i's at i * ring_size */
     uint64_t          rx_data;
     uint64_t          slot_locks;  /* int[nslots], device memory: 0 free, 1 taken */
-    uint64_t          pad1[4];
+    uint64_t          alive_ptr;   /* address of the uint32_t kernels read as `alive` */
+    uint64_t          pad1[3];
 } rg_net_t;
 
 #endif
