@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mem/cuda.h"
 #include "remote/client.h"
@@ -419,6 +420,8 @@ static int sub_stale(remora_sub_h sub)
  * connection (all of it failed and called back: the reconnect waited for
  * that), look the ring up on the new one, and go on (see the design notes).
  */
+#define RM_REATTACH_GRACE_MS 2000
+
 static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
 {
     remora_client_h c = sub->client;
@@ -436,7 +439,14 @@ static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
         sub->wait_op = NULL;
     }
     sub->cur.pos = sub->cur.count;
-    if ((st = ring_header(c, sub->name, &size, &shape)) != REMORA_OK)
+    /* A server that has just started listens before it has exposed its
+     * rings (ms, but a reconnect can land in them): a new instance gets a
+     * short grace before NOT_FOUND means the ring is gone. */
+    uint64_t grace = rm_deadline_ns(RM_REATTACH_GRACE_MS);
+    while ((st = ring_header(c, sub->name, &size, &shape)) == REMORA_ERR_NOT_FOUND &&
+           instance != sub->instance && rm_now_ns() < grace && rm_now_ns() < deadline)
+        usleep(20000);
+    if (st != REMORA_OK)
         return st; /* NOT_FOUND: the ring is gone; DISCONNECTED: again */
     if (shape.elem_size != sub->shape.elem_size || shape.capacity != sub->shape.capacity ||
         shape.stride != sub->shape.stride || shape.data_stride != sub->shape.data_stride) {
