@@ -476,6 +476,15 @@ static remora_status_t sub_recover(remora_sub_h sub, remora_status_t st, uint64_
 {
     remora_client_h c = sub->client;
 
+    /* A region lookup on a connection made since we attached may miss the
+     * ring of a restarted server that has not exposed it yet: re-attaching
+     * gives it its grace. */
+    if (st == REMORA_ERR_NOT_FOUND) {
+        rm_engine_lock(c->ctx);
+        if (c->rc_has_thread && c->conn_gen != sub->gen)
+            st = REMORA_ERR_DISCONNECTED;
+        rm_engine_unlock(c->ctx);
+    }
     if (st != REMORA_ERR_DISCONNECTED)
         return st;
     rm_engine_lock(c->ctx);
