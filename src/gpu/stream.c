@@ -76,6 +76,7 @@
 
 #include "mem/cuda.h"
 #include "mem/shm.h"
+#include "mem/stage.h"
 #include "remote/client.h"
 #include "remote/signals.h"
 #include "util/log.h"
@@ -248,6 +249,8 @@ static void pool_prime(void)
                 page_pool.base      = p; /* kept for the life of the process */
                 page_pool.dev       = dev;
                 page_pool.free_mask = RM_STREAM_POOL >= 32 ? UINT32_MAX : (1u << RM_STREAM_POOL) - 1;
+                /* rm_cuda_copy's stream (proxy copies, staging) made now too. */
+                rm_cuda_copy((char *)p + RM_STREAM_PAGE, (char *)p + RM_STREAM_PAGE + 64, 8);
             } else {
                 free(p);
             }
@@ -848,6 +851,18 @@ static remora_status_t chan_get(remora_context_h ctx, remora_client_h c, void *s
         page_free(ch->words);
         free(ch);
         ch = other;
+    } else if (c && c->stage) {
+        /* The client's staging buffers (large puts and gets of GPU memory
+         * through staging) made now rather than by the proxy while streams
+         * of this process may wait: see pool_prime. */
+        void *b[2];
+        rm_engine_lock(c->ctx);
+        for (int i = 0; i < 2; i++)
+            b[i] = rm_stage_get(c->stage, 1);
+        for (int i = 0; i < 2; i++)
+            if (b[i])
+                rm_stage_put(c->stage, b[i], 1);
+        rm_engine_unlock(c->ctx);
     }
     *ch_p = ch;
     return REMORA_OK;

@@ -10,6 +10,7 @@
 
 #include "mem/cuda.h"
 #include "mem/mem.h"
+#include "mem/stage.h"
 #include "remote/client.h"
 #include "remote/signals.h"
 #include "util/log.h"
@@ -165,6 +166,8 @@ remora_status_t remora_signals_wait(remora_signals_h sig, size_t index, remora_c
 
 /* ------------------------------------------------------------ server */
 
+static void prime_staging(remora_server_h s);
+
 remora_status_t remora_server_expose_signals(remora_server_h s, const char *name,
                                              remora_signals_h sig)
 {
@@ -197,7 +200,38 @@ remora_status_t remora_server_expose_signals(remora_server_h s, const char *name
         }
     }
     rm_engine_unlock(s->ctx);
+    if (st == REMORA_OK && sig->dev != NULL)
+        prime_staging(s);
     return st;
+}
+
+/*
+ * A server exposing signals is one that local streams wait on. Have the
+ * pinned memory and the copy stream its staging path needs (a WRITE_SIGNAL
+ * into a GPU region over TCP lands in a staging buffer and is copied to the
+ * device) made now, while no stream waits: allocating page-locked memory
+ * while a stream of this process waited (cuStreamWaitValue64) with kernels
+ * queued behind the wait for this very server's signal stalled the
+ * allocation or the copy after it, the progress thread with it, and the
+ * connection (two-process TCP ping-pong, docs/stream.md).
+ */
+#define RM_SIGNALS_STAGE_PRIME 2 /* staging buffers made up front */
+
+static void prime_staging(remora_server_h s)
+{
+    void *b[RM_SIGNALS_STAGE_PRIME] = {0};
+
+    rm_engine_lock(s->ctx);
+    for (int i = 0; i < RM_SIGNALS_STAGE_PRIME && s->stage; i++)
+        b[i] = rm_stage_get(s->stage, 1);
+    rm_engine_unlock(s->ctx);
+    if (b[0] && b[1] && rm_cuda_copy(b[0], b[1], 8) != REMORA_OK) /* the copy stream */
+        rm_info("signals: could not warm the staging copy stream");
+    rm_engine_lock(s->ctx);
+    for (int i = 0; i < RM_SIGNALS_STAGE_PRIME && s->stage; i++)
+        if (b[i])
+            rm_stage_put(s->stage, b[i], 1);
+    rm_engine_unlock(s->ctx);
 }
 
 void rm_server_signals_region_gone(remora_server_h s, rm_region_t *r)
