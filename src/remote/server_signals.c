@@ -212,7 +212,7 @@ remora_status_t remora_server_expose_signals(remora_server_h s, const char *name
  * device) made now, while no stream waits: allocating page-locked memory
  * while a stream of this process waited (cuStreamWaitValue64) with kernels
  * queued behind the wait for this very server's signal stalled the
- * allocation or the copy after it, the progress thread with it, and the
+ * staging (allocation or first copy), the progress thread with it, and the
  * connection (two-process TCP ping-pong, docs/stream.md).
  */
 #define RM_SIGNALS_STAGE_PRIME 2 /* staging buffers made up front */
@@ -225,8 +225,16 @@ static void prime_staging(remora_server_h s)
     for (int i = 0; i < RM_SIGNALS_STAGE_PRIME && s->stage; i++)
         b[i] = rm_stage_get(s->stage, 1);
     rm_engine_unlock(s->ctx);
-    if (b[0] && b[1] && rm_cuda_copy(b[0], b[1], 8) != REMORA_OK) /* the copy stream */
-        rm_info("signals: could not warm the staging copy stream");
+    /* The copy stream, and a first copy each way on every device (the
+     * driver sets some of its copy machinery up on first use). */
+    for (int d = 0; b[0] && d < rm_cuda_device_count(); d++) {
+        void *g = NULL;
+        if (rm_cuda_mem_alloc(d, 4096, &g) != REMORA_OK)
+            continue;
+        if (rm_cuda_copy(g, b[0], 64) != REMORA_OK || rm_cuda_copy(b[0], g, 64) != REMORA_OK)
+            rm_info("signals: could not warm the staging copies of device %d", d);
+        rm_cuda_mem_free(d, g);
+    }
     rm_engine_lock(s->ctx);
     for (int i = 0; i < RM_SIGNALS_STAGE_PRIME && s->stage; i++)
         if (b[i])
