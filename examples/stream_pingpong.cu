@@ -146,6 +146,20 @@ int main(int argc, char **argv)
     CK(cudaMemset(errors, 0, sizeof(*errors)));
     uint8_t *local = (uint8_t *)remora_mem_address(mem);
     int blocks = (int)((size + 255) / 256 > 1024 ? 1024 : (size + 255) / 256 + 1);
+    /* Every kernel loaded before a stream waits. With CUDA's lazy loading
+     * (the default since 12.2) a kernel's first launch loads it, and that
+     * load waits for the device while holding the driver: launched behind
+     * a remora_stream_wait whose signal this process's own server must
+     * deliver with a CUDA copy (the staging path), it never returns, the
+     * server's progress thread blocks in that copy, and the peer declares
+     * it dead (docs/stream.md, "Rules for callers"). */
+    bump<<<1, 1, 0, st>>>(round);
+    fill<<<blocks, 256, 0, st>>>(src, size, round, rank);
+    verify<<<blocks, 256, 0, st>>>(local, size, round, 0, errors);
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemset(round, 0, sizeof(uint64_t)));
+    CK(cudaMemset(errors, 0, sizeof(*errors)));
+    CK(cudaDeviceSynchronize());
 
     /* Rank 0 sends, rank 1 answers; both count rounds on the stream. */
     double t0 = 0;

@@ -76,7 +76,6 @@
 
 #include "mem/cuda.h"
 #include "mem/shm.h"
-#include "mem/stage.h"
 #include "remote/client.h"
 #include "remote/signals.h"
 #include "util/log.h"
@@ -215,13 +214,12 @@ static remora_status_t page_alloc(size_t len, uint64_t **words_p, void **dev_p)
 
 /*
  * Channel pages come from a pool registered once per process, at the first
- * stream call (pool_prime), not when a channel is made. Registering host
- * memory (cuMemHostRegister) is a heavyweight driver operation: made while
- * a stream of the process waits (cuStreamWaitValue64) for a signal that
- * this process's own staging server must deliver with CUDA copies, it
- * stalled those copies, hence the server's progress thread, its heartbeats
- * and the connection (the two-process TCP ping-pong hung: rank 1's first
- * put_signal made its channel while its stream waited for rank 0's data).
+ * stream call (pool_prime), not when a channel is made: registering host
+ * memory (cuMemHostRegister) takes hundreds of microseconds and is one of
+ * the operations CUDA documents as synchronizing implicitly, so it is better
+ * done once, early (a program's first stream call is usually made while its
+ * streams are idle), than on the enqueue path of a channel's first
+ * operation, when the program's streams may be waiting on one another.
  * Channels beyond the pool register pages as before.
  */
 #define RM_STREAM_CHAN_BYTES (RM_STREAM_PAGE + RM_STREAM_INLINE)
@@ -249,8 +247,6 @@ static void pool_prime(void)
                 page_pool.base      = p; /* kept for the life of the process */
                 page_pool.dev       = dev;
                 page_pool.free_mask = RM_STREAM_POOL >= 32 ? UINT32_MAX : (1u << RM_STREAM_POOL) - 1;
-                /* rm_cuda_copy's stream (proxy copies, staging) made now too. */
-                rm_cuda_copy((char *)p + RM_STREAM_PAGE, (char *)p + RM_STREAM_PAGE + 64, 8);
             } else {
                 free(p);
             }
@@ -851,18 +847,6 @@ static remora_status_t chan_get(remora_context_h ctx, remora_client_h c, void *s
         page_free(ch->words);
         free(ch);
         ch = other;
-    } else if (c && c->stage) {
-        /* The client's staging buffers (large puts and gets of GPU memory
-         * through staging) made now rather than by the proxy while streams
-         * of this process may wait: see pool_prime. */
-        void *b[2];
-        rm_engine_lock(c->ctx);
-        for (int i = 0; i < 2; i++)
-            b[i] = rm_stage_get(c->stage, 1);
-        for (int i = 0; i < 2; i++)
-            if (b[i])
-                rm_stage_put(c->stage, b[i], 1);
-        rm_engine_unlock(c->ctx);
     }
     *ch_p = ch;
     return REMORA_OK;

@@ -10,7 +10,6 @@
 
 #include "mem/cuda.h"
 #include "mem/mem.h"
-#include "mem/stage.h"
 #include "remote/client.h"
 #include "remote/signals.h"
 #include "util/log.h"
@@ -166,8 +165,6 @@ remora_status_t remora_signals_wait(remora_signals_h sig, size_t index, remora_c
 
 /* ------------------------------------------------------------ server */
 
-static void prime_staging(remora_server_h s);
-
 remora_status_t remora_server_expose_signals(remora_server_h s, const char *name,
                                              remora_signals_h sig)
 {
@@ -200,46 +197,7 @@ remora_status_t remora_server_expose_signals(remora_server_h s, const char *name
         }
     }
     rm_engine_unlock(s->ctx);
-    if (st == REMORA_OK && sig->dev != NULL)
-        prime_staging(s);
     return st;
-}
-
-/*
- * A server exposing signals is one that local streams wait on. Have the
- * pinned memory and the copy stream its staging path needs (a WRITE_SIGNAL
- * into a GPU region over TCP lands in a staging buffer and is copied to the
- * device) made now, while no stream waits: allocating page-locked memory
- * while a stream of this process waited (cuStreamWaitValue64) with kernels
- * queued behind the wait for this very server's signal stalled the
- * staging (allocation or first copy), the progress thread with it, and the
- * connection (two-process TCP ping-pong, docs/stream.md).
- */
-#define RM_SIGNALS_STAGE_PRIME 2 /* staging buffers made up front */
-
-static void prime_staging(remora_server_h s)
-{
-    void *b[RM_SIGNALS_STAGE_PRIME] = {0};
-
-    rm_engine_lock(s->ctx);
-    for (int i = 0; i < RM_SIGNALS_STAGE_PRIME && s->stage; i++)
-        b[i] = rm_stage_get(s->stage, 1);
-    rm_engine_unlock(s->ctx);
-    /* The copy stream, and a first copy each way on every device (the
-     * driver sets some of its copy machinery up on first use). */
-    for (int d = 0; b[0] && d < rm_cuda_device_count(); d++) {
-        void *g = NULL;
-        if (rm_cuda_mem_alloc(d, 4096, &g) != REMORA_OK)
-            continue;
-        if (rm_cuda_copy(g, b[0], 64) != REMORA_OK || rm_cuda_copy(b[0], g, 64) != REMORA_OK)
-            rm_info("signals: could not warm the staging copies of device %d", d);
-        rm_cuda_mem_free(d, g);
-    }
-    rm_engine_lock(s->ctx);
-    for (int i = 0; i < RM_SIGNALS_STAGE_PRIME && s->stage; i++)
-        if (b[i])
-            rm_stage_put(s->stage, b[i], 1);
-    rm_engine_unlock(s->ctx);
 }
 
 void rm_server_signals_region_gone(remora_server_h s, rm_region_t *r)
