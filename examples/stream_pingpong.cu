@@ -15,6 +15,10 @@
  * --raw runs the baseline instead: the same ping-pong with only
  * cuMemcpyAsync into the peer's buffer (CUDA IPC) and cuStreamWriteValue64 /
  * cuStreamWaitValue64 on a shared host word, with no remora at all.
+ * --raw-local runs that baseline with both ranks in this one process (two
+ * streams of one context; RANK and the ports are ignored): the same GPU
+ * work without the GPU switching between two processes' contexts, which
+ * is what most of a two-process round trip on one GPU is (docs/stream.md).
  * RANK 0 prints "rtt_us=..." (mean round trip) and "PASSED" or "FAILED".
  * Exit: 0 passed, 1 failed, 77 no GPU (skipped).
  */
@@ -68,10 +72,11 @@ __global__ void verify(const volatile uint8_t *p, size_t n, const uint64_t *roun
 __global__ void bump(uint64_t *round) { ++*round; }
 
 static int run_raw(int rank, int iters, size_t size);
+static int run_raw_local(int iters, size_t size);
 
 int main(int argc, char **argv)
 {
-    int ndev = 0, raw = 0;
+    int ndev = 0, raw = 0, raw_local = 0;
     if (argc < 4) {
         fprintf(stderr, "usage: %s RANK LISTEN_PORT PEER_PORT [ITERS] [SIZE] [--raw]\n", argv[0]);
         return 2;
@@ -81,12 +86,21 @@ int main(int argc, char **argv)
     size_t size = argc > 5 && argv[5][0] != '-' ? strtoull(argv[5], NULL, 0) : 64;
     for (int i = 4; i < argc; i++) {
         raw |= strcmp(argv[i], "--raw") == 0;
+        raw_local |= strcmp(argv[i], "--raw-local") == 0;
     }
+    /* Kernels loaded with the module, not at their first launch (see the
+     * comment before the loop); measured: with lazy loading the TCP
+     * (staging) ping-pong hung in round 1, with eager loading it passed.
+     * The launches before the loop keep it correct where a caller forces
+     * lazy loading. */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIPPED: no GPU\n");
         return 77;
     }
     CK(cudaSetDevice(0));
+    if (raw_local)
+        return run_raw_local(iters, size);
     if (raw)
         return run_raw(rank, iters, size);
 
@@ -138,6 +152,20 @@ int main(int argc, char **argv)
     CK(cudaMemset(errors, 0, sizeof(*errors)));
     uint8_t *local = (uint8_t *)remora_mem_address(mem);
     int blocks = (int)((size + 255) / 256 > 1024 ? 1024 : (size + 255) / 256 + 1);
+    /* Every kernel loaded before a stream waits. With CUDA's lazy loading
+     * (the default since 12.2) a kernel's first launch loads it, and that
+     * load waits for the device while holding the driver: launched behind
+     * a remora_stream_wait whose signal this process's own server must
+     * deliver with a CUDA copy (the staging path), it never returns, the
+     * server's progress thread blocks in that copy, and the peer declares
+     * it dead (docs/stream.md, "Rules for callers"). */
+    bump<<<1, 1, 0, st>>>(round);
+    fill<<<blocks, 256, 0, st>>>(src, size, round, rank);
+    verify<<<blocks, 256, 0, st>>>(local, size, round, 0, errors);
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemset(round, 0, sizeof(uint64_t)));
+    CK(cudaMemset(errors, 0, sizeof(*errors)));
+    CK(cudaDeviceSynchronize());
 
     /* Rank 0 sends, rank 1 answers; both count rounds on the stream. */
     double t0 = 0;
@@ -264,5 +292,72 @@ static int run_raw(int rank, int iters, size_t size)
     CK(cudaIpcCloseMemHandle(peer));
     if (rank == 0)
         shm_unlink(name);
+    return herr ? 1 : 0;
+}
+
+/* The baseline in one process: rank r's work on stream st[r], flags in one
+ * mapped host page, copies within the device. Every round is queued behind
+ * a gate first and the clock runs from opening it, so the figure is the
+ * GPU's round trip, not the host's launch rate (at most 64 rounds: all
+ * must fit in the streams' queues). */
+static int run_raw_local(int iters, size_t size)
+{
+    if (iters > 64)
+        iters = 64;
+    volatile uint64_t *flag;
+    uint64_t *dflag;
+    CK(cudaHostAlloc((void **)&flag, 4096, cudaHostAllocMapped));
+    flag[0] = flag[1] = flag[2] = 0;
+    CK(cudaHostGetDevicePointer((void **)&dflag, (void *)flag, 0));
+    uint8_t *buf[2], *src[2];
+    uint64_t *round[2];
+    unsigned long long *errors, herr = 0;
+    cudaStream_t st[2];
+    for (int r = 0; r < 2; r++) {
+        CK(cudaMalloc(&buf[r], size ? size : 1));
+        CK(cudaMalloc(&src[r], size ? size : 1));
+        CK(cudaMalloc(&round[r], sizeof(uint64_t)));
+        CK(cudaMemset(round[r], 0, sizeof(uint64_t)));
+        CK(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));
+    }
+    CK(cudaMalloc(&errors, sizeof(*errors)));
+    CK(cudaMemset(errors, 0, sizeof(*errors)));
+    int blocks = (int)((size + 255) / 256 > 1024 ? 1024 : (size + 255) / 256 + 1);
+    for (int r = 0; r < 2; r++) { /* every kernel loaded before anything waits */
+        bump<<<1, 1, 0, st[r]>>>(round[r]);
+        fill<<<blocks, 256, 0, st[r]>>>(src[r], size, round[r], r);
+        verify<<<blocks, 256, 0, st[r]>>>(buf[r], size, round[r], 0, errors);
+    }
+    CK(cudaDeviceSynchronize());
+    for (int r = 0; r < 2; r++)
+        CK(cudaMemset(round[r], 0, sizeof(uint64_t)));
+    CK(cudaMemset(errors, 0, sizeof(*errors)));
+    CK(cudaDeviceSynchronize());
+    for (int r = 0; r < 2; r++)
+        DK(cuStreamWaitValue64(st[r], (CUdeviceptr)(dflag + 2), 1, CU_STREAM_WAIT_VALUE_GEQ));
+    for (int i = 1; i <= iters; i++) {
+        for (int rank = 0; rank < 2; rank++) {
+            cudaStream_t s = st[rank];
+            bump<<<1, 1, 0, s>>>(round[rank]);
+            if (rank == 1) {
+                DK(cuStreamWaitValue64(s, (CUdeviceptr)(dflag + 1), (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ));
+                verify<<<blocks, 256, 0, s>>>(buf[1], size, round[1], 0, errors);
+            }
+            fill<<<blocks, 256, 0, s>>>(src[rank], size, round[rank], rank);
+            CK(cudaMemcpyAsync(buf[1 - rank], src[rank], size, cudaMemcpyDeviceToDevice, s));
+            DK(cuStreamWriteValue64(s, (CUdeviceptr)(dflag + (1 - rank)), (uint64_t)i, 0));
+            if (rank == 0) {
+                DK(cuStreamWaitValue64(s, (CUdeviceptr)(dflag + 0), (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ));
+                verify<<<blocks, 256, 0, s>>>(buf[0], size, round[0], 1, errors);
+            }
+        }
+    }
+    double t0 = now_us();
+    __atomic_store_n((uint64_t *)&flag[2], 1, __ATOMIC_RELEASE); /* the gate opens */
+    CK(cudaDeviceSynchronize());
+    double t1 = now_us();
+    CK(cudaMemcpy(&herr, errors, sizeof(herr), cudaMemcpyDeviceToHost));
+    printf("path=raw-local size=%zu iters=%d rtt_us=%.2f mismatched_bytes=%llu %s\n", size, iters,
+           (t1 - t0) / iters, herr, herr ? "FAILED" : "PASSED");
     return herr ? 1 : 0;
 }

@@ -10,6 +10,10 @@
 #
 # Internal mode (CTest's gpu_stream_pingpong_*):
 #   scripts/gpu-stream.sh --pingpong STREAM_PINGPONG_BIN ipc|tcp|raw [ITERS] [SIZE]
+# Rank 1's output is printed after rank 0's; with REMORA_PP_LOGDIR set both
+# ranks' logs are also kept there (pp_<mode>_<iters>_<size>_rank<N>.log).
+# Build only (as scripts/gpu-test.sh, without running the tests):
+#   scripts/gpu-stream.sh --build BUILD_DIR
 set -uo pipefail
 
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; }
@@ -26,16 +30,46 @@ pingpong() {
     *) echo "unknown mode $mode" >&2; return 2 ;;
   esac
   have_gpu || { echo "SKIPPED: no GPU"; return 77; }
-  env "${envs[@]}" REMORA_LOG=warn timeout -k 5 120 "$bin" 1 "$p1" "$p0" "$iters" "$size" "${extra[@]}" \
-      > /tmp/remora_pp1_$$.log 2>&1 &
+  local tmo=${REMORA_PP_TIMEOUT:-120} log1 log0
+  log1=$(mktemp /tmp/remora_pp1_XXXXXX); log0=$(mktemp /tmp/remora_pp0_XXXXXX)
+  env "${envs[@]}" REMORA_LOG=${REMORA_LOG:-warn} timeout -k 5 "$tmo" "$bin" 1 "$p1" "$p0" "$iters" "$size" "${extra[@]}" \
+      > "$log1" 2>&1 &
   local pid1=$!
-  env "${envs[@]}" REMORA_LOG=warn timeout -k 5 120 "$bin" 0 "$p0" "$p1" "$iters" "$size" "${extra[@]}"
+  env "${envs[@]}" REMORA_LOG=${REMORA_LOG:-warn} timeout -k 5 "$tmo" "$bin" 0 "$p0" "$p1" "$iters" "$size" "${extra[@]}" \
+      > "$log0" 2>&1
   local rc0=$?
   wait "$pid1"; local rc1=$?
-  sed 's/^/  rank1: /' /tmp/remora_pp1_$$.log; rm -f /tmp/remora_pp1_$$.log
+  cat "$log0"
+  echo "rank0 exit $rc0, rank1 exit $rc1"
+  sed 's/^/  rank1: /' "$log1"
+  if [ -n "${REMORA_PP_LOGDIR:-}" ]; then
+    mkdir -p "$REMORA_PP_LOGDIR"
+    cp "$log0" "$REMORA_PP_LOGDIR/pp_${mode}_${iters}_${size}_rank0.log"
+    cp "$log1" "$REMORA_PP_LOGDIR/pp_${mode}_${iters}_${size}_rank1.log"
+  fi
+  rm -f "$log0" "$log1"
   [ "$rc0" = 77 ] && return 77
   [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
 }
+
+if [ "${1:-}" = "--build" ]; then
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  build=${2:?usage: $0 --build BUILD_DIR}
+  deps=$root/.gpu-deps
+  args=(-G Ninja -DREMORA_WERROR=ON)
+  if [ -d "$deps" ]; then
+    lib=$deps/usr/lib/x86_64-linux-gnu
+    export PKG_CONFIG_PATH=$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+    args+=(-DREMORA_UCX_INCLUDE_DIR="$deps/usr/include")
+    if ! command -v pkg-config >/dev/null 2>&1 && [ -x "$deps/usr/bin/pkgconf" ]; then
+      args+=(-DPKG_CONFIG_EXECUTABLE="$deps/usr/bin/pkgconf")
+    fi
+  fi
+  cmake -S "$root" -B "$build" "${args[@]}" >/dev/null && ninja -C "$build" >/dev/null
+  exit $?
+fi
 
 if [ "${1:-}" = "--pingpong" ]; then
   shift
@@ -50,6 +84,7 @@ mkdir -p "$out"
 gpu=$build/tests/gpu
 [ -d "$root/.gpu-deps" ] && export LD_LIBRARY_PATH=$root/.gpu-deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export REMORA_LOG=${REMORA_LOG:-warn}
+export REMORA_PP_LOGDIR=$out
 summary=$out/summary.txt
 : > "$summary"
 failed=0
@@ -85,6 +120,7 @@ grep -E "^(dead peer|sizes|graph|signals|wait|bad args|two gpus|SKIPPED|FAILED)"
 # 2. Ping-pongs between two processes on GPU 0, 10,000 round trips, 64 B.
 step pingpong_ipc 130 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
 step pingpong_raw 130 -- "$0" --pingpong "$gpu/stream_pingpong" raw 10000 64
+step pingpong_raw_local 60 -- "$gpu/stream_pingpong" 0 0 0 64 64 --raw-local
 step pingpong_tcp 130 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
 step pingpong_ipc_1MiB 60 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
 
@@ -109,6 +145,8 @@ say "== figures (docs/performance.md, stream-ordered operations)"
 say "  same-host put_signal ping-pong RTT, 64 B (path $(val pingpong_ipc path)): ${ipc:-n/a} us"
 say "  raw cuMemcpyAsync + stream memop ping-pong RTT, 64 B: ${raw:-n/a} us"
 check "ratio remora / raw" "$(ratio "$ipc" "$raw")" "<=" 1.5
+say "  the same raw round trip with both ranks in one process (no switching between"
+say "  two processes' GPU contexts), 64 B: $(val pingpong_raw_local rtt_us) us"
 say "  TCP (staging) put_signal ping-pong RTT, 64 B: ${tcp:-n/a} us; host 64 B read RTT: ${rd:-n/a} us"
 check "TCP ping-pong RTT - host read RTT (us)" "$(diff_ "$tcp" "$rd")" "<=" 10
 for b in bench_tcp bench_am; do
