@@ -50,9 +50,11 @@ VETH2=rmf$((ID % 100000))b
 OCTET=$((ID % 250 + 1))
 ADDR1=10.232.$OCTET.1
 ADDR2=10.232.$OCTET.2
-PORT_SERVE=47101
-PORT_STREAM=47102
-PORT_RESTART=47103
+# Below the kernel's ephemeral range (32768..), so no UCX listener or client
+# socket in the namespace can already hold them.
+PORT_SERVE=27101
+PORT_STREAM=27102
+PORT_RESTART=27103
 TMP=$(mktemp -d /tmp/remora-netns-faults-XXXXXX)
 PIDS=() # every process we started, killed by PID in the trap
 FAILED=0
