@@ -10,6 +10,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: scripts/gpu-python.sh OUTDIR [BUILD_DIR]}
 build=${2:-$root/build-gpu}
+build=$(cd "$build" 2>/dev/null && pwd || echo "$build") # absolute: the build happens in python/
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 py=${PYTHON:-python3}
@@ -37,16 +38,12 @@ export REMORA_BUILD_DIR=$build CFLAGS="-Werror"
 cd "$root/python"
 rm -rf build remora/_remora*.so
 pyrun=$py
+# In place, with the machine's own python3: there it is itself a virtual
+# environment (torch, CuPy, numpy, pytest), which a venv made from it would
+# not see.
 if "$py" -c 'import setuptools' 2>/dev/null; then
-  if "$py" -m venv --system-site-packages "$build/.venv-gpu" 2>/dev/null &&
-     "$build/.venv-gpu/bin/python" -m pip install -q --no-build-isolation --no-index --no-deps \
-        --force-reinstall . ; then
-    pyrun=$build/.venv-gpu/bin/python
-  else
-    echo "(pip install failed or no venv: building in place)"
-    "$py" setup.py -q build_ext --inplace || exit 1
-    export PYTHONPATH=$root/python
-  fi
+  "$py" setup.py -q build_ext --inplace || exit 1
+  export PYTHONPATH=$root/python
 else
   echo "no setuptools for $py: cannot build the extension"; exit 1
 fi
