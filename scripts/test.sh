@@ -9,9 +9,11 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 
 jobs=$(nproc)
-run_suite() { # DIR LABEL
-  echo "== tests ($2)"
-  ctest --test-dir "$1" --output-on-failure --timeout 300 -j "$jobs"
+run_suite() { # DIR LABEL [CTEST ARGS...]
+  local dir=$1 label=$2
+  shift 2
+  echo "== tests ($label)"
+  ctest --test-dir "$dir" --output-on-failure --timeout 300 -j "$jobs" "$@"
 }
 
 scripts/build.sh build
@@ -20,7 +22,7 @@ scripts/python-test.sh build
 
 scripts/build.sh build-asan -DREMORA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite build-asan "ASan + UBSan"
+  run_suite build-asan "ASan + UBSan; stress runs in the release pass only" -LE stress
 # The Python tests again over the sanitized library. The interpreter is not
 # sanitized, so the runtimes are preloaded, and leak detection is off (CPython
 # keeps its memory until exit); the C suites above check leaks. The extension

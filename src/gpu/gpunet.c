@@ -119,6 +119,11 @@ typedef struct worker_arg {
 } worker_arg_t;
 
 /* Destroyed proxies' queue memory, kept for kernels that may still look. */
+/* Queue memory of destroyed proxies (remora_gpunet_destroy). */
+static struct {
+    void *mem, *locks;
+} parked[256];
+static unsigned nparked;
 static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t ld_acq(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -946,8 +951,15 @@ void remora_gpunet_destroy(remora_gpunet_h g)
         remora_context_destroy(g->cctx);
     for (unsigned w = 0; w < g->nworkers; w++)
         close(g->epfd[w]);
-    /* The queue memory stays: kernels may still read it (see design notes). */
+    /* The queue memory stays: kernels may still read it (see design notes).
+     * It is parked where the process can still reach it (and leak checkers
+     * see that it is kept on purpose). */
     pthread_mutex_lock(&parked_lock);
+    if (nparked < sizeof(parked) / sizeof(parked[0])) {
+        parked[nparked].mem   = g->mem;
+        parked[nparked].locks = g->locks;
+        nparked++;
+    }
     rm_info("gpunet: proxy stopped; %zu bytes of queue memory kept for running kernels",
             g->mem_len);
     pthread_mutex_unlock(&parked_lock);
