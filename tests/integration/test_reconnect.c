@@ -372,7 +372,10 @@ static void test_same_instance(void **state)
     (void)before;
 
     assert_true(it_stop_process(s.pid, 5000));
-    it_sleep_ms(2500); /* past the 2 s peer timeout */
+    it_sleep_ms(2500); /* past the 2 s peer timeout... */
+    double t_stop = it_now_ms(); /* ...and until the client said so (slower under ASan) */
+    while (atomic_load(&ev.disconnected) == 0 && it_now_ms() - t_stop < 10000)
+        it_sleep_ms(10);
     kill(s.pid, SIGCONT);
     double t0 = it_now_ms();
     remora_status_t st;
@@ -383,6 +386,8 @@ static void test_same_instance(void **state)
     } while (st != REMORA_OK && it_now_ms() - t0 < 10000);
     it_assert_ok(st);
     printf("  same instance: read again %.0f ms after SIGCONT\n", it_now_ms() - t0);
+    while (atomic_load(&ev.reconnected) == 0 && it_now_ms() - t0 < 15000)
+        it_sleep_ms(10); /* events come from the progress thread */
     assert_int_equal(atomic_load(&ev.reconnected), 1);
     assert_int_equal(atomic_load(&ev.same_instance), 1);
     assert_int_equal(atomic_load(&ev.new_instance), 0);
