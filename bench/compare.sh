@@ -49,7 +49,7 @@ perftest() {
   local line=""
   # The perftest server serves one client and exits: connect only once it listens.
   for _ in $(seq 50); do
-    ss -ltn 2>/dev/null | grep -q ":$port " && break
+    grep -q ":$port " <<<"$(ss -ltn 2>/dev/null)" && break
     sleep 0.05
   done
   for _ in $(seq 50); do

@@ -10,7 +10,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
 
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -16,7 +16,7 @@
 #   scripts/gpu-stream.sh --build BUILD_DIR
 set -uo pipefail
 
-have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; }
+have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && grep -q GPU <<<"$(nvidia-smi -L 2>/dev/null)"; }
 
 # Two ranks on this host; rank 0's line on stdout. Ports from the PID.
 pingpong() {

@@ -15,7 +15,7 @@ pc=$(find "$tmp/prefix" -name kiro.pc)
 export PKG_CONFIG_PATH=$(dirname "$pc")
 libdir=$(pkg-config --variable=libdir kiro)
 # relocatable: the .pc names the temp prefix without having been configured for it
-pkg-config --cflags kiro | grep -q -- "-I$tmp/prefix" || [ "$(cd "$libdir" && pwd -P)" = "$(cd "$tmp/prefix" && pwd -P)/$(basename "$libdir")" ]
+grep -q -- "-I$tmp/prefix" <<<"$(pkg-config --cflags kiro)" || [ "$(cd "$libdir" && pwd -P)" = "$(cd "$tmp/prefix" && pwd -P)/$(basename "$libdir")" ]
 test -f "$tmp/prefix/include/kiro/kiro-server.h"
 
 cat >"$tmp/a.c" <<'C'
@@ -51,9 +51,12 @@ C
 cc -Wall -Werror -o "$tmp/a" "$tmp/a.c" $(pkg-config --cflags --libs kiro)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # A sanitizer build's libraries need the ASan runtime loaded first; a plain
-# program built with pkg-config does not link it.
+# program built with pkg-config does not link it.  (Capture ldd's output
+# before matching: `ldd | grep -q` under pipefail fails whenever grep exits
+# before ldd has finished writing.)
 preload=
-if LD_LIBRARY_PATH=$libdir ldd "$tmp/a" | grep -q libasan; then
+deps=$(LD_LIBRARY_PATH=$libdir ldd "$tmp/a")
+if grep -q libasan <<<"$deps"; then
   preload=$(cc -print-file-name=libasan.so)
 fi
 LD_PRELOAD=$preload LD_LIBRARY_PATH=$libdir "$tmp/a" "$port"
@@ -63,5 +66,5 @@ bad=$(nm -D --defined-only "$libdir/libkiro.so.0" | awk '$2 != "A" {print $3}' |
 [ -z "$bad" ] || { echo "libkiro exports non-kiro symbols: $bad"; exit 1; }
 n=$(nm -D --defined-only "$libdir/libkiro.so.0" | awk '$2 == "T" {print $3}' | grep -c '^kiro_')
 [ "$n" -eq 50 ] || { echo "expected 50 kiro_* functions, found $n"; exit 1; }
-readelf -d "$libdir/libkiro.so.0" | grep -q 'SONAME.*libkiro.so.0'
+grep -q 'SONAME.*libkiro.so.0' <<<"$(readelf -d "$libdir/libkiro.so.0")"
 echo "kiro pkg-config: ok"
