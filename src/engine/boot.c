@@ -65,14 +65,13 @@ remora_status_t rm_boot_listen(const char *addr, int *fd_p)
     return REMORA_OK;
 }
 
-int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len)
+int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len, const char **why)
 {
-    const uint8_t *mine = ctx->worker_addr;
-
-    /* The low nibble of the first byte is UCX's address format version; UCX
-     * aborts on another. Only authenticated peers get this far (see the
-     * design notes): this stops mistakes, not a peer that holds the token. */
-    return len >= 8 && len <= RM_WORKER_ADDR_MAX && (addr[0] & 0x0f) == (mine[0] & 0x0f);
+    if (len < 8 || len > RM_WORKER_ADDR_MAX) {
+        *why = "address length out of range";
+        return 0;
+    }
+    return rm_ucx_addr_check(&ctx->addr_shape, addr, len, why) == 0;
 }
 
 int rm_boot_send(int fd, const void *buf, size_t len)

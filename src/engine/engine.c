@@ -582,6 +582,20 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
     return status;
 }
 
+/* Peers' worker addresses are checked against our own before UCX sees them
+ * (ucx_addr.h). A UCX whose address format this code does not know leaves
+ * only the length and version checks: said once per process. */
+static ucs_status_t learn_addr_shape(remora_context_h ctx)
+{
+    static atomic_int warned;
+
+    if (rm_ucx_addr_learn(&ctx->addr_shape, ctx->worker_addr, ctx->worker_addr_len) != 0 &&
+        atomic_exchange(&warned, 1) == 0)
+        rm_warn("this UCX's worker address format is not one remora can check; peers' "
+                "addresses go to UCX after AUTH with only their length checked");
+    return UCS_OK;
+}
+
 static ucs_status_t create_worker(remora_context_h ctx)
 {
     ucp_worker_params_t wp = {
@@ -597,6 +611,7 @@ static ucs_status_t create_worker(remora_context_h ctx)
     if ((status = ucp_worker_get_address(ctx->worker, (ucp_address_t **)&ctx->worker_addr,
                                          &ctx->worker_addr_len)) != UCS_OK ||
         (status = ucp_worker_get_efd(ctx->worker, &ctx->efd)) != UCS_OK ||
+        (status = learn_addr_shape(ctx)) != UCS_OK ||
         (status = set_am_handler(ctx, RM_AM_ID_TO_SERVER)) != UCS_OK ||
         (status = set_am_handler(ctx, RM_AM_ID_TO_CLIENT)) != UCS_OK)
         return status;

@@ -26,6 +26,7 @@
 
 #include <remora/remora.h>
 
+#include "engine/ucx_addr.h"
 #include "util/list.h"
 #include "wire/wire.h"
 
@@ -106,6 +107,7 @@ struct remora_context {
     rm_list_t       tickers;
     void           *worker_addr; /* this worker's UCX address, for the bootstrap */
     size_t          worker_addr_len;
+    rm_ucx_addr_shape_t addr_shape; /* what peers' addresses are checked against */
     pthread_mutex_t lock;  /* see design notes */
     pthread_t       thread;
     atomic_int      stop;
@@ -224,9 +226,9 @@ remora_status_t rm_peer_accept_cm(rm_peer_t *peer, ucp_conn_request_h conn_reque
 remora_status_t rm_boot_listen(const char *addr, int *fd_p);
 /* Connect a non-blocking TCP socket, bounded by the deadline. */
 remora_status_t rm_boot_dial(const char *addr, uint64_t deadline, int *fd_p);
-/* Whether a peer's worker address is one this UCX can unpack (UCX asserts,
- * killing the process, on an address of another format version). */
-int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len);
+/* 1 if a peer's worker address may be handed to UCX (ucx_addr.h); otherwise
+ * 0 and *why says what is wrong with it. */
+int rm_boot_addr_plausible(remora_context_h ctx, const uint8_t *addr, size_t len, const char **why);
 /* Write all of buf on a non-blocking socket; -1 if it would block or fails. */
 int rm_boot_send(int fd, const void *buf, size_t len);
 /* Encode and send one frame (rm_boot_send_reply: with a leading status). */

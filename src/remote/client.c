@@ -837,11 +837,13 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
     remora_context_h ctx = c->ctx;
     rm_boot_frame_t f    = *reply;
     remora_status_t st;
+    const char *why;
 
     if (f.flags & RM_BOOT_CM) {
         if (len != 2)
             return REMORA_ERR_PROTOCOL;
-    } else if (!rm_boot_addr_plausible(ctx, addr, len)) {
+    } else if (!rm_boot_addr_plausible(ctx, addr, len, &why)) {
+        rm_error("the server sent a worker address this UCX cannot use: %s", why);
         return REMORA_ERR_PROTOCOL;
     } else if (len == ctx->worker_addr_len && memcmp(addr, ctx->worker_addr, len) == 0) {
         /* UCX cannot pair two endpoints of one worker to itself. */

@@ -802,8 +802,10 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
         c->state = CONN_CM_WAIT;
         return connect_reply(c, RM_BOOT_CM, le, 2);
     }
-    if (!rm_boot_addr_plausible(ctx, addr, len)) {
-        rm_warn("client %s sent a worker address this UCX cannot use", c->peer_host);
+    const char *why;
+
+    if (!rm_boot_addr_plausible(ctx, addr, len, &why)) {
+        rm_warn("client %s sent a worker address this UCX cannot use: %s", c->peer_host, why);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
     if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {

@@ -19,7 +19,7 @@
  *   libFuzzer reports as a crash. A server thread that died or wedged fails
  *   it too (connecting is bounded by the client's timeout).
  * - Two modes, chosen by the environment at start:
- *     token mode (default, the one CI runs): the server has a 32-byte token.
+ *     token mode (default): the server has a 32-byte token.
  *       The input is a sequence of raw bootstrap frames. The fuzzer cannot
  *       compute the HMAC proof, so it exercises HELLO, AUTH (wrong proofs),
  *       frames out of turn and garbage; CONNECT never gets past AUTH, and no
@@ -31,14 +31,18 @@
  *             (so nearly every mutation reaches rm_boot_addr_plausible and,
  *             when it passes, ucp_ep_create and UCX's address unpacking);
  *       odd:  the rest is raw frames, sent as they are.
- *       This mode feeds mutated worker addresses to UCX. UCX trusts worker
- *       addresses (docs/security.md §3.5), so it is for bounded runs by hand,
- *       not for CI.
+ *       This mode feeds mutated worker addresses to the server's address
+ *       check (src/engine/ucx_addr.c) and whatever passes it to UCX, which
+ *       trusts worker addresses (docs/security.md §3.5). CI runs both modes.
  * - FUZZ_BOOT_WRITE_SEEDS=DIR: at start, write the seed corpus for the
  *   current mode into DIR (tests/fuzz/run.sh does this when
- *   tests/fuzz/corpus_boot/ is empty). The worker address in the seeds is the
- *   live health-check context's, so in no-token mode a seed CONNECT reaches a
- *   worker that exists.
+ *   tests/fuzz/corpus_boot/ is empty, and always for no-token mode). The
+ *   worker address in the seeds is a live decoy context's, so in no-token
+ *   mode a seed CONNECT reaches a worker that exists. Not the health-check
+ *   client's: a server handed a live client's worker address by someone else
+ *   creates an endpoint to it, and UCX's endpoint matching (by worker uuid
+ *   and connection number) may then pair that client's own later endpoint
+ *   with the stray one; docs/security.md §3.5.
  * - Leaks: run with -detect_leaks=0 (libFuzzer's per-input leak check), and
  *   LeakSanitizer's exit check is off by default (__asan_default_options
  *   below). The server, both contexts and UCX's global state live for the
@@ -86,7 +90,7 @@ static const char g_token[] = "fuzz-boot-token-0123456789abcdef"; /* 32 bytes */
 
 static struct {
     int                notoken;
-    remora_context_h   sctx, cctx; /* server's, health-check client's */
+    remora_context_h   sctx, cctx, dctx; /* server's, health-check client's, decoy */
     remora_server_h    server;
     remora_mem_h       mem;
     char               addr[64];
@@ -193,8 +197,8 @@ static void seed_wbuf(const char *dir, const char *name, rm_wbuf_t *w)
 /* The seed corpus of the current mode, into dir. */
 static void write_seeds(const char *dir)
 {
-    const uint8_t *waddr = g.cctx->worker_addr;
-    size_t wlen          = g.cctx->worker_addr_len;
+    const uint8_t *waddr = g.dctx->worker_addr;
+    size_t wlen          = g.dctx->worker_addr_len;
     uint8_t proof[RM_MAC_LEN], junk[64];
     rm_wbuf_t w;
 
@@ -275,6 +279,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     xp.name = "fuzz-client";
     if ((st = remora_context_create(&xp, &g.cctx)) != REMORA_OK)
         die("client context", st);
+    xp.name = "fuzz-decoy";
+    if ((st = remora_context_create(&xp, &g.dctx)) != REMORA_OK)
+        die("decoy context", st);
     if ((st = remora_mem_create(g.sctx, &mp, &g.mem)) != REMORA_OK)
         die("remora_mem_create", st);
     for (size_t i = 0; i < REGION_LEN; i++)

@@ -2,16 +2,18 @@
 # Builds the libFuzzer targets with clang and runs them, bounded:
 #   fuzz_wire  every wire decoder (tests/fuzz/fuzz_wire.c)
 #   fuzz_boot  the whole bootstrap against a live in-process server, real UCX
-#              in the loop, token mode (tests/fuzz/fuzz_boot.c)
+#              in the loop (tests/fuzz/fuzz_boot.c), in both modes: token
+#              (nothing reaches UCX before AUTH) and no-token (mutated worker
+#              addresses go through the address check to ucp_ep_create)
 #
 #   tests/fuzz/run.sh [SECONDS]        (default 60, shared between the two)
 #
 # Environment:
 #   BUILD_DIR  build directory (default: build-fuzz, under the repository root)
 #   JOBS       build parallelism (default: nproc)
-#   FUZZ_BOOT_SECONDS  fuzz_boot's share of SECONDS (default 15, at most a
-#              quarter of SECONDS when SECONDS < 60; 0 skips it); fuzz_wire
-#              gets the rest
+#   FUZZ_BOOT_SECONDS  each fuzz_boot mode's share of SECONDS (default 15, at
+#              most a quarter of SECONDS when SECONDS < 60; 0 skips both);
+#              fuzz_wire gets the rest
 #   COVERAGE=1 afterwards, replay the corpus through a coverage build
 #              (BUILD_DIR-cov) and print llvm-cov's report for src/wire/wire.c
 #
@@ -25,9 +27,8 @@
 # fuzzer finds a crash, a sanitizer report, a round-trip mismatch or (fuzz_boot)
 # a failed health check of the live server.
 #
-# Not run here: fuzz_boot's no-token mode (FUZZ_BOOT_NOTOKEN=1), which hands
-# mutated worker addresses to UCX; see tests/fuzz/fuzz_boot.c and
-# docs/security.md §3.5.
+# The no-token mode's seeds hold live worker addresses of this host, so they
+# are written afresh into BUILD_DIR/fuzz-boot-notoken-seeds on every run.
 set -euo pipefail
 
 duration=${1:-60}
@@ -49,8 +50,8 @@ if [ "$duration" -lt 60 ] && [ "$boot_duration" -gt $((duration / 4)) ]; then
     boot_duration=$((duration / 4))
     [ "$boot_duration" = 0 ] && [ "${FUZZ_BOOT_SECONDS:-15}" != 0 ] && boot_duration=1
 fi
-[ "$boot_duration" -ge "$duration" ] && boot_duration=$((duration / 2))
-wire_duration=$((duration - boot_duration))
+[ $((2 * boot_duration)) -ge "$duration" ] && boot_duration=$((duration / 4))
+wire_duration=$((duration - 2 * boot_duration))
 
 # ---------------------------------------------------------------- toolchain
 if ! command -v clang >/dev/null; then
@@ -135,7 +136,7 @@ run_fuzzer() {
 }
 
 rc=0
-echo "run.sh: fuzzing ${duration}s: fuzz_wire ${wire_duration}s, fuzz_boot ${boot_duration}s"
+echo "run.sh: fuzzing ${duration}s: fuzz_wire ${wire_duration}s, fuzz_boot ${boot_duration}s per mode"
 run_fuzzer fuzz_wire "$wire_duration" "$build/fuzz_wire.log" \
     "$fuzzer" "$work" "$seeds" -max_len=9000 -use_value_profile=1 || rc=$?
 
@@ -154,6 +155,21 @@ if [ "$boot_duration" -gt 0 ]; then
     fi
     FUZZ_BOOT_NOTOKEN= run_fuzzer fuzz_boot "$boot_duration" "$build/fuzz_boot.log" \
         "$boot" "$boot_work" "$boot_seeds" -max_len=4096 -detect_leaks=0 || rc=$?
+
+    # no-token mode: anyone who connects may send a worker address; it goes
+    # through rm_ucx_addr_check and, when it passes, to ucp_ep_create.
+    nt_seeds=$build/fuzz-boot-notoken-seeds
+    nt_work=$build/fuzz-boot-notoken-corpus
+    rm -rf "$nt_seeds" && mkdir -p "$nt_seeds" "$nt_work"
+    FUZZ_BOOT_NOTOKEN=1 FUZZ_BOOT_WRITE_SEEDS=$nt_seeds "$boot" -runs=0 "$nt_seeds" \
+        >"$build/fuzz_boot_notoken_seeds.log" 2>&1 ||
+        { cat "$build/fuzz_boot_notoken_seeds.log" >&2; exit 1; }
+    # Past findings first, replayed one by one, then fuzzing.
+    FUZZ_BOOT_NOTOKEN=1 run_fuzzer fuzz_boot_findings 10 "$build/fuzz_boot_findings.log" \
+        "$boot" tests/fuzz/findings/* -detect_leaks=0 || rc=$?
+    FUZZ_BOOT_NOTOKEN=1 run_fuzzer fuzz_boot_notoken "$boot_duration" \
+        "$build/fuzz_boot_notoken.log" "$boot" "$nt_work" "$nt_seeds" -max_len=4096 \
+        -detect_leaks=0 || rc=$?
 fi
 if [ "$rc" != 0 ]; then
     echo "run.sh: FAILED" >&2

@@ -1,0 +1,352 @@
+/*
+ * Unit tests of the worker-address check (src/engine/ucx_addr.c) against a
+ * real UCX worker's own address (TCP on loopback, so the TCP rules are in
+ * play), and against addresses built here byte by byte in UCX's v1 layout:
+ * each of the malformations that crashed UCX in fuzzing is refused, and
+ * well-formed addresses from peers with other interfaces are not.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sys/socket.h>
+
+#include <cmocka.h>
+#include <ucp/api/ucp.h>
+
+#include "engine/ucx_addr.h"
+
+static struct {
+    ucp_context_h       ucp;
+    ucp_worker_h        worker;
+    uint8_t            *own;
+    size_t              own_len;
+    rm_ucx_addr_shape_t shape;
+    const rm_ucx_tl_shape_t *tcp;
+} g;
+
+static int setup(void **state)
+{
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ucp_config_t *cfg;
+
+    (void)state;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
+        return -1;
+    ucp_config_modify(cfg, "TLS", "tcp,self");
+    ucp_config_modify(cfg, "NET_DEVICES", "lo");
+    if (ucp_init(&p, cfg, &g.ucp) != UCS_OK)
+        return -1;
+    ucp_config_release(cfg);
+    if (ucp_worker_create(g.ucp, &wp, &g.worker) != UCS_OK ||
+        ucp_worker_get_address(g.worker, (ucp_address_t **)&g.own, &g.own_len) != UCS_OK)
+        return -1;
+    if (rm_ucx_addr_learn(&g.shape, g.own, g.own_len) != 0)
+        return -1;
+    for (unsigned i = 0; i < g.shape.num_tls; i++)
+        if (g.shape.tls[i].csum == rm_ucx_tl_csum("tcp"))
+            g.tcp = &g.shape.tls[i];
+    return g.tcp ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ucp_worker_release_address(g.worker, (ucp_address_t *)g.own);
+    ucp_worker_destroy(g.worker);
+    ucp_cleanup(g.ucp);
+    return 0;
+}
+
+static int check(const void *addr, size_t len)
+{
+    const char *why = NULL;
+    int rc = rm_ucx_addr_check(&g.shape, addr, len, &why);
+
+    if (rc != 0)
+        assert_non_null(why);
+    return rc;
+}
+
+/* ---------------------------------------------------------- own address */
+
+static void test_own_address_passes(void **state)
+{
+    (void)state;
+    assert_true(g.shape.known);
+    assert_int_equal(check(g.own, g.own_len), 0);
+}
+
+static void test_every_truncation_refused(void **state)
+{
+    (void)state;
+    for (size_t n = 0; n < g.own_len; n++)
+        assert_int_equal(check(g.own, n), -1);
+}
+
+static void test_trailing_byte_refused(void **state)
+{
+    uint8_t *a = malloc(g.own_len + 1);
+
+    (void)state;
+    memcpy(a, g.own, g.own_len);
+    a[g.own_len] = 0;
+    assert_int_equal(check(a, g.own_len + 1), -1);
+    free(a);
+}
+
+/* Every single-bit flip of our own address is either refused or still walks
+ * to the end of the buffer: never a read past it (ASan watches). */
+static void test_bit_flips_never_overrun(void **state)
+{
+    uint8_t *a = malloc(g.own_len);
+    unsigned refused = 0;
+
+    (void)state;
+    for (size_t i = 0; i < g.own_len; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(a, g.own, g.own_len);
+            a[i] ^= (uint8_t)(1u << bit);
+            refused += check(a, g.own_len) != 0;
+        }
+    }
+    assert_true(refused > 0);
+    free(a);
+}
+
+static void test_other_format_version_refused(void **state)
+{
+    uint8_t *a = malloc(g.own_len);
+
+    (void)state;
+    memcpy(a, g.own, g.own_len);
+    a[0] = (uint8_t)((a[0] & 0xf0) | 0x0f);
+    assert_int_equal(check(a, g.own_len), -1);
+    free(a);
+}
+
+/* ------------------------------------------- synthetic v1 addresses */
+
+typedef struct {
+    uint8_t b[256];
+    size_t  n;
+} abuf_t;
+
+static void put(abuf_t *a, const void *p, size_t n)
+{
+    assert_true(a->n + n <= sizeof(a->b));
+    memcpy(a->b + a->n, p, n);
+    a->n += n;
+}
+
+static void put8(abuf_t *a, uint8_t v) { put(a, &v, 1); }
+
+static void put_f32(abuf_t *a, float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    for (int i = 0; i < 4; i++)
+        put8(a, (uint8_t)(u >> (8 * i)));
+}
+
+typedef struct {
+    uint8_t        dev_flags;  /* NUM_PATHS 0x40, SYS 0x20 */
+    uint8_t        num_paths;
+    const uint8_t *dev;
+    size_t         dev_len;
+    uint16_t       csum;
+    float          ovh, bw, lat;
+    uint32_t       caps;
+    uint8_t        if_flags;   /* HAS_EP 0x40 */
+    size_t         iface_len;
+} synth_t;
+
+/* A one-device, one-transport v1 address with a uuid and no name. */
+static void synth(abuf_t *a, const synth_t *s)
+{
+    uint8_t port[64] = {0x12, 0x34};
+
+    a->n = 0;
+    put8(a, (uint8_t)((g.own[0] & 0x0f) | (1u << 1) << 4)); /* v1, WORKER_UUID */
+    put(a, "uuid-uid", 8);
+    put8(a, 0x60);                                /* md 0, ALLOC|REG */
+    put8(a, (uint8_t)(0x80 | s->dev_flags | s->dev_len));
+    if (s->dev_flags & 0x40)
+        put8(a, s->num_paths);
+    if (s->dev_flags & 0x20)
+        put8(a, 0);
+    put(a, s->dev, s->dev_len);
+    put8(a, (uint8_t)s->csum);
+    put8(a, (uint8_t)(s->csum >> 8));
+    put_f32(a, s->ovh);
+    put_f32(a, s->bw);
+    put_f32(a, s->lat);
+    for (int i = 0; i < 4; i++)
+        put8(a, (uint8_t)(((s->caps << 8) | 5u) >> (8 * i)));
+    put8(a, (uint8_t)(0x80 | s->if_flags | s->iface_len));
+    put(a, port, s->iface_len);
+}
+
+static const uint8_t ipv4[] = {0, AF_INET, 10, 0, 0, 7};
+static const uint8_t ipv6[] = {0, AF_INET6, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7};
+
+static synth_t tcp_ipv4(void)
+{
+    synth_t s = {.dev = ipv4, .dev_len = sizeof(ipv4), .csum = rm_ucx_tl_csum("tcp"),
+                 .ovh = 50e-6f, .bw = 1.1e9f, .lat = 10e-6f, .caps = g.tcp->cap_flags,
+                 .iface_len = 2};
+    return s;
+}
+
+static void test_peer_with_other_interfaces_passes(void **state)
+{
+    synth_t s = tcp_ipv4();
+    abuf_t a;
+
+    (void)state;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), 0);
+    s.dev = ipv6, s.dev_len = sizeof(ipv6);
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), 0);
+    s.dev_flags = 0x40 | 0x20, s.num_paths = 2; /* paths and system device bytes */
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), 0);
+}
+
+static void test_unknown_transport_walked_not_judged(void **state)
+{
+    static const uint8_t odd_dev[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    synth_t s = tcp_ipv4();
+    abuf_t a;
+
+    (void)state;
+    s.csum = rm_ucx_tl_csum("rc_mlx5"), s.dev = odd_dev, s.dev_len = sizeof(odd_dev);
+    s.caps = 0x1234, s.iface_len = 11;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), 0);
+}
+
+/* The fuzzer's crashes, one by one: each is refused. */
+static void test_crashing_shapes_refused(void **state)
+{
+    static const uint8_t no_family[] = {0, 0, 10, 0, 0, 7};
+    static const uint8_t bad_flags[] = {0x82, AF_INET, 10, 0, 0, 7};
+    synth_t s;
+    abuf_t a;
+
+    (void)state;
+    /* uct_tcp_ep_set_dest_addr dereferences a NULL device address */
+    s = tcp_ipv4(), s.dev_len = 0;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    /* an IPv4 family with an IPv6-sized address, and vice versa */
+    s = tcp_ipv4(), s.dev = ipv6, s.dev_len = sizeof(ipv4);
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    s = tcp_ipv4(), s.dev = no_family;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    s = tcp_ipv4(), s.dev = bad_flags;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    /* select.c "score >= 0.0": NaN, infinite or zero figures */
+    s = tcp_ipv4(), s.bw = NAN;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    s = tcp_ipv4(), s.bw = 0;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    s = tcp_ipv4(), s.ovh = INFINITY;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    s = tcp_ipv4(), s.lat = -1e-6f;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    s = tcp_ipv4(), s.dev_flags = 0x40, s.num_paths = 0;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    /* a known transport with another interface-address length or caps */
+    s = tcp_ipv4(), s.iface_len = 3;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    s = tcp_ipv4(), s.caps ^= 1;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+    /* endpoint addresses never belong in a worker address */
+    s = tcp_ipv4(), s.if_flags = 0x40;
+    synth(&a, &s);
+    assert_int_equal(check(a.b, a.n), -1);
+}
+
+/* A server with an InfiniBand transport: peers' device addresses differ in
+ * layout (IB LID and subnet, RoCE GID) and must be as long as their flags say. */
+static void test_ib_device_addresses_by_flags(void **state)
+{
+    static const uint8_t ib_lid[]     = {0x00, 0x12, 0x00};
+    static const uint8_t ib_full[]    = {0x40 | 0x10 | 0x02, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    static const uint8_t roce[]       = {0x08 | 0x01, 0xfe, 0x80, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 1, 3};
+    static const uint8_t eth_short[]  = {0x08, 1, 2};
+    static const uint8_t ifid_short[] = {0x40, 0x12, 0x00};
+    static const uint8_t both_nets[]  = {0x30, 0x12, 0x00, 1, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+    rm_ucx_addr_shape_t shape = g.shape;
+    rm_ucx_tl_shape_t *rc     = &shape.tls[shape.num_tls++];
+    synth_t s                 = tcp_ipv4();
+    const char *why;
+    abuf_t a;
+    struct {
+        const uint8_t *dev;
+        size_t len;
+        int expect;
+    } cases[] = {
+        {ib_lid, sizeof(ib_lid), 0},       {ib_full, sizeof(ib_full), 0},
+        {roce, sizeof(roce), 0},           {eth_short, sizeof(eth_short), -1},
+        {ifid_short, sizeof(ifid_short), -1}, {both_nets, sizeof(both_nets), -1},
+        {ib_lid, 0, -1},
+    };
+
+    (void)state;
+    memset(rc, 0, sizeof(*rc));
+    rc->csum      = rm_ucx_tl_csum("rc_verbs");
+    rc->cap_flags = 0x55;
+    rc->iface_lens[0] = 1; /* length 0: rc connects endpoint to endpoint */
+    s.csum = rc->csum, s.caps = 0x55, s.iface_len = 0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        s.dev = cases[i].dev, s.dev_len = cases[i].len;
+        synth(&a, &s);
+        assert_int_equal(rm_ucx_addr_check(&shape, a.b, a.n, &why), cases[i].expect);
+    }
+}
+
+static void test_tcp_checksum_is_ucx(void **state)
+{
+    (void)state;
+    /* Our own address names tcp under this checksum (setup found it). */
+    assert_non_null(g.tcp);
+    assert_int_not_equal(rm_ucx_tl_csum("tcp"), rm_ucx_tl_csum("self"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_own_address_passes),
+        cmocka_unit_test(test_every_truncation_refused),
+        cmocka_unit_test(test_trailing_byte_refused),
+        cmocka_unit_test(test_bit_flips_never_overrun),
+        cmocka_unit_test(test_other_format_version_refused),
+        cmocka_unit_test(test_peer_with_other_interfaces_passes),
+        cmocka_unit_test(test_unknown_transport_walked_not_judged),
+        cmocka_unit_test(test_crashing_shapes_refused),
+        cmocka_unit_test(test_ib_device_addresses_by_flags),
+        cmocka_unit_test(test_tcp_checksum_is_ucx),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
