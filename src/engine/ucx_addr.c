@@ -122,6 +122,8 @@ static float lef32(const uint8_t *p)
 
 typedef int (*entry_fn)(void *arg, const entry_t *e, const char **why);
 
+static int attrs_ok(const entry_t *e);
+
 /* The header; returns the header flags or -1. */
 static int walk_header(cursor_t *c, uint8_t *version, const char **why)
 {
@@ -277,6 +279,11 @@ static int learn_entry(void *arg, const entry_t *e, const char **why)
     rm_ucx_addr_shape_t *s = arg;
     rm_ucx_tl_shape_t *t   = shape_find(s, e->csum);
 
+    /* Held to what peers are held to, or this is not a layout we know. */
+    if (!attrs_ok(e)) {
+        *why = "implausible transport attributes";
+        return -1;
+    }
     if (t == NULL) {
         if (s->num_tls == RM_UCX_ADDR_MAX_TLS) {
             *why = "too many transports";
