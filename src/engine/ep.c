@@ -274,7 +274,30 @@ typedef struct rm_send {
     void          *cipher;   /* sealed connections: the encrypted body */
     rm_send_done_t done;
     void          *arg;
+    ucp_context_h  ucp;      /* with memh: the mapping made for this send */
+    ucp_mem_h      memh;
 } rm_send_t;
+
+/* Bulk bodies at least this long are mapped for UCX by us (map_body). */
+#define RM_SEND_MAP_MIN (8u << 10)
+
+/* UCX 1.16 aborts the process when it cancels a rendezvous send whose buffer
+ * it registered itself (the assertion "memh == NULL || ... user memh" in
+ * datatype_iter.inl, openucx/ucx#9528): exactly what happens to sends in
+ * flight when a peer dies (cancel_sends). A handle of ours makes that path
+ * clean, so large bulk bodies get one. NULL when mapping fails: the send
+ * goes ahead as before. */
+static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len)
+{
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address    = (void *)body,
+        .length     = len,
+    };
+    ucp_mem_h memh;
+
+    return ucp_mem_map(ucp, &mp, &memh) == UCS_OK ? memh : NULL;
+}
 
 /* UCX 1.13 leaves some rendezvous sends to a dead peer pending even after a
  * forced close, and may call back for them long after the peer object is
@@ -293,6 +316,8 @@ static void cancel_sends(rm_peer_t *peer)
 
 static void send_finish(rm_send_t *s, ucs_status_t status)
 {
+    if (s->memh)
+        ucp_mem_unmap(s->ucp, s->memh);
     if (s->done)
         s->done(s->arg, status);
     free(s->body_free);
@@ -345,9 +370,13 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         /* Control bodies always go eager: receivers parse them in place. */
         .flags        = UCP_AM_SEND_FLAG_REPLY | (sp->bulk ? 0 : UCP_AM_SEND_FLAG_EAGER),
     };
-    if (sp->memh && s->cipher == NULL) {
+    s->ucp  = peer->ctx->ucp;
+    s->memh = NULL;
+    if (s->cipher == NULL && sp->memh == NULL && sp->bulk && sp->body_len >= RM_SEND_MAP_MIN)
+        s->memh = map_body(s->ucp, sp->body, sp->body_len);
+    if (s->cipher == NULL && (sp->memh || s->memh)) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = sp->memh;
+        p.memh = sp->memh ? sp->memh : s->memh;
     }
     /* Listed before the call: whatever UCX does inside it, the entry is valid. */
     s->request = NULL;
