@@ -326,17 +326,21 @@ int rp_buf_get(PyObject *obj, int writable, rp_buf_t *b)
     b->device = -1;
     if (Py_IS_TYPE(obj, &rp_MemoryType))
         return rp_memory_buf(obj, writable, b);
+    /* Device memory first: a CuPy array also offers the buffer protocol,
+     * which then refuses because its data is on the GPU. Objects without the
+     * attribute, or that raise instead of answering (a CPU torch tensor),
+     * go on to the buffer protocol and DLPack. */
+    if (!PyBytes_Check(obj) && !PyByteArray_Check(obj) && !PyMemoryView_Check(obj)) {
+        cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
+        if (cai != NULL) {
+            int rc = rp_buf_cai(obj, cai, writable, b);
+            Py_DECREF(cai);
+            return rc;
+        }
+        PyErr_Clear();
+    }
     if (PyObject_CheckBuffer(obj))
         return rp_buf_host(obj, writable, b);
-    cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
-    if (cai != NULL) {
-        int rc = rp_buf_cai(obj, cai, writable, b);
-        Py_DECREF(cai);
-        return rc;
-    }
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-        return -1;
-    PyErr_Clear();
     if (PyObject_HasAttrString(obj, "__dlpack__") &&
         PyObject_HasAttrString(obj, "__dlpack_device__"))
         return rp_buf_dlpack(obj, b);

@@ -846,6 +846,61 @@ remora_status_t rm_cuda_event_sync(rm_cuda_event_h event)
 
 /* ---------------------------------------------------------------- IPC */
 
+/*
+ * Handles this process exported, and their allocations. CUDA refuses to open
+ * an IPC handle in the process that made it ("invalid device context"), yet
+ * a client may well read a server of its own process (tests, a Python
+ * program holding both): such a handle resolves to the allocation itself.
+ * A few recent ones suffice; CUDA gives one allocation the same handle
+ * every time, so a slot is found again rather than filled twice.
+ */
+#define OWN_HANDLES 64
+static struct {
+    rm_cuda_ipc_handle_t handle;
+    CUdeviceptr          base;
+} own_handles[OWN_HANDLES];
+static unsigned        own_next;
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void own_handle_add(const rm_cuda_ipc_handle_t *h, CUdeviceptr base)
+{
+    unsigned i;
+
+    pthread_mutex_lock(&own_lock);
+    for (i = 0; i < OWN_HANDLES; i++)
+        if (memcmp(&own_handles[i].handle, h, sizeof(*h)) == 0)
+            break;
+    if (i == OWN_HANDLES)
+        i = own_next++ % OWN_HANDLES;
+    own_handles[i].handle = *h;
+    own_handles[i].base   = base;
+    pthread_mutex_unlock(&own_lock);
+}
+
+/* 0 when h is not this process's; the allocation's base otherwise. */
+static CUdeviceptr own_handle_find(const rm_cuda_ipc_handle_t *h)
+{
+    CUdeviceptr base = 0;
+
+    pthread_mutex_lock(&own_lock);
+    for (unsigned i = 0; i < OWN_HANDLES && base == 0; i++)
+        if (own_handles[i].base != 0 && memcmp(&own_handles[i].handle, h, sizeof(*h)) == 0)
+            base = own_handles[i].base;
+    pthread_mutex_unlock(&own_lock);
+    return base;
+}
+
+static int own_base(CUdeviceptr base)
+{
+    int found = 0;
+
+    pthread_mutex_lock(&own_lock);
+    for (unsigned i = 0; i < OWN_HANDLES && !found; i++)
+        found = own_handles[i].base == base;
+    pthread_mutex_unlock(&own_lock);
+    return found;
+}
+
 remora_status_t rm_cuda_ipc_get(const void *p, rm_cuda_ipc_handle_t *handle, size_t *offset)
 {
     CUipcMemHandle h;
@@ -871,6 +926,7 @@ remora_status_t rm_cuda_ipc_get(const void *p, rm_cuda_ipc_handle_t *handle, siz
     if (status != REMORA_OK)
         return status;
     memcpy(handle->bytes, h.reserved, sizeof(handle->bytes));
+    own_handle_add(handle, base);
     *offset = (size_t)(dptr(p) - base);
     return REMORA_OK;
 }
@@ -883,6 +939,10 @@ remora_status_t rm_cuda_ipc_open(int device, const rm_cuda_ipc_handle_t *handle,
 
     if (handle == NULL || base == NULL)
         return REMORA_ERR_INVALID_PARAM;
+    if ((d = own_handle_find(handle)) != 0) {
+        *base = vptr(d);
+        return REMORA_OK;
+    }
     memcpy(h.reserved, handle->bytes, sizeof(h.reserved));
     if ((status = ctx_push(device)) != REMORA_OK)
         return status;
@@ -900,6 +960,8 @@ remora_status_t rm_cuda_ipc_close(int device, void *base)
 
     if (base == NULL)
         return REMORA_ERR_INVALID_PARAM;
+    if (own_base(dptr(base)))
+        return REMORA_OK; /* opened as our own allocation: nothing to close */
     if ((status = ctx_push(device)) != REMORA_OK)
         return status;
     status = cu_check(cu.IpcCloseMemHandle(dptr(base)), "cuIpcCloseMemHandle");
