@@ -50,14 +50,22 @@
  *   set (before DONE), and fails every later operation without running it.
  *   An operation in flight longer than the client's timeout aborts the
  *   connection (rm_client_abort), which fails the rest promptly.
+ * - Coalescing: signals found ready one right behind the other for the same
+ *   word go as one SIGNAL (sop_coalesce): exact final value and order, only
+ *   intermediate values skipped; DONE then jumps to the last one's number.
  * - Threads and locks: one proxy thread per context, started on first use.
- *   px->mx guards the channel list, each channel's queue and slot list;
- *   ready and in-flight lists are the proxy thread's alone. The thread
- *   polls while any channel has queued, in-flight or captured operations:
- *   it spins (yielding) for RM_STREAM_SPIN_NS after its last progress, then
- *   naps RM_STREAM_NAP_NS at a time; with none it sleeps on px->cv. It
- *   runs client calls that may block (a region lookup), which is why it is
- *   not the progress thread: those calls need the progress thread to run.
+ *   px->mx (adaptive) guards the channel list, each channel's queue, free
+ *   list and slot list; ready, in-flight and freed lists are the proxy
+ *   thread's alone. The thread polls while any channel has queued,
+ *   in-flight or captured operations: with small client operations in
+ *   flight it drives the context's progress (ctx->driver, proxy_drive) and
+ *   never naps; otherwise it spins for RM_STREAM_SPIN_NS after its last
+ *   progress, then naps RM_STREAM_NAP_NS at a time; with none it sleeps on
+ *   px->cv (enqueueing signals it only then). It runs client calls that may
+ *   block (a region lookup), which is why it is not the progress thread and
+ *   lets go of driving before each: those calls need progress to run.
+ *   Enqueueing takes no context lock for regions it checked before (the
+ *   channel's cc cache).
  *   Channels are freed only with the thread's agreement (dying -> dead).
  * - Memory a stream may still touch (a channel's page, slots) is never
  *   freed while it might be in use: remora_stream_release() is called after
@@ -65,6 +73,7 @@
  *   context is destroyed.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -88,6 +97,8 @@
 #define RM_STREAM_SPIN_NS   2000000u
 #define RM_STREAM_NAP_NS    50000
 #define RM_STREAM_GONE_MS   3000
+#define RM_STREAM_FREE_MAX  1024u /* descriptors a channel keeps for reuse */
+#define RM_STREAM_CCACHE    4u    /* regions a channel's checks keep at hand */
 
 enum { SOP_PUT, SOP_PUT_SIGNAL, SOP_SIGNAL, SOP_GET, SOP_WAIT };
 
@@ -110,6 +121,8 @@ typedef struct rm_sop {
     uint64_t         value;
     remora_signals_h lsig;      /* SOP_WAIT */
     remora_cmp_t     cmp;
+    void            *inl;       /* small GPU source: the proxy copies buf here, sends from here */
+    uint64_t         last_seq;  /* signals merged into this one: DONE goes up to this */
     /* in flight */
     int              phase;     /* put_signal through write_nb: 1 once the signal is out */
     remora_request_h req;
@@ -151,9 +164,18 @@ typedef struct rm_chan {
     rm_list_t        slots;      /* rm_gslot_t (px->mx) */
     rm_list_t        ready;      /* taken, not issued (proxy thread) */
     rm_list_t        inflight;   /* issued, in order (proxy thread) */
+    rm_list_t        freed;      /* done descriptors (proxy thread), to go to free */
+    rm_list_t        free;       /* descriptors for reuse (px->mx) */
+    unsigned         nfree;
     unsigned         ninflight;
     unsigned         ndata;      /* of those, not signals: what a signal waits for */
+    unsigned         nbig;       /* of those, data operations over RM_STREAM_INLINE */
     rm_list_t        dcache;     /* rm_dcache_t (client's lock) */
+    struct {
+        char          name[REMORA_NAME_MAX + 1];
+        rm_rregion_t *r;         /* held (users) */
+    } cc[RM_STREAM_CCACHE];      /* enqueueing thread: check_region's cache */
+    unsigned         cc_next;
     atomic_int       error;
     int64_t         *err_word;
     int              dying;      /* px->mx: finish everything without running it */
@@ -174,6 +196,8 @@ struct rm_stream_proxy {
     rm_list_t        chans;
     rm_list_t        retired; /* pages streams may still touch: freed with the context */
     int              stop;
+    int              idle;    /* px->mx: asleep on cv (enqueueing wakes it) */
+    int              driving; /* proxy thread: it drives ctx's progress (ctx->driver) */
 };
 
 static pthread_mutex_t proxy_create_mx = PTHREAD_MUTEX_INITIALIZER;
@@ -196,10 +220,86 @@ static remora_status_t page_alloc(size_t len, uint64_t **words_p, void **dev_p)
     return REMORA_OK;
 }
 
+/*
+ * Channel pages come from a pool registered once per process, at the first
+ * stream call (pool_prime), not when a channel is made: registering host
+ * memory (cuMemHostRegister) takes hundreds of microseconds and is one of
+ * the operations CUDA documents as synchronizing implicitly, so it is better
+ * done once, early (a program's first stream call is usually made while its
+ * streams are idle), than on the enqueue path of a channel's first
+ * operation, when the program's streams may be waiting on one another.
+ * Channels beyond the pool register pages as before.
+ */
+#define RM_STREAM_CHAN_BYTES (RM_STREAM_PAGE + RM_STREAM_INLINE)
+#define RM_STREAM_POOL       16u /* channel pages registered up front */
+
+static struct {
+    pthread_mutex_t mx;
+    int             primed;  /* atomic: tried */
+    char           *base;
+    char           *dev;
+    uint32_t        free_mask;
+} page_pool = {.mx = PTHREAD_MUTEX_INITIALIZER};
+
+static void pool_prime(void)
+{
+    if (__atomic_load_n(&page_pool.primed, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&page_pool.mx);
+    if (!page_pool.primed) {
+        void *p = NULL, *dev = NULL;
+        size_t len = (size_t)RM_STREAM_POOL * RM_STREAM_CHAN_BYTES;
+        if (posix_memalign(&p, RM_STREAM_PAGE, len) == 0) {
+            memset(p, 0, len);
+            if (rm_cuda_host_register_mapped(p, len, &dev) == REMORA_OK) {
+                page_pool.base      = p; /* kept for the life of the process */
+                page_pool.dev       = dev;
+                page_pool.free_mask = RM_STREAM_POOL >= 32 ? UINT32_MAX : (1u << RM_STREAM_POOL) - 1;
+            } else {
+                free(p);
+            }
+        }
+        __atomic_store_n(&page_pool.primed, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&page_pool.mx);
+}
+
+static int pool_owns(const void *p)
+{
+    return page_pool.base && (const char *)p >= page_pool.base &&
+           (const char *)p < page_pool.base + (size_t)RM_STREAM_POOL * RM_STREAM_CHAN_BYTES;
+}
+
+/* A channel's page: zeroed, mapped for the device. */
+static remora_status_t chan_page_alloc(uint64_t **words_p, void **dev_p)
+{
+    pool_prime();
+    pthread_mutex_lock(&page_pool.mx);
+    if (page_pool.free_mask) {
+        unsigned i = (unsigned)__builtin_ctz(page_pool.free_mask);
+        page_pool.free_mask &= ~(1u << i);
+        pthread_mutex_unlock(&page_pool.mx);
+        char *p = page_pool.base + (size_t)i * RM_STREAM_CHAN_BYTES;
+        memset(p, 0, RM_STREAM_CHAN_BYTES);
+        *words_p = (uint64_t *)p;
+        *dev_p   = page_pool.dev + (size_t)i * RM_STREAM_CHAN_BYTES;
+        return REMORA_OK;
+    }
+    pthread_mutex_unlock(&page_pool.mx);
+    return page_alloc(RM_STREAM_CHAN_BYTES, words_p, dev_p);
+}
+
 static void page_free(void *p)
 {
     if (p == NULL)
         return;
+    if (pool_owns(p)) {
+        unsigned i = (unsigned)(((char *)p - page_pool.base) / RM_STREAM_CHAN_BYTES);
+        pthread_mutex_lock(&page_pool.mx);
+        page_pool.free_mask |= 1u << i;
+        pthread_mutex_unlock(&page_pool.mx);
+        return;
+    }
     rm_cuda_host_unregister(p);
     free(p);
 }
@@ -218,9 +318,55 @@ static void word_store(uint64_t *w, unsigned index, uint64_t v)
 
 /* ------------------------------------------------------------ the proxy: running ops */
 
+/* While client operations are in flight the proxy thread drives the
+ * context's progress itself, as a caller waiting in rm_engine_wait does
+ * (ctx->driver): the progress thread stands aside (heartbeats and deferred
+ * work go on, see engine.c), replies are seen the moment they arrive, and
+ * the proxy does not fight a spinning progress thread for the context's
+ * lock. It lets go before anything that may wait for progress (issuing an
+ * operation may look a region up), when it has nothing in flight, and
+ * before it naps. */
+static void proxy_drive(struct rm_stream_proxy *px)
+{
+    remora_context_h ctx = px->ctx;
+
+    if (!px->driving) {
+        int expected = 0;
+        if (!atomic_compare_exchange_strong(&ctx->driver, &expected, 1))
+            return; /* someone else drives: the replies are seen anyway */
+        px->driving = 1;
+    }
+    if (pthread_mutex_trylock(&ctx->lock) == 0) {
+        ucp_worker_progress(ctx->worker);
+        pthread_mutex_unlock(&ctx->lock);
+    }
+}
+
+static void proxy_undrive(struct rm_stream_proxy *px)
+{
+    if (px->driving) {
+        px->driving = 0;
+        atomic_store(&px->ctx->driver, 0);
+    }
+}
+
+/* Let go and have the progress thread take over at once. */
+static void proxy_hand_off(struct rm_stream_proxy *px)
+{
+    if (px->driving) {
+        proxy_undrive(px);
+        rm_engine_hand_off(px->ctx);
+    }
+}
+
 static int sop_is_signal(const rm_sop_t *s)
 {
     return s->kind == SOP_SIGNAL || (s->kind == SOP_PUT_SIGNAL && s->len <= RM_STREAM_INLINE);
+}
+
+static int sop_is_big(const rm_sop_t *s)
+{
+    return s->kind != SOP_SIGNAL && s->kind != SOP_WAIT && s->len > RM_STREAM_INLINE;
 }
 
 static int sop_host_buf(const void *p)
@@ -244,6 +390,16 @@ static void sop_issue(rm_chan_t *ch, rm_sop_t *s)
     uint64_t deadline = c ? rm_deadline_ns(c->timeout_ms) : UINT64_MAX;
 
     s->deadline = deadline;
+    if (s->inl) {
+        /* A small GPU source the proxy copies (REMORA_STREAM_COPY=proxy):
+         * the stream waits for DONE before it touches it again. */
+        if ((st = rm_cuda_copy(s->inl, s->buf, s->len)) != REMORA_OK) {
+            sop_finish(s, st);
+            return;
+        }
+        s->buf = s->inl;
+        s->inl = NULL;
+    }
     switch (s->kind) {
     case SOP_PUT:
         st = remora_client_write_nb(c, s->region, s->offset, s->buf, s->len, &s->req);
@@ -293,6 +449,7 @@ static void sop_poll(rm_chan_t *ch, rm_sop_t *s)
         s->req = NULL;
         if (st == REMORA_OK && s->kind == SOP_PUT_SIGNAL && s->phase == 0) {
             s->phase = 1; /* the data is at the target: now the signal */
+            proxy_undrive(ch->px); /* may look the signal array up */
             st = rm_client_signal_send(c, s->signals, s->index, s->op, s->value, s->deadline,
                                        &s->cop);
             if (st == REMORA_OK)
@@ -319,6 +476,7 @@ check_deadline:
     if (rm_now_ns() > s->deadline) {
         rm_warn("a stream operation did not complete within the client's timeout");
         s->deadline = UINT64_MAX; /* once */
+        proxy_undrive(ch->px);
         rm_client_abort(c, REMORA_ERR_TIMED_OUT);
     }
 }
@@ -338,7 +496,37 @@ static void chan_fail(rm_chan_t *ch, remora_status_t st)
     }
 }
 
-static void sop_free(rm_sop_t *s) { free(s); }
+/* Done with s: onto the proxy's list of freed descriptors, which goes back
+ * to the channel's free list under px->mx (proxy_main). */
+static void sop_free(rm_chan_t *ch, rm_sop_t *s) { rm_list_push_back(&ch->freed, &s->link); }
+
+/* Merge the live signals right behind s (ready, not yet issued) that update
+ * the same word into s: one SIGNAL message for all of them. Exact for the
+ * word's final value and for everything ordered after them: ADDs sum
+ * (modulo 2^64, as one after the other), a SET replaces what came before
+ * it, an ADD after a SET is the SET of the sum. Only the intermediate
+ * values, which a waiter could never count on seeing, are skipped. DONE
+ * covers them all when s completes. Proxy thread. */
+static void sop_coalesce(rm_chan_t *ch, rm_sop_t *s)
+{
+    if (s->kind != SOP_SIGNAL || s->slot)
+        return;
+    while (s->link.next != &ch->ready) {
+        rm_sop_t *n = rm_container_of(s->link.next, rm_sop_t, link);
+        if (n->kind != SOP_SIGNAL || n->slot || n->index != s->index ||
+            strcmp(n->signals, s->signals) != 0)
+            break;
+        if (n->op == REMORA_SIGNAL_SET) {
+            s->op    = REMORA_SIGNAL_SET;
+            s->value = n->value;
+        } else {
+            s->value += n->value;
+        }
+        s->last_seq = n->last_seq;
+        rm_list_del(&n->link);
+        sop_free(ch, n);
+    }
+}
 
 /* Issue what is ready, poll what is in flight, publish completions in order.
  * Returns whether anything moved. Proxy thread. */
@@ -362,10 +550,13 @@ static int chan_step(rm_chan_t *ch, int dying)
              * signals go on the same endpoint and are applied in order. */
             if (sop_is_signal(s) && ch->ndata)
                 break;
+            sop_coalesce(ch, s);
+            proxy_undrive(ch->px); /* issuing may wait for the progress thread */
             sop_issue(ch, s);
         }
         if (!sop_is_signal(s))
             ch->ndata++;
+        ch->nbig += sop_is_big(s);
         rm_list_del(&s->link);
         rm_list_push_back(&ch->inflight, &s->link);
         ch->ninflight++;
@@ -383,13 +574,17 @@ static int chan_step(rm_chan_t *ch, int dying)
             s->slot->busy = 0;
             word_store(s->slot->words, RM_STREAM_DONE, 1);
         } else {
-            word_store(ch->words, RM_STREAM_DONE, s->seq);
+            word_store(ch->words, RM_STREAM_DONE, s->last_seq);
         }
         rm_list_del(&s->link);
         ch->ninflight--;
         if (!sop_is_signal(s))
             ch->ndata--;
-        sop_free(s);
+        ch->nbig -= sop_is_big(s);
+        if (s->slot)
+            free(s); /* an instance of a slot's template */
+        else
+            sop_free(ch, s);
         moved = 1;
     }
     return moved;
@@ -439,6 +634,30 @@ static int chan_has_work(const rm_chan_t *ch)
                          !rm_list_empty(&ch->ready) || ch->ninflight || ch->dying);
 }
 
+/* Under px->mx: the proxy's freed descriptors back to the channel. */
+static void chan_recycle(rm_chan_t *ch)
+{
+    while (!rm_list_empty(&ch->freed)) {
+        rm_list_t *l = ch->freed.next;
+        rm_list_del(l);
+        if (ch->nfree < RM_STREAM_FREE_MAX) {
+            rm_list_push_back(&ch->free, l);
+            ch->nfree++;
+        } else {
+            free(rm_container_of(l, rm_sop_t, link));
+        }
+    }
+}
+
+/* Small client operations in flight (not waits on local words): the proxy
+ * drives, for latency. Large transfers are bandwidth-bound and left to the
+ * progress thread, as for the host call (an H100 run that drove them too
+ * gave a 1 MiB stream/host put ratio of 0.56 over TCP; without, 0.84). */
+static int chan_remote_inflight(const rm_chan_t *ch)
+{
+    return ch->client && ch->nbig == 0 && (ch->ninflight || !rm_list_empty(&ch->ready));
+}
+
 static void *proxy_main(void *arg)
 {
     struct rm_stream_proxy *px = arg;
@@ -447,12 +666,15 @@ static void *proxy_main(void *arg)
     pthread_mutex_lock(&px->mx);
     while (!px->stop) {
         rm_list_t *pos, *tmp;
-        int work = 0, moved = 0;
+        int work = 0, moved = 0, remote = 0;
 
         rm_list_for_each_safe(pos, tmp, &px->chans)
             work |= chan_has_work(rm_container_of(pos, rm_chan_t, link));
         if (!work) {
+            proxy_hand_off(px);
+            px->idle = 1;
             pthread_cond_wait(&px->cv, &px->mx);
+            px->idle = 0;
             last = rm_now_ns();
             continue;
         }
@@ -466,7 +688,9 @@ static void *proxy_main(void *arg)
              * declares: ch stays valid while the lock is dropped. */
             pthread_mutex_unlock(&px->mx);
             moved |= chan_step(ch, dying);
+            remote |= chan_remote_inflight(ch);
             pthread_mutex_lock(&px->mx);
+            chan_recycle(ch);
             if (ch->dying && rm_list_empty(&ch->queue) && rm_list_empty(&ch->ready) &&
                 ch->ninflight == 0) {
                 ch->dead = 1;
@@ -475,17 +699,23 @@ static void *proxy_main(void *arg)
         }
         pthread_mutex_unlock(&px->mx);
         uint64_t now = rm_now_ns();
-        if (moved) {
+        if (moved)
             last = now;
+        if (remote) {
+            /* Something is on the wire: no naps, drive the progress. */
+            proxy_drive(px);
         } else if (now - last < RM_STREAM_SPIN_NS) {
-            sched_yield();
+            proxy_hand_off(px);
+            rm_cpu_relax(); /* the stream is busy: its next READY comes soon */
         } else {
+            proxy_hand_off(px);
             struct timespec ts = {0, RM_STREAM_NAP_NS};
             nanosleep(&ts, NULL);
         }
         pthread_mutex_lock(&px->mx);
     }
     pthread_mutex_unlock(&px->mx);
+    proxy_hand_off(px);
     return NULL;
 }
 
@@ -528,6 +758,7 @@ static void slots_free(rm_chan_t *ch, int keep_pages)
 }
 
 static void proxy_fini(remora_context_h ctx);
+static void ccache_drop(rm_chan_t *ch, unsigned i);
 static void client_hook(remora_client_h c, int phase);
 
 static remora_status_t proxy_get(remora_context_h ctx, struct rm_stream_proxy **px_p)
@@ -542,7 +773,13 @@ static remora_status_t proxy_get(remora_context_h ctx, struct rm_stream_proxy **
             goto out;
         }
         px->ctx = ctx;
-        pthread_mutex_init(&px->mx, NULL);
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+        /* Enqueueing and the proxy's pass each hold it briefly: spin a
+         * little before sleeping rather than pay a futex round trip. */
+        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+        pthread_mutex_init(&px->mx, &ma);
+        pthread_mutexattr_destroy(&ma);
         pthread_cond_init(&px->cv, NULL);
         pthread_cond_init(&px->gone_cv, NULL);
         rm_list_init(&px->chans);
@@ -593,7 +830,7 @@ static remora_status_t chan_get(remora_context_h ctx, remora_client_h c, void *s
     }
     if ((ch = calloc(1, sizeof(*ch))) == NULL)
         return REMORA_ERR_NO_MEMORY;
-    if ((st = page_alloc(RM_STREAM_PAGE + RM_STREAM_INLINE, &ch->words, &ch->dev)) != REMORA_OK) {
+    if ((st = chan_page_alloc(&ch->words, &ch->dev)) != REMORA_OK) {
         free(ch);
         return st;
     }
@@ -605,6 +842,8 @@ static remora_status_t chan_get(remora_context_h ctx, remora_client_h c, void *s
     rm_list_init(&ch->slots);
     rm_list_init(&ch->ready);
     rm_list_init(&ch->inflight);
+    rm_list_init(&ch->freed);
+    rm_list_init(&ch->free);
     rm_list_init(&ch->dcache);
     pthread_mutex_lock(&px->mx);
     rm_chan_t *other = chan_find(px, c, stream); /* another thread made it meanwhile */
@@ -673,10 +912,20 @@ static void chan_free(rm_chan_t *ch, int keep_pages)
     if (ch->client) {
         rm_engine_lock(ch->client->ctx);
         dcache_drop(ch);
+        for (unsigned i = 0; i < RM_STREAM_CCACHE; i++)
+            ccache_drop(ch, i);
         rm_engine_unlock(ch->client->ctx);
     }
     pthread_mutex_lock(&px->mx);
     slots_free(ch, keep_pages);
+    /* The proxy let go of it (dead) or is gone: every list is ours. */
+    rm_list_t *lists[] = {&ch->queue, &ch->ready, &ch->freed, &ch->free};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+        while (!rm_list_empty(lists[i])) {
+            rm_list_t *l = lists[i]->next;
+            rm_list_del(l);
+            free(rm_container_of(l, rm_sop_t, link));
+        }
     rm_retired_page_t *rp = keep_pages ? malloc(sizeof(*rp)) : NULL;
     if (rp) {
         rp->p = ch->words;
@@ -765,33 +1014,62 @@ static void proxy_fini(remora_context_h ctx)
 
 /* ------------------------------------------------------------ enqueueing */
 
-/* Put s on the stream (see the design notes); takes s. */
-static remora_status_t enqueue(rm_chan_t *ch, rm_sop_t *s, int waits, int capturing)
+/* Small GPU sources (up to RM_STREAM_INLINE) reach pinned memory by a copy
+ * on the caller's stream (default: the proxy never waits on the GPU), or,
+ * with REMORA_STREAM_COPY=proxy, by the proxy thread (rm_cuda_copy) when it
+ * runs the operation: slower by a synchronous copy, but nothing of remora's
+ * sits in the stream's copy queue. */
+static int proxy_copies(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("REMORA_STREAM_COPY");
+        v = e && strcmp(e, "proxy") == 0;
+    }
+    return v;
+}
+
+/* An operation's descriptor: from the channel's free list (px->mx) when it
+ * has one, so a stream of small operations does not malloc per operation. */
+static rm_sop_t *sop_alloc(rm_chan_t *ch)
+{
+    rm_sop_t *s = NULL;
+
+    if (ch->nfree) {
+        s = rm_container_of(ch->free.next, rm_sop_t, link);
+        rm_list_del(&s->link);
+        ch->nfree--;
+    }
+    return s ? s : malloc(sizeof(*s));
+}
+
+/* Put a copy of *t on the stream (see the design notes). small_dev: t->buf
+ * is a GPU source of at most RM_STREAM_INLINE bytes, which the proxy copies
+ * into pinned memory of the channel (or slot) when it runs the operation. */
+static remora_status_t enqueue(rm_chan_t *ch, const rm_sop_t *t, int waits, int capturing,
+                               int small_dev)
 {
     struct rm_stream_proxy *px = ch->px;
-    int inline_copy = (s->kind == SOP_PUT || s->kind == SOP_PUT_SIGNAL) && s->len &&
-                      s->len <= RM_STREAM_INLINE && !sop_host_buf(s->buf);
     remora_status_t st;
+    rm_sop_t *s;
 
     if (capturing) {
         rm_gslot_t *g = calloc(1, sizeof(*g));
-        if (g == NULL) {
-            free(s);
+        if (g == NULL)
             return REMORA_ERR_NO_MEMORY;
-        }
-        g->len = RM_STREAM_PAGE + (inline_copy ? RM_STREAM_INLINE : 0);
+        g->len = RM_STREAM_PAGE + (small_dev ? RM_STREAM_INLINE : 0);
         if ((st = page_alloc(g->len, &g->words, &g->dev)) != REMORA_OK) {
             free(g);
-            free(s);
             return st;
         }
-        void *src = s->buf;
-        if (inline_copy)
-            s->buf = (char *)g->words + RM_STREAM_PAGE;
-        g->tmpl = *s;
-        free(s);
-        if ((!inline_copy || (st = rm_cuda_raw_copy(ch->stream, g->tmpl.buf, src, g->tmpl.len)) ==
-                                 REMORA_OK) &&
+        g->tmpl = *t;
+        void *inl = (char *)g->words + RM_STREAM_PAGE;
+        if (small_dev && proxy_copies())
+            g->tmpl.inl = inl;
+        else if (small_dev)
+            g->tmpl.buf = inl;
+        if ((!small_dev || proxy_copies() ||
+             (st = rm_cuda_raw_copy(ch->stream, inl, t->buf, t->len)) == REMORA_OK) &&
             (st = rm_cuda_raw_write64(ch->stream, dev_word(g->dev, RM_STREAM_READY), 1)) == REMORA_OK &&
             (st = rm_cuda_raw_wait64(ch->stream, dev_word(g->dev, RM_STREAM_DONE), 1, 1)) == REMORA_OK)
             st = rm_cuda_raw_write64(ch->stream, dev_word(g->dev, RM_STREAM_DONE), 0);
@@ -806,19 +1084,27 @@ static remora_status_t enqueue(rm_chan_t *ch, rm_sop_t *s, int waits, int captur
         pthread_mutex_unlock(&px->mx);
         return REMORA_OK;
     }
-    void *src = s->buf, *dst = (char *)ch->words + RM_STREAM_PAGE;
-    size_t len = s->len;
     uint64_t seq;
-    if (inline_copy)
-        s->buf = dst;
     /* Once queued, s is the proxy's (it may run it as soon as READY covers it). */
     pthread_mutex_lock(&px->mx);
-    seq = s->seq = ++ch->next_seq;
+    if ((s = sop_alloc(ch)) == NULL) {
+        pthread_mutex_unlock(&px->mx);
+        return REMORA_ERR_NO_MEMORY;
+    }
+    *s = *t;
+    void *inl = (char *)ch->words + RM_STREAM_PAGE;
+    if (small_dev && proxy_copies())
+        s->inl = inl;
+    else if (small_dev)
+        s->buf = inl;
+    seq = s->seq = s->last_seq = ++ch->next_seq;
     rm_list_push_back(&ch->queue, &s->link);
-    pthread_cond_signal(&px->cv);
+    if (px->idle) /* asleep on px->cv; else it looks at READY by itself */
+        pthread_cond_signal(&px->cv);
     pthread_mutex_unlock(&px->mx);
     /* Not under px->mx: enqueueing blocks when the stream's queue is full. */
-    if ((!inline_copy || (st = rm_cuda_raw_copy(ch->stream, dst, src, len)) == REMORA_OK) &&
+    if ((!small_dev || proxy_copies() || (st = rm_cuda_raw_copy(ch->stream, inl, t->buf, t->len)) ==
+                                              REMORA_OK) &&
         (st = rm_cuda_raw_write64(ch->stream, dev_word(ch->dev, RM_STREAM_READY), seq)) ==
             REMORA_OK &&
         waits)
@@ -864,6 +1150,7 @@ static remora_status_t check_client(remora_client_h c, void *stream, int *captur
         return st;
     if (c->disconnected)
         return c->disc_status;
+    pool_prime();
     return REMORA_OK;
 }
 
@@ -874,17 +1161,57 @@ typedef struct rm_target {
     uint64_t size;
 } rm_target_t;
 
+/* The regions a channel's enqueueing thread looked up last, held (users)
+ * so that the entry stays valid: enqueueing checks them without the
+ * context's lock, which the progress thread or the driving proxy holds most
+ * of the time (taking it per operation cost more than the rest of an
+ * enqueue). A region replaced or removed since (detached) is looked up
+ * again. Only the enqueuing thread touches it; freed with the channel. */
+static void ccache_drop(rm_chan_t *ch, unsigned i)
+{
+    if (ch->cc[i].r)
+        rm_client_region_put(ch->client, ch->cc[i].r);
+    ch->cc[i].r       = NULL;
+    ch->cc[i].name[0] = 0;
+}
+
+static rm_rregion_t *ccache_find(rm_chan_t *ch, const char *name)
+{
+    for (unsigned i = 0; i < RM_STREAM_CCACHE; i++) {
+        rm_rregion_t *r = ch->cc[i].r;
+        if (r && strcmp(ch->cc[i].name, name) == 0) {
+            if (!__atomic_load_n(&r->detached, __ATOMIC_ACQUIRE))
+                return r;
+            rm_engine_lock(ch->client->ctx);
+            ccache_drop(ch, i);
+            rm_engine_unlock(ch->client->ctx);
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
 /* Look a region up (cached) and check the range, access and kind. */
-static remora_status_t check_region(remora_client_h c, const char *name, uint64_t offset,
+static remora_status_t check_region(rm_chan_t *ch, const char *name, uint64_t offset,
                                     size_t len, int write, int signals, rm_target_t *t)
 {
+    remora_client_h c = ch->client;
     rm_rregion_t *r;
-    remora_status_t st;
+    remora_status_t st = REMORA_OK;
+    int locked = 0;
 
     if (name == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
-        return st;
+    if ((r = ccache_find(ch, name)) == NULL) {
+        if ((st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
+            return st;
+        locked = 1;
+        unsigned i = ch->cc_next++ % RM_STREAM_CCACHE;
+        ccache_drop(ch, i);
+        r->users++;
+        ch->cc[i].r = r;
+        snprintf(ch->cc[i].name, sizeof(ch->cc[i].name), "%s", name);
+    }
     memset(t, 0, sizeof(*t));
     t->size = r->size;
     if (signals && !(r->flags & RM_REGION_WIRE_SIGNALS))
@@ -903,7 +1230,8 @@ static remora_status_t check_region(remora_client_h c, const char *name, uint64_
                 !(r->rkey && c->native_rma);
     t->mappable = signals && c->same_host && c->ctx->shm_ok && r->map_pid != 0 &&
                   (c->forced_path == REMORA_PATH_AUTO || c->forced_path == REMORA_PATH_IPC);
-    rm_engine_unlock(c->ctx);
+    if (locked)
+        rm_engine_unlock(c->ctx);
     return st;
 }
 
@@ -984,22 +1312,6 @@ static remora_status_t dcache_get(rm_chan_t *ch, const char *name, int signals, 
     return REMORA_OK;
 }
 
-static int buf_device(const void *p)
-{
-    rm_ptr_kind_t kind = RM_PTR_HOST;
-    int dev = -1;
-    rm_cuda_ptr_kind(p, &kind, &dev);
-    return kind == RM_PTR_DEVICE ? dev : -1;
-}
-
-static rm_sop_t *sop_new(int kind)
-{
-    rm_sop_t *s = calloc(1, sizeof(*s));
-    if (s)
-        s->kind = kind;
-    return s;
-}
-
 static remora_status_t chan_error(rm_chan_t *ch)
 {
     remora_status_t st = (remora_status_t)atomic_load(&ch->error);
@@ -1022,23 +1334,22 @@ static remora_status_t data_op(remora_client_h c, const char *region, uint64_t o
         (with_sig && op != REMORA_SIGNAL_SET && op != REMORA_SIGNAL_ADD))
         return REMORA_ERR_INVALID_PARAM;
     if ((st = check_client(c, stream, &capturing)) != REMORA_OK ||
-        (st = check_region(c, region, offset, len, write, 0, &t)) != REMORA_OK ||
-        (with_sig && (st = check_region(c, signals, index, 0, 1, 1, &ts)) != REMORA_OK))
+        (st = chan_get(c->ctx, c, stream, &ch)) != REMORA_OK ||
+        (st = check_region(ch, region, offset, len, write, 0, &t)) != REMORA_OK ||
+        (with_sig && (st = check_region(ch, signals, index, 0, 1, 1, &ts)) != REMORA_OK))
         return st;
-    {
-        rm_ptr_kind_t kind = RM_PTR_HOST;
-        int dev;
-        if (buf && rm_cuda_ptr_kind(buf, &kind, &dev) == REMORA_OK && kind == RM_PTR_MANAGED)
-            return REMORA_ERR_UNSUPPORTED;
-    }
-    if ((st = chan_get(c->ctx, c, stream, &ch)) != REMORA_OK)
-        return st;
+    rm_ptr_kind_t kind = RM_PTR_HOST;
+    int buf_dev = -1;
+    if (buf && rm_cuda_ptr_kind(buf, &kind, &buf_dev) == REMORA_OK && kind == RM_PTR_MANAGED)
+        return REMORA_ERR_UNSUPPORTED;
+    if (kind != RM_PTR_DEVICE)
+        buf_dev = -1;
     if ((st = chan_error(ch)) != REMORA_OK)
         return st;
 
     int direct = t.direct && (!with_sig || (op == REMORA_SIGNAL_SET && ts.mappable));
     rm_dcache_t *d = NULL, *ds = NULL;
-    if (direct && (dcache_get(ch, region, 0, buf_device(buf), &d) != REMORA_OK ||
+    if (direct && (dcache_get(ch, region, 0, buf_dev, &d) != REMORA_OK ||
                    (with_sig && dcache_get(ch, signals, 1, -1, &ds) != REMORA_OK)))
         direct = 0; /* the proxy can still do it */
     if (direct) {
@@ -1050,19 +1361,21 @@ static remora_status_t data_op(remora_client_h c, const char *region, uint64_t o
             st = rm_cuda_raw_write64(stream, (char *)ds->sig_dev + index * sizeof(uint64_t), value);
         return st;
     }
-    rm_sop_t *s = sop_new(write ? (with_sig ? SOP_PUT_SIGNAL : SOP_PUT) : SOP_GET);
-    if (s == NULL)
-        return REMORA_ERR_NO_MEMORY;
-    snprintf(s->region, sizeof(s->region), "%s", region);
+    rm_sop_t s;
+    memset(&s, 0, offsetof(rm_sop_t, region));
+    s.kind = write ? (with_sig ? SOP_PUT_SIGNAL : SOP_PUT) : SOP_GET;
+    snprintf(s.region, sizeof(s.region), "%s", region);
+    s.signals[0] = 0;
     if (with_sig)
-        snprintf(s->signals, sizeof(s->signals), "%s", signals);
-    s->offset = offset;
-    s->buf    = buf;
-    s->len    = len;
-    s->index  = index;
-    s->op     = op;
-    s->value  = value;
-    return enqueue(ch, s, 1, capturing);
+        snprintf(s.signals, sizeof(s.signals), "%s", signals);
+    memset(&s.offset, 0, sizeof(s) - offsetof(rm_sop_t, offset));
+    s.offset = offset;
+    s.buf    = buf;
+    s.len    = len;
+    s.index  = index;
+    s.op     = op;
+    s.value  = value;
+    return enqueue(ch, &s, 1, capturing, write && len && len <= RM_STREAM_INLINE && buf_dev >= 0);
 }
 
 /* ------------------------------------------------------------ public API */
@@ -1102,8 +1415,9 @@ remora_status_t remora_stream_signal(remora_client_h c, const char *signals, siz
     if (op != REMORA_SIGNAL_SET && op != REMORA_SIGNAL_ADD)
         return REMORA_ERR_INVALID_PARAM;
     if ((st = check_client(c, stream, &capturing)) != REMORA_OK ||
-        (st = check_region(c, signals, index, 0, 1, 1, &ts)) != REMORA_OK ||
-        (st = chan_get(c->ctx, c, stream, &ch)) != REMORA_OK || (st = chan_error(ch)) != REMORA_OK)
+        (st = chan_get(c->ctx, c, stream, &ch)) != REMORA_OK ||
+        (st = check_region(ch, signals, index, 0, 1, 1, &ts)) != REMORA_OK ||
+        (st = chan_error(ch)) != REMORA_OK)
         return st;
     /* A direct SET needs the earlier puts to be at the target: the fence. */
     if (op == REMORA_SIGNAL_SET && ts.mappable && dcache_get(ch, signals, 1, -1, &ds) == REMORA_OK) {
@@ -1111,14 +1425,16 @@ remora_status_t remora_stream_signal(remora_client_h c, const char *signals, siz
             return st;
         return rm_cuda_raw_write64(stream, (char *)ds->sig_dev + index * sizeof(uint64_t), value);
     }
-    rm_sop_t *s = sop_new(SOP_SIGNAL);
-    if (s == NULL)
-        return REMORA_ERR_NO_MEMORY;
-    snprintf(s->signals, sizeof(s->signals), "%s", signals);
-    s->index = index;
-    s->op    = op;
-    s->value = value;
-    return enqueue(ch, s, 0, capturing);
+    rm_sop_t s;
+    memset(&s, 0, offsetof(rm_sop_t, region));
+    s.kind = SOP_SIGNAL;
+    s.region[0] = 0;
+    snprintf(s.signals, sizeof(s.signals), "%s", signals);
+    memset(&s.offset, 0, sizeof(s) - offsetof(rm_sop_t, offset));
+    s.index = index;
+    s.op    = op;
+    s.value = value;
+    return enqueue(ch, &s, 0, capturing, 0);
 }
 
 remora_status_t remora_stream_wait(remora_signals_h sig, size_t index, remora_cmp_t cmp,
@@ -1136,20 +1452,21 @@ remora_status_t remora_stream_wait(remora_signals_h sig, size_t index, remora_cm
         return st;
     if (sig->dev == NULL)
         return REMORA_ERR_UNSUPPORTED;
+    pool_prime(); /* often the first stream call, made while the stream is idle */
     if (cmp != REMORA_CMP_NEQ) /* the stream waits by itself */
         return rm_cuda_raw_wait64(stream, (char *)sig->dev + index * sizeof(uint64_t), value,
                                   cmp == REMORA_CMP_EQ);
     /* No stream wait compares "not equal": the proxy watches the word. */
     if ((st = chan_get(sig->ctx, NULL, stream, &ch)) != REMORA_OK)
         return st;
-    rm_sop_t *s = sop_new(SOP_WAIT);
-    if (s == NULL)
-        return REMORA_ERR_NO_MEMORY;
-    s->lsig  = sig;
-    s->index = index;
-    s->cmp   = cmp;
-    s->value = value;
-    return enqueue(ch, s, 1, capturing);
+    rm_sop_t s;
+    memset(&s, 0, sizeof(s));
+    s.kind  = SOP_WAIT;
+    s.lsig  = sig;
+    s.index = index;
+    s.cmp   = cmp;
+    s.value = value;
+    return enqueue(ch, &s, 1, capturing, 0);
 }
 
 remora_status_t remora_stream_flush(remora_client_h c, void *stream)
