@@ -5,10 +5,11 @@
 # GPU machine then runs scripts/gpu-test.sh.
 #   UCX headers (the machine has a UCX runtime, libucp.so.0, but no headers),
 #   libsodium and cmocka (headers, libraries, .pc files), and pkgconf in case
-#   the machine has no pkg-config.
+#   the machine has no pkg-config; GLib (headers and runtime) for compat/kiro.
 set -euo pipefail
 dest=${1:-.gpu-deps}
-pkgs="libucx-dev libsodium-dev libsodium23 libcmocka-dev libcmocka0 pkgconf-bin libpkgconf3"
+pkgs="libucx-dev libsodium-dev libsodium23 libcmocka-dev libcmocka0 pkgconf-bin libpkgconf3
+      libglib2.0-dev libglib2.0-0 libffi-dev libffi8 libpcre2-dev libpcre2-8-0"
 mkdir -p "$dest"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -22,4 +23,7 @@ for pc in "$dest"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
   sed -i -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' \
          -e 's|-I/usr/|-I${pcfiledir}/../../../|g' -e 's|-L/usr/|-L${pcfiledir}/../../../|g' "$pc"
 done
+# Only shared libraries are linked there; documentation is not needed.
+find "$dest" -name '*.a' -delete
+rm -rf "$dest"/usr/share/doc "$dest"/usr/share/man "$dest"/usr/share/gdb "$dest"/usr/share/locale
 du -sh "$dest"
