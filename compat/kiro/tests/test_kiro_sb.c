@@ -185,14 +185,15 @@ static void test_serve_clone (void)
     CHECK (dt >= 0.25 && dt < 3);
     g_unsetenv ("KIRO_TIMEOUT_MS");
 
-    /* a plain KiroClient reads a serving KiroSb: KIRO's TRB layout, 3 slots */
+    /* a plain KiroClient reads a serving KiroSb: KIRO's TRB layout (16 slots
+     * where KIRO had 3: the layout names its own count) */
     KiroClient *pc = kiro_client_new ();
     CHECK (kiro_client_connect (pc, "127.0.0.1", port) == 0);
-    CHECK (kiro_client_get_memory_size (pc) == 24 + 3 * size);
+    CHECK (kiro_client_get_memory_size (pc) == 24 + 16 * size);
     CHECK (kiro_client_sync (pc) == 0);
     KiroTrb *view = kiro_trb_new ();
     kiro_trb_adopt (view, kiro_client_get_memory (pc));
-    CHECK (kiro_trb_get_max_elements (view) == 3 && kiro_trb_get_element_size (view) == size);
+    CHECK (kiro_trb_get_max_elements (view) == 16 && kiro_trb_get_element_size (view) == size);
     CHECK (*(uint32_t *) kiro_trb_get_element (view, 1) == 71);
     kiro_trb_purge (view, FALSE);
     kiro_trb_free (view);
