@@ -452,7 +452,9 @@ static int cli_server_start(cli_server_t *sv)
     }
     status = remora_server_create(sv->s.context, &params, &sv->server);
     if (status != REMORA_OK) {
-        return cli_session_error(&sv->s, status, "cannot listen");
+        return cli_session_error(&sv->s, status, status == REMORA_ERR_BUSY
+                                                     ? "cannot listen: port in use"
+                                                     : "cannot listen");
     }
     status = remora_server_address(sv->server, sv->addr, sizeof(sv->addr));
     if (status != REMORA_OK) {
