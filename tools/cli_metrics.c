@@ -10,7 +10,8 @@
  *   skipped. GET /metrics (a query string is ignored) gets 200 and the text
  *   exposition format; another path 404; another method 405; anything that
  *   is not a request line, or a request over the size limit, 400. Every
- *   response closes the connection.
+ *   response closes the connection (after draining the client's input for
+ *   at most CLI_METRICS_LINGER_MS, so that it reads the response).
  * - Counters are read with remora_server_stats(): no lock of the server's.
  * - The thread inherits the serve command's blocked SIGINT/SIGTERM; it stops
  *   when cli_metrics_stop() writes to its pipe.
@@ -32,6 +33,7 @@
 
 #define CLI_METRICS_IO_MS   2000
 #define CLI_METRICS_REQ_MAX 8192
+#define CLI_METRICS_LINGER_MS 500
 
 struct cli_metrics {
     int             fd;
@@ -206,6 +208,23 @@ static void cli_metrics_handle(cli_metrics_t *m, int fd)
     free(text);
 }
 
+/* Close gracefully: a close with unread input resets the connection, and
+ * the client may lose the response. Drain what it still sends, briefly. */
+static void cli_metrics_linger(cli_metrics_t *m, int fd)
+{
+    struct timespec dl;
+    char sink[4096];
+
+    shutdown(fd, SHUT_WR);
+    cli_deadline(&dl, CLI_METRICS_LINGER_MS);
+    while (cli_metrics_wait(m, fd, POLLIN, &dl)) {
+        ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            return;
+        }
+    }
+}
+
 static void *cli_metrics_thread(void *arg)
 {
     cli_metrics_t *m = arg;
@@ -219,7 +238,7 @@ static void *cli_metrics_thread(void *arg)
             continue;
         }
         cli_metrics_handle(m, fd);
-        shutdown(fd, SHUT_WR);
+        cli_metrics_linger(m, fd);
         close(fd);
     }
     return NULL;
