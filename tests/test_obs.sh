@@ -218,6 +218,9 @@ didyoumean)
   grep -q "did you mean 'serve'" "$tmp/e" || { cat "$tmp/e"; fail "no suggestion for sevre"; }
   "$remora" stats 2>"$tmp/e"
   grep -q "did you mean 'stat'" "$tmp/e" || { cat "$tmp/e"; fail "no suggestion for stats"; }
+  "$remora" stream raed 2>"$tmp/e"; rc=$?
+  [ $rc -eq 2 ] || fail "stream raed: exit $rc"
+  grep -q "did you mean 'stream read'" "$tmp/e" || { cat "$tmp/e"; fail "no suggestion for stream raed"; }
   "$remora" xyzzy 2>"$tmp/e"
   grep -q "did you mean" "$tmp/e" && fail "a suggestion for xyzzy"
   pass "mistyped commands get 'did you mean'"
@@ -267,7 +270,16 @@ json)
   j doctor "" -- "$remora" doctor --json
   j sread "" -- "$remora" stream read "$raddr/r" --count 5 --json
   j sclone "" -- "$remora" stream clone --json "$raddr/r" "$tmp/clone.img"
-  pass "--json parses for ls, ping, read, write, bench, info, config, stat, doctor, stream read/clone"
+  for c in serve "stream serve"; do
+    # shellcheck disable=SC2086
+    "$remora" $c --listen 127.0.0.1:0 --json >"$tmp/ready.json" 2>/dev/null &
+    p=$!; pids+=($p)
+    for _ in $(seq 200); do [ -s "$tmp/ready.json" ] && break; sleep 0.05; done
+    check_json "$tmp/ready.json" "d['listening'].startswith('127.0.0.1:')"
+    stop $p
+    echo "ok: $c"
+  done
+  pass "--json parses for serve, ls, ping, read, write, bench, info, config, stat, doctor, stream serve/read/clone"
   ;;
 config)
   "$remora" config --json >"$tmp/c.json" || fail "config --json"
@@ -275,9 +287,9 @@ config)
   names=$(grep -rhoE '"REMORA_[A-Z0-9_]+"' "$src/src" "$src/tools" | tr -d '"' | sort -u)
   [ -n "$names" ] || fail "no REMORA_ names found in the sources"
   for n in $names; do
-    check_json "$tmp/c.json" "'$n' in [v['name'] for v in d]"
     grep -q "^$n " "$tmp/c.txt" || fail "$n not in 'remora config'"
   done
+  check_json "$tmp/c.json" "set($names.split()) <= set(v['name'] for v in d)"
   # And no stale entries: every row is read somewhere.
   for n in $(python3 -c 'import json,sys; print(" ".join(v["name"] for v in json.load(open(sys.argv[1]))))' "$tmp/c.json"); do
     echo "$names" | grep -qx "$n" || fail "$n is in the table but no source reads it"

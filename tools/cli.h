@@ -59,6 +59,10 @@ extern const cli_command_t cli_cmd_doctor;
 extern const cli_command_t cli_cmd_stat;
 extern const cli_command_t cli_cmd_config;
 
+/** The one of names[] a mistyped name is closest to (an edit or two away, or
+ *  a prefix), or NULL (remora.c). */
+const char *cli_did_you_mean(const char *name, const char *const *names, size_t n);
+
 /** The REMORA_* variables (cmd_config.c); json: one JSON array. */
 int cli_config_print(bool json);
 

@@ -34,6 +34,7 @@ enum {
     CLI_OPT_GPU,
     CLI_OPT_LANES,
     CLI_OPT_METRICS,
+    CLI_OPT_JSON,
 };
 
 typedef enum cli_fill {
@@ -68,6 +69,7 @@ typedef struct cli_serve_opts {
     cli_token_t  token;
     bool         encrypt;
     const char  *metrics;  /* --metrics HOST:PORT or PORT; NULL: off */
+    bool         json;     /* --json: the ready line as a JSON object */
     size_t       nregions;
     cli_region_t regions[CLI_SERVE_MAX_REGIONS];
     size_t       nresizes;
@@ -226,6 +228,9 @@ static int cli_serve_option(const cli_command_t *cmd, int opt, const char *arg, 
         return cli_opt_lanes(cmd, arg, &o->lanes);
     case CLI_OPT_METRICS:
         o->metrics = arg;
+        return CLI_CONTINUE;
+    case CLI_OPT_JSON:
+        o->json = true;
         return CLI_CONTINUE;
     default:
         return cli_usage_error(cmd, "unexpected option");
@@ -466,8 +471,8 @@ static int cli_server_start(cli_server_t *sv)
     if (rc != 0) {
         return rc;
     }
+    char bound[REMORA_HOST_MAX + 8] = "";
     if (sv->o->metrics != NULL) {
-        char bound[REMORA_HOST_MAX + 8];
         rc = cli_metrics_start(sv->s.cmd->name, sv->o->metrics, sv->server, &sv->metrics, bound,
                                sizeof(bound));
         if (rc != 0) {
@@ -475,7 +480,13 @@ static int cli_server_start(cli_server_t *sv)
         }
         cli_note("serve", "metrics on http://%s/metrics", bound);
     }
-    printf("listening %s\n", sv->addr);
+    if (sv->o->json && bound[0] != '\0') {
+        printf("{\"listening\":\"%s\",\"metrics\":\"http://%s/metrics\"}\n", sv->addr, bound);
+    } else if (sv->o->json) {
+        printf("{\"listening\":\"%s\"}\n", sv->addr);
+    } else {
+        printf("listening %s\n", sv->addr);
+    }
     fflush(stdout);
     return 0;
 }
@@ -507,6 +518,7 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
         {"lanes", required_argument, NULL, CLI_OPT_LANES},
         {"metrics", required_argument, NULL, CLI_OPT_METRICS},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN, .gpu = -1, .lanes = 1};
@@ -549,7 +561,7 @@ const cli_command_t cli_cmd_serve = {
         "usage: remora serve [--listen HOST:PORT] [--region NAME=SIZE[:FILL]]...\n"
         "                    [--writable] [--token-file F [--encrypt]]\n"
         "                    [--resize NAME=SIZE@MS]... [--gpu N] [--lanes N]\n"
-        "                    [--metrics HOST:PORT]\n"
+        "                    [--metrics HOST:PORT] [--json]\n"
         "\n"
         "Expose library-allocated regions (same-host clients can map them). When\n"
         "ready, print one line 'listening HOST:PORT' to stdout; serve until SIGINT\n"
@@ -580,6 +592,8 @@ const cli_command_t cli_cmd_serve = {
         "  --metrics HOST:PORT serve the counters (see 'remora stat') in Prometheus\n"
         "                      text format on GET /metrics at HOST:PORT; a bare PORT\n"
         "                      means 127.0.0.1:PORT (off by default)\n"
+        "  --json              print the ready line as {\"listening\": \"HOST:PORT\"}\n"
+        "                      (and \"metrics\": its URL with --metrics)\n"
         "  -h, --help          show this help\n",
     .run     = cli_serve_run,
 };

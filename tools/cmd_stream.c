@@ -81,6 +81,7 @@ typedef struct cli_stream_serve_opts {
     size_t           src_count, src_elem;
     atomic_int       stop;
     atomic_int       failed;    /* a producer gave up: serve exits non-zero */
+    bool             json;      /* --json: the ready line as a JSON object */
 } cli_stream_serve_opts_t;
 
 /* NAME=ELEMSIZExCOUNT, e.g. "frames=1Mx64". */
@@ -142,6 +143,9 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
         return CLI_CONTINUE;
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
+    case CLI_OPT_JSON:
+        o->json = true;
+        return CLI_CONTINUE;
     default:
         return CLI_EXIT_USAGE;
     }
@@ -339,6 +343,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
         {"ring", required_argument, NULL, CLI_OPT_RING},
         {"rate", required_argument, NULL, CLI_OPT_RATE},
         {"source", required_argument, NULL, CLI_OPT_SOURCE},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
         {"encrypt", no_argument, NULL, CLI_OPT_ENCRYPT},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
@@ -393,7 +398,10 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     cli_warn_untokened(cmd, addr, o.token.len > 0);
     if ((rc = cli_start_rings(&s, server, &o)) != 0)
         goto out;
-    printf("listening %s\n", addr);
+    if (o.json)
+        printf("{\"listening\":\"%s\"}\n", addr);
+    else
+        printf("listening %s\n", addr);
     fflush(stdout);
     while (sigwaitinfo(&signals, &info) < 0) {
     }
@@ -818,7 +826,7 @@ static const cli_command_t cli_stream_serve_cmd = {
     .usage =
         "usage: remora stream serve [--listen HOST:PORT] [--ring NAME=ELEMSIZExCOUNT]...\n"
         "                           [--rate HZ|max] [--source pattern|fixed|FILE] [--token-file F]\n"
-        "                           [--encrypt] [--gpu N]\n"
+        "                           [--encrypt] [--gpu N] [--json]\n"
         "\n"
         "Produce stamped frames (sequence number, timestamp, checksum) into rings and\n"
         "serve them. Prints 'listening HOST:PORT' when ready; runs until SIGINT/SIGTERM.\n"
@@ -841,6 +849,7 @@ static const cli_command_t cli_stream_serve_cmd = {
         "                      is built on the host and pushed there)\n"
         "  --encrypt           encrypt every connection, keyed from the token (off by\n"
         "                      default; readers must use --encrypt too)\n"
+        "  --json              print the ready line as {\"listening\": \"HOST:PORT\"}\n"
         "  -h, --help          show this help\n",
     .run = cli_stream_serve,
 };
@@ -920,6 +929,10 @@ static int cli_stream_run(const cli_command_t *cmd, int argc, char **argv)
         if (strcmp(argv[1], subs[i]->name + 7) == 0)
             return subs[i]->run(subs[i], argc - 1, argv + 1);
     }
+    static const char *const names[] = {"serve", "read", "clone"};
+    const char *near = argc >= 2 ? cli_did_you_mean(argv[1], names, 3) : NULL;
+    if (near != NULL)
+        return cli_usage_error(cmd, "unknown 'stream %s'; did you mean 'stream %s'?", argv[1], near);
     return cli_usage_error(cmd, "want 'stream serve', 'stream read' or 'stream clone'");
 }
 

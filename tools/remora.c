@@ -66,21 +66,31 @@ static size_t cli_distance(const char *a, const char *b)
     return d[la][lb];
 }
 
-/* The command closest to a mistyped name, or NULL when none is close. */
-static const char *cli_suggest(const char *name)
+const char *cli_did_you_mean(const char *name, const char *const *names, size_t n)
 {
     const char *best = NULL;
     size_t best_d = 3;
 
-    for (size_t i = 0; i < CLI_NCOMMANDS; i++) {
-        size_t d = cli_distance(name, cli_commands[i]->name);
-        if (d < best_d || (strncmp(name, cli_commands[i]->name, strlen(name)) == 0 &&
-                           strlen(name) >= 2 && best == NULL)) {
-            best   = cli_commands[i]->name;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = cli_distance(name, names[i]);
+        if (d < best_d || (strncmp(name, names[i], strlen(name)) == 0 && strlen(name) >= 2 &&
+                           best == NULL)) {
+            best   = names[i];
             best_d = d < best_d ? d : best_d;
         }
     }
     return best;
+}
+
+/* The command closest to a mistyped name, or NULL when none is close. */
+static const char *cli_suggest(const char *name)
+{
+    const char *names[CLI_NCOMMANDS];
+
+    for (size_t i = 0; i < CLI_NCOMMANDS; i++) {
+        names[i] = cli_commands[i]->name;
+    }
+    return cli_did_you_mean(name, names, CLI_NCOMMANDS);
 }
 
 static const cli_command_t *cli_find_command(const char *name)
