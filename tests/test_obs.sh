@@ -289,7 +289,8 @@ config)
   for n in $names; do
     grep -q "^$n " "$tmp/c.txt" || fail "$n not in 'remora config'"
   done
-  check_json "$tmp/c.json" "set($names.split()) <= set(v['name'] for v in d)"
+  echo "$names" >"$tmp/names"
+  check_json "$tmp/c.json" "set(open('$tmp/names').read().split()) <= set(v['name'] for v in d)"
   # And no stale entries: every row is read somewhere.
   for n in $(python3 -c 'import json,sys; print(" ".join(v["name"] for v in json.load(open(sys.argv[1]))))' "$tmp/c.json"); do
     echo "$names" | grep -qx "$n" || fail "$n is in the table but no source reads it"
