@@ -21,9 +21,9 @@ for want in ("cuda_driver", "ucx_cuda", "rdma_nics", "peermem", "memlock", "gpu_
     assert want in names, want
 ' || fail "doctor --json is not the expected JSON: $json"
 else
-    grep -q '"checks": \[' <<<"$json" || fail "no checks array: $json"
+    printf '%s\n' "$json" | grep -q '"checks": \[' || fail "no checks array: $json"
 fi
 info=$("$remora" info) || fail "remora info exited $?"
-grep -q '^gpu paths: ' <<<"$info" || fail "remora info lists no GPU paths: $info"
+printf '%s\n' "$info" | grep -q '^gpu paths: ' || fail "remora info lists no GPU paths: $info"
 printf '%s\n' "$info" | grep -Eq '^cuda: ' || fail "remora info says nothing about CUDA: $info"
 echo PASS
