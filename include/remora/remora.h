@@ -301,8 +301,9 @@ typedef struct remora_conn_event {
 } remora_conn_event_t;
 
 /** Runs on the server's progress thread, without any remora lock held (it may
- *  call remora functions); the event lives until it returns. Not called for
- *  the connections remora_server_destroy() closes. */
+ *  call remora functions, but not destroy its own server); the event lives
+ *  until it returns. Not called for the connections remora_server_destroy()
+ *  closes; none runs after remora_server_destroy() returned. */
 typedef void (*remora_conn_cb_t)(const remora_conn_event_t *event, void *arg);
 
 typedef struct remora_server_params {

@@ -1238,7 +1238,14 @@ void remora_server_destroy(remora_server_h s)
     }
     rm_stage_pool_release(s->stage); /* buffers still out keep it alive */
     rm_engine_unlock(s->ctx);
-    if (s->nconns == 0) { /* else late callbacks still point here */
+    /* Connection callbacks already queued run before we return (not from
+     * one of them: the progress thread would be waiting for itself). */
+    if (!pthread_equal(pthread_self(), s->ctx->thread))
+        for (int i = 0; i < RM_DESTROY_WAIT_MS && atomic_load(&s->events_pending); i++)
+            usleep(1000);
+    if (atomic_load(&s->events_pending))
+        rm_warn("server destroyed with connection callbacks still queued; leaking it");
+    else if (s->nconns == 0) { /* else late callbacks still point here */
         free(s->token);
         free(s);
     }

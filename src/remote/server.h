@@ -118,6 +118,7 @@ struct remora_server {
     uint64_t         next_conn_id;
     remora_conn_cb_t conn_cb;
     void            *conn_arg;
+    atomic_int       events_pending; /* conn_cb calls queued, not yet run */
 };
 
 /* server.c */

@@ -247,6 +247,7 @@ void rm_stats_conn_to_public(const rm_stats_conn_t *in, remora_conn_stats_t *out
 
 typedef struct rm_conn_event_task {
     rm_deferred_t       d;
+    remora_server_h     server; /* alive until events_pending drops to 0 */
     remora_conn_cb_t    cb;
     void               *arg;
     int                 connected;
@@ -259,6 +260,7 @@ static void conn_event_run(rm_deferred_t *d)
     remora_conn_event_t ev = {.connected = t->connected, .stats = &t->stats};
 
     t->cb(&ev, t->arg);
+    atomic_fetch_sub(&t->server->events_pending, 1);
     free(t);
 }
 
@@ -270,10 +272,12 @@ void rm_server_conn_event(rm_conn_t *c, int connected)
     if (s->conn_cb == NULL || s->destroying || (t = calloc(1, sizeof(*t))) == NULL)
         return;
     t->d.fn             = conn_event_run;
+    t->server           = s;
     t->cb               = s->conn_cb;
     t->arg              = s->conn_arg;
     t->connected        = connected;
     t->stats.field_mask = RM_CS_ALL;
     rm_conn_stats_fill(c, &t->stats);
+    atomic_fetch_add(&s->events_pending, 1);
     rm_engine_defer(s->ctx, &t->d);
 }
