@@ -56,6 +56,15 @@ extern const cli_command_t cli_cmd_bench;
 extern const cli_command_t cli_cmd_info;
 extern const cli_command_t cli_cmd_stream;
 extern const cli_command_t cli_cmd_doctor;
+extern const cli_command_t cli_cmd_stat;
+extern const cli_command_t cli_cmd_config;
+
+/** The one of names[] a mistyped name is closest to (an edit or two away, or
+ *  a prefix), or NULL (remora.c). */
+const char *cli_did_you_mean(const char *name, const char *const *names, size_t n);
+
+/** The REMORA_* variables (cmd_config.c); json: one JSON array. */
+int cli_config_print(bool json);
 
 /** What `remora info` says about GPUs: CUDA devices and GPU data paths (cmd_doctor.c). */
 void cli_info_print_cuda(const remora_context_attr_t *attr);

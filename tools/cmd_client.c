@@ -141,6 +141,7 @@ const cli_command_t cli_cmd_ls = {
 
 typedef struct cli_ping_opts {
     uint64_t          count;
+    bool              json;
     cli_client_opts_t client;
 } cli_ping_opts_t;
 
@@ -148,6 +149,10 @@ static int cli_ping_option(const cli_command_t *cmd, int opt, const char *arg, v
 {
     cli_ping_opts_t *o = opts;
 
+    if (opt == CLI_OPT_JSON) {
+        o->json = true;
+        return CLI_CONTINUE;
+    }
     if (opt != 'n') {
         return cli_usage_error(cmd, "unexpected option");
     }
@@ -155,14 +160,16 @@ static int cli_ping_option(const cli_command_t *cmd, int opt, const char *arg, v
 }
 
 /* Ping count times, printing each round trip; samples[] gets them. */
-static int cli_ping_loop(const cli_session_t *s, double *samples, size_t count)
+static int cli_ping_loop(const cli_session_t *s, double *samples, size_t count, bool quiet)
 {
     for (size_t i = 0; i < count; i++) {
         remora_status_t status = remora_client_ping(s->client, &samples[i]);
         if (status != REMORA_OK) {
             return cli_session_error(s, status, "ping %zu", i + 1);
         }
-        printf("ping %zu: %.1f us\n", i + 1, samples[i]);
+        if (!quiet) {
+            printf("ping %zu: %.1f us\n", i + 1, samples[i]);
+        }
     }
     return 0;
 }
@@ -171,6 +178,7 @@ static int cli_ping_run(const cli_command_t *cmd, int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"count", required_argument, NULL, 'n'},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     cli_ping_opts_t o = {.count = 5};
@@ -191,10 +199,21 @@ static int cli_ping_run(const cli_command_t *cmd, int argc, char **argv)
     }
     rc = cli_session_open(&s, cmd, addr, false, &o.client);
     if (rc == 0) {
-        rc = cli_ping_loop(&s, samples, o.count);
+        rc = cli_ping_loop(&s, samples, o.count, o.json);
         cli_session_close(&s);
     }
-    if (rc == 0) {
+    if (rc == 0 && o.json) {
+        char t[6 * (REMORA_HOST_MAX + 8) + 3];
+        remora_stats_compute(samples, o.count, &st);
+        remora_json_string(addr, t, sizeof(t));
+        printf("{\"target\":%s,\"count\":%zu,\"min_us\":%.1f,\"avg_us\":%.1f,\"p50_us\":%.1f,"
+               "\"p99_us\":%.1f,\"max_us\":%.1f,\"rtt_us\":[",
+               t, st.count, st.min, st.avg, st.p50, st.p99, st.max);
+        for (size_t i = 0; i < o.count; i++) {
+            printf("%s%.1f", i ? "," : "", samples[i]);
+        }
+        printf("]}\n");
+    } else if (rc == 0) {
         remora_stats_compute(samples, o.count, &st);
         printf("%zu pings to %s: min/avg/p50/p99/max = %.1f/%.1f/%.1f/%.1f/%.1f us\n",
                st.count, addr, st.min, st.avg, st.p50, st.p99, st.max);
@@ -207,12 +226,14 @@ const cli_command_t cli_cmd_ping = {
     .name    = "ping",
     .summary = "measure round trips to a server",
     .usage   =
-        "usage: remora ping HOST:PORT [-n COUNT] [CLIENT OPTIONS]\n"
+        "usage: remora ping HOST:PORT [-n COUNT] [--json] [CLIENT OPTIONS]\n"
         "\n"
         "Send COUNT pings one after another and print each round trip, then\n"
         "min/avg/p50/p99/max in microseconds.\n"
         "\n"
         "  -n, --count N     number of pings (default 5)\n"
+        "  --json            one JSON object instead: target, count, min_us, avg_us,\n"
+        "                    p50_us, p99_us, max_us, rtt_us [each round trip]\n"
         CLI_CLIENT_HELP,
     .run     = cli_ping_run,
 };
@@ -229,10 +250,53 @@ static void cli_info_print(const remora_context_attr_t *attr)
     cli_info_print_cuda(attr);
 }
 
+static void cli_info_print_json(const remora_context_attr_t *attr)
+{
+    char t[6 * sizeof(attr->transports) + 3];
+    remora_cuda_attr_t cuda = {.field_mask = REMORA_CUDA_ATTR_FIELD_AVAILABLE |
+                                             REMORA_CUDA_ATTR_FIELD_DRIVER_VERSION |
+                                             REMORA_CUDA_ATTR_FIELD_DEVICE_COUNT};
+
+    remora_cuda_query(&cuda);
+    remora_json_string(attr->transports, t, sizeof(t));
+    printf("{\"version\":\"%s\",\"ucx\":\"%u.%u.%u\",\"transports\":%s,"
+           "\"ucx_mem_types\":[\"host\"%s],\"cuda\":{\"available\":%s,"
+           "\"driver_version\":%d,\"devices\":%d}}\n",
+           remora_version_string(), attr->ucx_major, attr->ucx_minor, attr->ucx_release, t,
+           (attr->ucx_mem_types & (1u << REMORA_MEM_CUDA)) != 0 ? ",\"cuda\"" : "",
+           cuda.available ? "true" : "false", cuda.available ? cuda.driver_version : 0,
+           cuda.available ? cuda.device_count : 0);
+}
+
+enum { CLI_OPT_INFO_CONFIG = CLI_OPT_CMD + 1 };
+
+typedef struct cli_info_opts {
+    bool json, config;
+} cli_info_opts_t;
+
+static int cli_info_option(const cli_command_t *cmd, int opt, const char *arg, void *opts)
+{
+    cli_info_opts_t *o = opts;
+
+    (void)arg;
+    if (opt == CLI_OPT_JSON) {
+        o->json = true;
+    } else if (opt == CLI_OPT_INFO_CONFIG) {
+        o->config = true;
+    } else {
+        return cli_usage_error(cmd, "unexpected option");
+    }
+    return CLI_CONTINUE;
+}
+
 static int cli_info_run(const cli_command_t *cmd, int argc, char **argv)
 {
-    static const struct option longopts[] = {CLI_HELP_LONGOPT, {NULL, 0, NULL, 0}};
-    cli_parser_t parser = {"", longopts, NULL, NULL, NULL};
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, CLI_OPT_JSON},
+        {"config", no_argument, NULL, CLI_OPT_INFO_CONFIG},
+        CLI_HELP_LONGOPT, {NULL, 0, NULL, 0}};
+    cli_info_opts_t o = {0};
+    cli_parser_t parser = {"", longopts, cli_info_option, &o, NULL};
     remora_context_attr_t attr;
     remora_status_t status;
     cli_session_t s;
@@ -242,6 +306,9 @@ static int cli_info_run(const cli_command_t *cmd, int argc, char **argv)
     if (rc != CLI_CONTINUE) {
         return rc;
     }
+    if (o.config) {
+        return cli_config_print(o.json);
+    }
     rc = cli_session_context(&s, cmd);
     if (rc != 0) {
         return rc;
@@ -249,6 +316,8 @@ static int cli_info_run(const cli_command_t *cmd, int argc, char **argv)
     status = remora_context_query(s.context, &attr);
     if (status != REMORA_OK) {
         rc = cli_error(cmd->name, NULL, status, "cannot query the context");
+    } else if (o.json) {
+        cli_info_print_json(&attr);
     } else {
         cli_info_print(&attr);
     }
@@ -260,7 +329,7 @@ const cli_command_t cli_cmd_info = {
     .name    = "info",
     .summary = "show remora and UCX versions, transports, memory types and GPUs",
     .usage   =
-        "usage: remora info\n"
+        "usage: remora info [--json] [--config]\n"
         "\n"
         "Print the remora version, the loaded UCX version, the UCX transports a\n"
         "context can use and the memory types UCX handles itself (GPU memory that\n"
@@ -269,6 +338,10 @@ const cli_command_t cli_cmd_info = {
         "GPU memory), cuda-ipc (GPU to GPU on one host), staging (through host\n"
         "memory). See 'remora doctor' for what a missing path needs.\n"
         "\n"
+        "  --json            one JSON object: version, ucx, transports, ucx_mem_types,\n"
+        "                    cuda {available, driver_version, devices}\n"
+        "  --config          list the REMORA_* environment variables instead (as\n"
+        "                    'remora config'; with --json, as 'remora config --json')\n"
         "  -h, --help        show this help\n",
     .run     = cli_info_run,
 };

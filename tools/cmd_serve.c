@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_stats.h"
 
 #define CLI_SERVE_DEFAULT_LISTEN "127.0.0.1:60010"
 #define CLI_SERVE_MAX_REGIONS    64
@@ -32,6 +33,8 @@ enum {
     CLI_OPT_RESIZE,
     CLI_OPT_GPU,
     CLI_OPT_LANES,
+    CLI_OPT_METRICS,
+    CLI_OPT_JSON,
 };
 
 typedef enum cli_fill {
@@ -65,6 +68,8 @@ typedef struct cli_serve_opts {
     unsigned     lanes;    /* data lanes: UCX workers serving, 1..8 */
     cli_token_t  token;
     bool         encrypt;
+    const char  *metrics;  /* --metrics HOST:PORT or PORT; NULL: off */
+    bool         json;     /* --json: the ready line as a JSON object */
     size_t       nregions;
     cli_region_t regions[CLI_SERVE_MAX_REGIONS];
     size_t       nresizes;
@@ -77,6 +82,7 @@ typedef struct cli_server {
     cli_serve_opts_t *o;
     remora_server_h   server;
     char              addr[REMORA_HOST_MAX + 8];
+    cli_metrics_t    *metrics;
 } cli_server_t;
 
 static const char *cli_fill_string(const cli_region_t *r)
@@ -220,6 +226,12 @@ static int cli_serve_option(const cli_command_t *cmd, int opt, const char *arg, 
         return cli_opt_gpu(cmd, arg, &o->gpu);
     case CLI_OPT_LANES:
         return cli_opt_lanes(cmd, arg, &o->lanes);
+    case CLI_OPT_METRICS:
+        o->metrics = arg;
+        return CLI_CONTINUE;
+    case CLI_OPT_JSON:
+        o->json = true;
+        return CLI_CONTINUE;
     default:
         return cli_usage_error(cmd, "unexpected option");
     }
@@ -424,9 +436,12 @@ static void cli_wait_for_signal(cli_server_t *sv, const sigset_t *signals, sigin
 static int cli_server_start(cli_server_t *sv)
 {
     remora_server_params_t params = {
-        .field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR | REMORA_SERVER_FIELD_LANES,
+        .field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR | REMORA_SERVER_FIELD_LANES |
+                       REMORA_SERVER_FIELD_CONN_CB,
         .listen_addr = sv->o->listen,
         .lanes       = sv->o->lanes,
+        .conn_cb     = cli_stats_conn_log,
+        .conn_arg    = (void *)"serve",
     };
     remora_status_t status;
     int rc;
@@ -442,7 +457,9 @@ static int cli_server_start(cli_server_t *sv)
     }
     status = remora_server_create(sv->s.context, &params, &sv->server);
     if (status != REMORA_OK) {
-        return cli_session_error(&sv->s, status, "cannot listen");
+        return cli_session_error(&sv->s, status, status == REMORA_ERR_BUSY
+                                                     ? "cannot listen: port in use"
+                                                     : "cannot listen");
     }
     status = remora_server_address(sv->server, sv->addr, sizeof(sv->addr));
     if (status != REMORA_OK) {
@@ -454,7 +471,22 @@ static int cli_server_start(cli_server_t *sv)
     if (rc != 0) {
         return rc;
     }
-    printf("listening %s\n", sv->addr);
+    char bound[REMORA_HOST_MAX + 8] = "";
+    if (sv->o->metrics != NULL) {
+        rc = cli_metrics_start(sv->s.cmd->name, sv->o->metrics, sv->server, &sv->metrics, bound,
+                               sizeof(bound));
+        if (rc != 0) {
+            return rc;
+        }
+        cli_note("serve", "metrics on http://%s/metrics", bound);
+    }
+    if (sv->o->json && bound[0] != '\0') {
+        printf("{\"listening\":\"%s\",\"metrics\":\"http://%s/metrics\"}\n", sv->addr, bound);
+    } else if (sv->o->json) {
+        printf("{\"listening\":\"%s\"}\n", sv->addr);
+    } else {
+        printf("listening %s\n", sv->addr);
+    }
     fflush(stdout);
     return 0;
 }
@@ -462,6 +494,7 @@ static int cli_server_start(cli_server_t *sv)
 /* Destroy in reverse order of creation; the server lets go of the regions first. */
 static void cli_server_stop(cli_server_t *sv)
 {
+    cli_metrics_stop(sv->metrics);
     if (sv->server != NULL) {
         remora_server_destroy(sv->server);
     }
@@ -484,6 +517,8 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
         {"encrypt", no_argument, NULL, CLI_OPT_ENCRYPT},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
         {"lanes", required_argument, NULL, CLI_OPT_LANES},
+        {"metrics", required_argument, NULL, CLI_OPT_METRICS},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN, .gpu = -1, .lanes = 1};
@@ -526,10 +561,12 @@ const cli_command_t cli_cmd_serve = {
         "usage: remora serve [--listen HOST:PORT] [--region NAME=SIZE[:FILL]]...\n"
         "                    [--writable] [--token-file F [--encrypt]]\n"
         "                    [--resize NAME=SIZE@MS]... [--gpu N] [--lanes N]\n"
+        "                    [--metrics HOST:PORT] [--json]\n"
         "\n"
         "Expose library-allocated regions (same-host clients can map them). When\n"
         "ready, print one line 'listening HOST:PORT' to stdout; serve until SIGINT\n"
-        "or SIGTERM, then shut down and exit 0. Logs go to stderr.\n"
+        "or SIGTERM, then shut down and exit 0. Logs go to stderr, among them one\n"
+        "line per client connection and disconnection with its address.\n"
         "\n"
         "  --listen HOST:PORT  address to bind (default " CLI_SERVE_DEFAULT_LISTEN ";\n"
         "                      port 0 picks a free one)\n"
@@ -552,6 +589,11 @@ const cli_command_t cli_cmd_serve = {
         "  --lanes N           serve on N UCX workers, each with its own thread and\n"
         "                      port, so clients with --lanes move data on several\n"
         "                      cores at once (1..8, default 1)\n"
+        "  --metrics HOST:PORT serve the counters (see 'remora stat') in Prometheus\n"
+        "                      text format on GET /metrics at HOST:PORT; a bare PORT\n"
+        "                      means 127.0.0.1:PORT (off by default)\n"
+        "  --json              print the ready line as {\"listening\": \"HOST:PORT\"}\n"
+        "                      (and \"metrics\": its URL with --metrics)\n"
         "  -h, --help          show this help\n",
     .run     = cli_serve_run,
 };

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_stats.h"
 
 #define CLI_STREAM_DEFAULT_LISTEN "127.0.0.1:60010"
 #define CLI_STREAM_MAX_RINGS      8
@@ -80,6 +81,7 @@ typedef struct cli_stream_serve_opts {
     size_t           src_count, src_elem;
     atomic_int       stop;
     atomic_int       failed;    /* a producer gave up: serve exits non-zero */
+    bool             json;      /* --json: the ready line as a JSON object */
 } cli_stream_serve_opts_t;
 
 /* NAME=ELEMSIZExCOUNT, e.g. "frames=1Mx64". */
@@ -141,6 +143,9 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
         return CLI_CONTINUE;
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
+    case CLI_OPT_JSON:
+        o->json = true;
+        return CLI_CONTINUE;
     default:
         return CLI_EXIT_USAGE;
     }
@@ -338,6 +343,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
         {"ring", required_argument, NULL, CLI_OPT_RING},
         {"rate", required_argument, NULL, CLI_OPT_RATE},
         {"source", required_argument, NULL, CLI_OPT_SOURCE},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
         {"encrypt", no_argument, NULL, CLI_OPT_ENCRYPT},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
@@ -379,8 +385,12 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
         sp.field_mask |= REMORA_SERVER_FIELD_ENCRYPT;
         sp.encrypt = 1;
     }
+    sp.field_mask |= REMORA_SERVER_FIELD_CONN_CB;
+    sp.conn_cb  = cli_stats_conn_log;
+    sp.conn_arg = (void *)"stream serve";
     if ((st = remora_server_create(s.context, &sp, &server)) != REMORA_OK) {
-        rc = cli_session_error(&s, st, "cannot listen");
+        rc = cli_session_error(&s, st, st == REMORA_ERR_BUSY ? "cannot listen: port in use"
+                                                             : "cannot listen");
         goto out;
     }
     remora_server_address(server, addr, sizeof(addr));
@@ -388,7 +398,10 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     cli_warn_untokened(cmd, addr, o.token.len > 0);
     if ((rc = cli_start_rings(&s, server, &o)) != 0)
         goto out;
-    printf("listening %s\n", addr);
+    if (o.json)
+        printf("{\"listening\":\"%s\"}\n", addr);
+    else
+        printf("listening %s\n", addr);
     fflush(stdout);
     while (sigwaitinfo(&signals, &info) < 0) {
     }
@@ -624,8 +637,16 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     bool tty = isatty(STDERR_FILENO), show = tty || o->progress;
     int rc = 0;
 
-    if ((rs = remora_client_subscribe(s->client, s->target.name, &sp, &sub)) != REMORA_OK)
+    if ((rs = remora_client_subscribe(s->client, s->target.name, &sp, &sub)) != REMORA_OK) {
+        remora_region_info_t ri;
+        if (rs == REMORA_ERR_INVALID_PARAM &&
+            remora_client_lookup(s->client, s->target.name, &ri) == REMORA_OK &&
+            ri.kind != REMORA_REGION_RING)
+            return cli_session_error(s, rs, "cannot subscribe: '%s' is not a ring (a %s region; "
+                                     "see 'remora ls')", s->target.name,
+                                     ri.kind == REMORA_REGION_SIGNALS ? "signals" : "plain");
         return cli_session_error(s, rs, "cannot subscribe");
+    }
     const void *elem;
     cli_buffer_t gpu = {0};
     uint8_t *host = NULL;
@@ -719,13 +740,25 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
 
 /* ================================================================ clone */
 
+static int cli_stream_clone_option(const cli_command_t *cmd, int opt, const char *arg,
+                                   void *opts)
+{
+    (void)arg;
+    if (opt != CLI_OPT_JSON)
+        return cli_usage_error(cmd, "unexpected option");
+    *(bool *)opts = true;
+    return CLI_CONTINUE;
+}
+
 static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
 {
     static const struct option longopts[] = {
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     cli_client_opts_t client = {0};
-    cli_parser_t parser = {"", longopts, NULL, NULL, &client};
+    bool json = false;
+    cli_parser_t parser = {"", longopts, cli_stream_clone_option, &json, &client};
     cli_output_t out;
     const char *target, *file;
     remora_ring_h ring;
@@ -733,6 +766,12 @@ static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
     cli_session_t s;
     int rc;
 
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(cmd->usage, stdout);
+            return CLI_EXIT_OK;
+        }
+    }
     if (argc < 3 || argv[argc - 1][0] == '-')
         return cli_usage_error(cmd, "want HOST:PORT/NAME FILE");
     file = argv[argc - 1];
@@ -764,7 +803,14 @@ static int cli_stream_clone(const cli_command_t *cmd, int argc, char **argv)
         rc = cli_output_commit(&out, cmd->name, target);
     else
         cli_output_abort(&out);
-    if (rc == 0)
+    if (rc == 0 && json) {
+        char t[6 * (REMORA_HOST_MAX + REMORA_NAME_MAX + 8) + 3], f[6 * PATH_MAX + 3];
+        remora_json_string(target, t, sizeof(t));
+        remora_json_string(file, f, sizeof(f));
+        printf("{\"target\":%s,\"capacity\":%zu,\"elem_size\":%zu,\"head\":%llu,\"file\":%s}\n",
+               t, remora_ring_capacity(ring), remora_ring_elem_size(ring),
+               (unsigned long long)remora_ring_head(ring), f);
+    } else if (rc == 0)
         printf("cloned %s: %zu x %zu bytes, head %llu, into %s\n", target,
                remora_ring_capacity(ring), remora_ring_elem_size(ring),
                (unsigned long long)remora_ring_head(ring), file);
@@ -780,11 +826,14 @@ static const cli_command_t cli_stream_serve_cmd = {
     .usage =
         "usage: remora stream serve [--listen HOST:PORT] [--ring NAME=ELEMSIZExCOUNT]...\n"
         "                           [--rate HZ|max] [--source pattern|fixed|FILE] [--token-file F]\n"
-        "                           [--encrypt] [--gpu N]\n"
+        "                           [--encrypt] [--gpu N] [--json]\n"
         "\n"
         "Produce stamped frames (sequence number, timestamp, checksum) into rings and\n"
         "serve them. Prints 'listening HOST:PORT' when ready; runs until SIGINT/SIGTERM.\n"
+        "Logs each client's connection and disconnection, with its address, to stderr.\n"
         "\n"
+        "  --listen HOST:PORT  address to bind (default " CLI_STREAM_DEFAULT_LISTEN ";\n"
+        "                      port 0 picks a free one)\n"
         "  --ring NAME=ELEMSIZExCOUNT  a ring of COUNT elements of ELEMSIZE bytes\n"
         "                      (>= 8); repeatable; default " CLI_STREAM_DEFAULT_RING "\n"
         "  --rate HZ|max       elements per second per ring (default max)\n"
@@ -798,9 +847,10 @@ static const cli_command_t cli_stream_serve_cmd = {
         "                      trailing newline, at least 16 bytes\n"
         "  --gpu N             the rings' elements live in memory of GPU N (each frame\n"
         "                      is built on the host and pushed there)\n"
-        "  --token-file F      require this shared token\n"
         "  --encrypt           encrypt every connection, keyed from the token (off by\n"
-        "                      default; readers must use --encrypt too)\n",
+        "                      default; readers must use --encrypt too)\n"
+        "  --json              print the ready line as {\"listening\": \"HOST:PORT\"}\n"
+        "  -h, --help          show this help\n",
     .run = cli_stream_serve,
 };
 
@@ -847,7 +897,7 @@ static const cli_command_t cli_stream_read_cmd = {
 static const cli_command_t cli_stream_clone_cmd = {
     .name  = "stream clone",
     .usage =
-        "usage: remora stream clone [CLIENT OPTIONS] HOST:PORT/NAME FILE\n"
+        "usage: remora stream clone [--json] [CLIENT OPTIONS] HOST:PORT/NAME FILE\n"
         "\n"
         "Copy a remote ring's current state into a ring image file (docs/ring.md),\n"
         "usable as 'remora stream serve --source FILE'. FILE is replaced only once\n"
@@ -856,7 +906,10 @@ static const cli_command_t cli_stream_clone_cmd = {
         "server, SIGINT or SIGTERM) FILE is left as it was and no temporary file\n"
         "remains. FILE must be a regular file or not exist: a device, FIFO or\n"
         "directory is refused. A replaced FILE keeps its mode.\n"
-        "\n" CLI_CLIENT_HELP
+        "\n"
+        "  --json            print one JSON object when done: target, capacity,\n"
+        "                    elem_size, head, file\n"
+        CLI_CLIENT_HELP
         "\n"
         "Exit status: 0 done, 1 failed, 2 bad command line, 130/143 interrupted by\n"
         "SIGINT/SIGTERM.\n",
@@ -876,6 +929,10 @@ static int cli_stream_run(const cli_command_t *cmd, int argc, char **argv)
         if (strcmp(argv[1], subs[i]->name + 7) == 0)
             return subs[i]->run(subs[i], argc - 1, argv + 1);
     }
+    static const char *const names[] = {"serve", "read", "clone"};
+    const char *near = argc >= 2 ? cli_did_you_mean(argv[1], names, 3) : NULL;
+    if (near != NULL)
+        return cli_usage_error(cmd, "unknown 'stream %s'; did you mean 'stream %s'?", argv[1], near);
     return cli_usage_error(cmd, "want 'stream serve', 'stream read' or 'stream clone'");
 }
 

@@ -20,6 +20,7 @@ enum {
     CLI_OPT_VERIFY,
     CLI_OPT_PATTERN,
     CLI_OPT_GPU,
+    CLI_OPT_JSON,
 };
 
 /** One of the two streaming buffers and the request using it. */
@@ -223,6 +224,20 @@ static void cli_print_rate(const char *verb, uint64_t bytes, double seconds)
             gbps);
 }
 
+/* --json: one object on stdout, {op, target, offset, bytes, seconds, gbps, verified}. */
+static void cli_print_json(const char *op, const char *target, uint64_t offset, uint64_t bytes,
+                           double seconds, bool verified)
+{
+    char t[6 * (REMORA_HOST_MAX + REMORA_NAME_MAX + 8) + 3];
+
+    remora_json_string(target, t, sizeof(t));
+    printf("{\"op\":\"%s\",\"target\":%s,\"offset\":%llu,\"bytes\":%llu,\"seconds\":%.6f,"
+           "\"gbps\":%.3f,\"verified\":%s}\n",
+           op, t, (unsigned long long)offset, (unsigned long long)bytes, seconds,
+           seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0, verified ? "true" : "false");
+    fflush(stdout);
+}
+
 /* Open an input; "-" or NULL is stdin. */
 static FILE *cli_open_input(const cli_session_t *s, const char *path)
 {
@@ -244,6 +259,7 @@ typedef struct cli_read_opts {
     cli_range_opts_t  range;
     const char       *output;
     bool              verify;
+    bool              json;
     int               gpu;    /* read into GPU memory on this device; -1: host */
     cli_client_opts_t client;
 } cli_read_opts_t;
@@ -300,7 +316,10 @@ static int cli_read_report(const cli_read_sink_t *k, const cli_read_opts_t *o, d
                           k->got);
         return CLI_EXIT_MISMATCH;
     }
-    if (o->verify) {
+    if (o->json) {
+        cli_print_json("read", k->s->target_text, o->range.offset, o->range.length, seconds,
+                       o->verify);
+    } else if (o->verify) {
         fprintf(stderr, "verified %llu bytes at offset %llu: ok\n",
                 (unsigned long long)o->range.length, (unsigned long long)o->range.offset);
     } else if (o->output == NULL) {
@@ -349,6 +368,9 @@ static int cli_read_option(const cli_command_t *cmd, int opt, const char *arg, v
     case CLI_OPT_VERIFY:
         o->verify = true;
         return CLI_CONTINUE;
+    case CLI_OPT_JSON:
+        o->json = true;
+        return CLI_CONTINUE;
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
     default:
@@ -364,6 +386,7 @@ static int cli_read_run(const cli_command_t *cmd, int argc, char **argv)
         {"output", required_argument, NULL, 'o'},
         {"verify", no_argument, NULL, CLI_OPT_VERIFY},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     cli_read_opts_t o = {.gpu = -1};
@@ -376,6 +399,9 @@ static int cli_read_run(const cli_command_t *cmd, int argc, char **argv)
     rc = cli_parse_ranged(cmd, argc, argv, &parser, &o.range, &target);
     if (rc != CLI_CONTINUE) {
         return rc;
+    }
+    if (o.json && o.output != NULL && strcmp(o.output, "-") == 0) {
+        return cli_usage_error(cmd, "--json prints to stdout: not with -o -");
     }
     /* The output first: a target that cannot be one is refused before connecting. */
     if (o.output != NULL && (rc = cli_output_open(&out, cmd->name, target, o.output)) != 0) {
@@ -404,10 +430,10 @@ const cli_command_t cli_cmd_read = {
     .summary = "read a byte range of a region to a file, stdout, or verify it",
     .usage   =
         "usage: remora read HOST:PORT/NAME [--offset N] [--length N] [-o FILE|-]\n"
-        "                   [--verify] [--gpu N] [CLIENT OPTIONS]\n"
+        "                   [--verify] [--gpu N] [--json] [CLIENT OPTIONS]\n"
         "\n"
         "Read LENGTH bytes at OFFSET of region NAME. Without -o or --verify, print\n"
-        "the bytes, time and GB/s (1e9 bytes/s) to stderr.\n"
+        "the bytes, time and GB/s (10^9 bytes/s) to stderr.\n"
         "\n"
         "  --offset N        first byte (default 0)\n"
         "  --length N        bytes to read (default: to the end of the region)\n"
@@ -422,6 +448,8 @@ const cli_command_t cli_cmd_read = {
         "                    offsets; exit 3 and name the first bad offset if not\n"
         "  --gpu N           read into memory on GPU N (checked there by copying it\n"
         "                    back for --verify and -o)\n"
+        "  --json            print one JSON object to stdout when done: op, target,\n"
+        "                    offset, bytes, seconds, gbps, verified (not with -o -)\n"
         CLI_CLIENT_HELP
         "\n"
         "Exit status: 0 done, 1 failed, 2 bad command line, 3 --verify found a bad\n"
@@ -435,6 +463,7 @@ typedef struct cli_write_opts {
     cli_range_opts_t  range;
     const char       *input;
     bool              pattern;
+    bool              json;
     cli_client_opts_t client;
 } cli_write_opts_t;
 
@@ -491,7 +520,10 @@ static int cli_write_transfer(const cli_session_t *s, const cli_write_opts_t *o)
                                file.name, (unsigned long long)written,
                                (unsigned long long)o->range.length);
     }
-    if (rc == 0) {
+    if (rc == 0 && o->json) {
+        cli_print_json("write", s->target_text, o->range.offset, written, cli_now() - start,
+                       false);
+    } else if (rc == 0) {
         cli_print_rate("wrote", written, cli_now() - start);
     }
     return rc;
@@ -508,6 +540,9 @@ static int cli_write_option(const cli_command_t *cmd, int opt, const char *arg, 
     case CLI_OPT_PATTERN:
         o->pattern = true;
         return CLI_CONTINUE;
+    case CLI_OPT_JSON:
+        o->json = true;
+        return CLI_CONTINUE;
     default:
         return cli_range_option(cmd, opt, arg, &o->range);
     }
@@ -520,6 +555,7 @@ static int cli_write_run(const cli_command_t *cmd, int argc, char **argv)
         {"length", required_argument, NULL, CLI_OPT_LENGTH},
         {"input", required_argument, NULL, 'i'},
         {"pattern", no_argument, NULL, CLI_OPT_PATTERN},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     cli_write_opts_t o = {0};
@@ -553,16 +589,18 @@ const cli_command_t cli_cmd_write = {
     .usage   =
         "usage: remora write HOST:PORT/NAME [--offset N] [-i FILE|-] [--length N]\n"
         "       remora write HOST:PORT/NAME [--offset N] --pattern [--length N]\n"
-        "                    [CLIENT OPTIONS]\n"
+        "                    [--json] [CLIENT OPTIONS]\n"
         "\n"
         "Write bytes into region NAME (it must be exposed writable) starting at\n"
-        "OFFSET, then print the bytes, time and GB/s to stderr.\n"
+        "OFFSET, then print the bytes, time and GB/s (10^9 bytes/s) to stderr.\n"
         "\n"
         "  --offset N        first byte (default 0)\n"
         "  -i, --input F     read the bytes from file F, or stdin for '-' (default)\n"
         "  --pattern         write the test pattern of the range's offsets instead\n"
         "  --length N        bytes to write; with -i the input must have that many\n"
         "                    (default: all input; with --pattern, to the region's end)\n"
+        "  --json            print one JSON object to stdout when done: op, target,\n"
+        "                    offset, bytes, seconds, gbps, verified (false)\n"
         CLI_CLIENT_HELP,
     .run     = cli_write_run,
 };

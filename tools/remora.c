@@ -13,7 +13,7 @@
 static const cli_command_t *const cli_commands[] = {
     &cli_cmd_serve, &cli_cmd_ls, &cli_cmd_read, &cli_cmd_write,
     &cli_cmd_ping,  &cli_cmd_bench, &cli_cmd_info, &cli_cmd_stream,
-    &cli_cmd_doctor,
+    &cli_cmd_doctor, &cli_cmd_stat, &cli_cmd_config,
 };
 
 #define CLI_NCOMMANDS (sizeof(cli_commands) / sizeof(cli_commands[0]))
@@ -30,7 +30,67 @@ static void cli_print_usage(FILE *f)
           "Sizes and offsets take K, M, G and T suffixes (binary: 4K = 4096).\n"
           "Run 'remora COMMAND --help' for the options of a command.\n"
           "\n"
+          "Rates in GB/s are 10^9 bytes per second.\n"
           "Exit status: 0 success, 1 runtime error, 2 usage error, 3 verify mismatch.\n", f);
+}
+
+/* Edit distance (insertions, deletions, substitutions, adjacent swaps). */
+static size_t cli_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    size_t d[32][32];
+
+    if (la >= 32 || lb >= 32) {
+        return 99;
+    }
+    for (size_t i = 0; i <= la; i++) {
+        for (size_t j = 0; j <= lb; j++) {
+            if (i == 0 || j == 0) {
+                d[i][j] = i + j;
+                continue;
+            }
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) {
+                best = d[i - 1][j] + 1;
+            }
+            if (d[i][j - 1] + 1 < best) {
+                best = d[i][j - 1] + 1;
+            }
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best) {
+                best = d[i - 2][j - 2] + 1;
+            }
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
+
+const char *cli_did_you_mean(const char *name, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = 3;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t d = cli_distance(name, names[i]);
+        if (d < best_d || (strncmp(name, names[i], strlen(name)) == 0 && strlen(name) >= 2 &&
+                           best == NULL)) {
+            best   = names[i];
+            best_d = d < best_d ? d : best_d;
+        }
+    }
+    return best;
+}
+
+/* The command closest to a mistyped name, or NULL when none is close. */
+static const char *cli_suggest(const char *name)
+{
+    const char *names[CLI_NCOMMANDS];
+
+    for (size_t i = 0; i < CLI_NCOMMANDS; i++) {
+        names[i] = cli_commands[i]->name;
+    }
+    return cli_did_you_mean(name, names, CLI_NCOMMANDS);
 }
 
 static const cli_command_t *cli_find_command(const char *name)
@@ -61,7 +121,13 @@ int main(int argc, char **argv)
     }
     cmd = cli_find_command(argv[1]);
     if (cmd == NULL) {
-        fprintf(stderr, "remora: unknown command '%s' (see 'remora --help')\n", argv[1]);
+        const char *near = cli_suggest(argv[1]);
+        if (near != NULL) {
+            fprintf(stderr, "remora: unknown command '%s'; did you mean '%s'? (see 'remora --help')\n",
+                    argv[1], near);
+        } else {
+            fprintf(stderr, "remora: unknown command '%s' (see 'remora --help')\n", argv[1]);
+        }
         return CLI_EXIT_USAGE;
     }
     return cmd->run(cmd, argc - 1, argv + 1);

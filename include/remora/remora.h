@@ -286,8 +286,25 @@ enum remora_server_field {
     REMORA_SERVER_FIELD_TOKEN       = 1u << 1,
     REMORA_SERVER_FIELD_LANES       = 1u << 2,
     REMORA_SERVER_FIELD_MAX_CONNS   = 1u << 3,
-    REMORA_SERVER_FIELD_ENCRYPT     = 1u << 4
+    REMORA_SERVER_FIELD_ENCRYPT     = 1u << 4,
+    REMORA_SERVER_FIELD_CONN_CB     = 1u << 5
 };
+
+struct remora_conn_stats;
+
+/** A client connected (handshake done) or its connection ended. */
+typedef struct remora_conn_event {
+    int                              connected; /**< 1: connected; 0: disconnected */
+    /** Every field of remora_conn_stats_t: the peer's address, the connection's
+     *  id and lane, and (on disconnect) its final counters. */
+    const struct remora_conn_stats  *stats;
+} remora_conn_event_t;
+
+/** Runs on the server's progress thread, without any remora lock held (it may
+ *  call remora functions, but not destroy its own server); the event lives
+ *  until it returns. Not called for the connections remora_server_destroy()
+ *  closes; none runs after remora_server_destroy() returned. */
+typedef void (*remora_conn_cb_t)(const remora_conn_event_t *event, void *arg);
 
 typedef struct remora_server_params {
     uint64_t    field_mask;
@@ -316,6 +333,9 @@ typedef struct remora_server_params {
      *  connections move data by active messages only (no mapping, RMA or
      *  CUDA IPC; GPU regions through pinned staging buffers). Lanes inherit it. */
     int         encrypt;
+    /** Told of every connection and disconnection (lanes included); default none. */
+    remora_conn_cb_t conn_cb;
+    void            *conn_arg;
 } remora_server_params_t;
 
 /** Start listening. The server serves from the context's progress thread. */
@@ -371,6 +391,94 @@ REMORA_API remora_status_t remora_server_unexpose(remora_server_h server, const 
  */
 REMORA_API remora_status_t remora_server_sync_clients(remora_server_h server, int timeout_ms,
                                                       unsigned *dropped_p);
+
+/* ---------------------------------------------------------------- server statistics */
+
+/**
+ * Counters of a server, as far as it sees them (its lanes included). Reads
+ * and writes on the am and staging paths pass through the server and are
+ * counted in bytes and operations; map, rma and ipc move data without it, so
+ * only the descriptors it handed out for them (grants) are counted.
+ *
+ * Threading: the counters are relaxed atomics bumped on the progress threads
+ * with no lock of their own; remora_server_stats() may be called from any
+ * thread at any time and costs no lock. Each value is exact on its own, but
+ * the set is not one atomic snapshot (a read may be counted in ops before
+ * bytes). Counters only grow, except the gauges conns and ring_subscribers.
+ */
+enum remora_server_stats_field {
+    REMORA_SERVER_STATS_FIELD_CONNS               = 1u << 0,  /**< connections now (handshake done) */
+    REMORA_SERVER_STATS_FIELD_CONNS_ACCEPTED      = 1u << 1,  /**< TCP connections accepted, ever */
+    REMORA_SERVER_STATS_FIELD_CONNS_REFUSED       = 1u << 2,  /**< refused by a connection cap (BUSY) */
+    REMORA_SERVER_STATS_FIELD_AUTH_FAILURES       = 1u << 3,  /**< wrong or missing token proofs */
+    REMORA_SERVER_STATS_FIELD_AM_READ_OPS         = 1u << 4,
+    REMORA_SERVER_STATS_FIELD_AM_READ_BYTES       = 1u << 5,
+    REMORA_SERVER_STATS_FIELD_AM_WRITE_OPS        = 1u << 6,
+    REMORA_SERVER_STATS_FIELD_AM_WRITE_BYTES      = 1u << 7,
+    REMORA_SERVER_STATS_FIELD_STAGING_READ_OPS    = 1u << 8,
+    REMORA_SERVER_STATS_FIELD_STAGING_READ_BYTES  = 1u << 9,
+    REMORA_SERVER_STATS_FIELD_STAGING_WRITE_OPS   = 1u << 10,
+    REMORA_SERVER_STATS_FIELD_STAGING_WRITE_BYTES = 1u << 11,
+    REMORA_SERVER_STATS_FIELD_LOOKUPS             = 1u << 12, /**< LOOKUP requests answered OK */
+    REMORA_SERVER_STATS_FIELD_MAP_GRANTS          = 1u << 13, /**< descriptors with a memory file (map path) */
+    REMORA_SERVER_STATS_FIELD_RMA_GRANTS          = 1u << 14, /**< descriptors with a remote key (rma path) */
+    REMORA_SERVER_STATS_FIELD_IPC_GRANTS          = 1u << 15, /**< descriptors with a CUDA IPC handle */
+    REMORA_SERVER_STATS_FIELD_SIGNALS             = 1u << 16, /**< signal updates (SIGNAL, WRITE_SIGNAL) */
+    REMORA_SERVER_STATS_FIELD_ERRORS              = 1u << 17, /**< error replies and malformed messages */
+    REMORA_SERVER_STATS_FIELD_RING_WAITS          = 1u << 18, /**< ring waits received (one per notification) */
+    REMORA_SERVER_STATS_FIELD_RING_SUBSCRIBERS    = 1u << 19, /**< connections with a ring wait armed now */
+    REMORA_SERVER_STATS_FIELD_RING_DROPS          = 1u << 20, /**< elements overwritten before an "every"
+                                                                   subscriber asked for them */
+    REMORA_SERVER_STATS_FIELD_UPTIME_MS           = 1u << 21  /**< since remora_server_create */
+};
+
+typedef struct remora_server_stats {
+    /** In: the fields wanted (REMORA_SERVER_STATS_FIELD_*). Out: the fields
+     *  written (a remote server of an older version may know fewer). */
+    uint64_t field_mask;
+    uint64_t conns, conns_accepted, conns_refused, auth_failures;
+    uint64_t am_read_ops, am_read_bytes, am_write_ops, am_write_bytes;
+    uint64_t staging_read_ops, staging_read_bytes, staging_write_ops, staging_write_bytes;
+    uint64_t lookups, map_grants, rma_grants, ipc_grants, signals, errors;
+    uint64_t ring_waits, ring_subscribers, ring_drops;
+    uint64_t uptime_ms;
+} remora_server_stats_t;
+
+/** Fill the fields of *stats named in stats->field_mask. Any thread; no lock. */
+REMORA_API remora_status_t remora_server_stats(remora_server_h server,
+                                               remora_server_stats_t *stats);
+
+/** Per-connection counters (reads and writes on every path the server sees). */
+enum remora_conn_stats_field {
+    REMORA_CONN_STATS_FIELD_ID          = 1u << 0, /**< unique per server and lane, from 1 */
+    REMORA_CONN_STATS_FIELD_PEER        = 1u << 1, /**< the client's address, "HOST:PORT" */
+    REMORA_CONN_STATS_FIELD_LANE        = 1u << 2, /**< 0, or the lane it is connected to */
+    REMORA_CONN_STATS_FIELD_AGE_MS      = 1u << 3, /**< since it was accepted */
+    REMORA_CONN_STATS_FIELD_READ_OPS    = 1u << 4,
+    REMORA_CONN_STATS_FIELD_READ_BYTES  = 1u << 5,
+    REMORA_CONN_STATS_FIELD_WRITE_OPS   = 1u << 6,
+    REMORA_CONN_STATS_FIELD_WRITE_BYTES = 1u << 7,
+    REMORA_CONN_STATS_FIELD_ERRORS      = 1u << 8,
+    REMORA_CONN_STATS_FIELD_RING_WAITS  = 1u << 9
+};
+
+typedef struct remora_conn_stats {
+    uint64_t field_mask; /**< in: fields wanted; out: fields written */
+    uint64_t id;
+    char     peer[64];
+    uint64_t lane, age_ms;
+    uint64_t read_ops, read_bytes, write_ops, write_bytes, errors, ring_waits;
+} remora_conn_stats_t;
+
+/**
+ * The connections that finished their handshake, lanes included: the first
+ * min(max, count) are written to stats[] (each element's field_mask says
+ * what is wanted), *count_p says how many there are. Takes the context lock
+ * of the server and of each lane briefly (not from an event callback).
+ */
+REMORA_API remora_status_t remora_server_conn_stats(remora_server_h server,
+                                                    remora_conn_stats_t *stats, size_t max,
+                                                    size_t *count_p);
 
 /* ---------------------------------------------------------------- client */
 
@@ -576,6 +684,19 @@ REMORA_API void remora_request_release(remora_request_h req);
 
 /** Round trip to the server and back, in microseconds. */
 REMORA_API remora_status_t remora_client_ping(remora_client_h client, double *rtt_us);
+
+/**
+ * The server's counters, read over the connection (STATS request,
+ * docs/protocol.md): *stats as remora_server_stats() fills it on the server
+ * (field_mask: in, wanted; out, received), and up to max of its connections
+ * (as remora_server_conn_stats(); conns may be NULL with max 0), *count_p
+ * (may be NULL) the number of connections the server reported.
+ * REMORA_ERR_UNSUPPORTED when the server is older and does not answer it.
+ */
+REMORA_API remora_status_t remora_client_server_stats(remora_client_h client,
+                                                      remora_server_stats_t *stats,
+                                                      remora_conn_stats_t *conns, size_t max,
+                                                      size_t *count_p);
 
 /**
  * Same host only: map a region of library-allocated memory into this process,

@@ -742,6 +742,7 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
     /* Taken over under the lock when the connection is made (client_up). */
     c->hs_same_host = memcmp(theirs.host_id, c->ctx->host_id, RM_HOST_ID_LEN) == 0;
     c->hs_instance  = theirs.instance;
+    atomic_store(&c->server_stats, (theirs.flags & RM_HELLO_STATS) != 0);
     return st;
 }
 
@@ -1351,6 +1352,43 @@ remora_status_t remora_client_ping(remora_client_h c, double *rtt_us)
     if ((st = client_call(c, RM_MSG_PING, RM_MSG_PONG, NULL, NULL, NULL)) != REMORA_OK)
         return st;
     *rtt_us = (double)(rm_now_ns() - t0) / 1000.0;
+    return REMORA_OK;
+}
+
+/* server_stats.c */
+void rm_stats_to_public(uint64_t mask, const uint64_t v[64], remora_server_stats_t *stats);
+void rm_stats_conn_to_public(const rm_stats_conn_t *in, remora_conn_stats_t *out);
+
+remora_status_t remora_client_server_stats(remora_client_h c, remora_server_stats_t *stats,
+                                           remora_conn_stats_t *conns, size_t max,
+                                           size_t *count_p)
+{
+    uint64_t v[64], mask;
+    rm_stats_conn_t *sc = NULL;
+    uint32_t count;
+    void *body = NULL;
+    size_t len = 0;
+    remora_status_t st;
+
+    if (c == NULL || stats == NULL || (conns == NULL && max))
+        return REMORA_ERR_INVALID_PARAM;
+    if (!atomic_load(&c->server_stats)) {
+        rm_info("the server does not answer STATS (an older remora)");
+        return REMORA_ERR_UNSUPPORTED;
+    }
+    if ((st = client_call(c, RM_MSG_STATS, RM_MSG_STATS_REPLY, NULL, &body, &len)) != REMORA_OK)
+        return st;
+    if (rm_stats_decode(body, len, &mask, v, &sc, max, &count) != 0) {
+        free(body);
+        return REMORA_ERR_PROTOCOL;
+    }
+    free(body);
+    rm_stats_to_public(mask, v, stats);
+    for (size_t i = 0; i < max && i < count; i++)
+        rm_stats_conn_to_public(&sc[i], &conns[i]);
+    free(sc);
+    if (count_p)
+        *count_p = count;
     return REMORA_OK;
 }
 

@@ -131,6 +131,7 @@ struct remora_client {
     uint64_t          reconnects;  /* lock: of them, reconnects */
     uint64_t          hs_instance; /* the handshaking thread's: HELLO_REPLY's instance */
     int               hs_same_host;
+    _Atomic int       server_stats;  /* the server answers STATS (its hello said so) */
 };
 
 typedef struct rm_op rm_op_t;

@@ -180,6 +180,10 @@ static void conn_kill(rm_conn_t *c)
 {
     if (c->dead)
         return;
+    if (c->state == CONN_READY) {
+        atomic_fetch_sub_explicit(&c->server->stat[RM_SS_CONNS], 1, memory_order_relaxed);
+        rm_server_conn_event(c, 0);
+    }
     c->dead = 1;
     c->inflight++; /* the forced close may run our send callbacks right here */
     rm_list_del(&c->link);
@@ -213,6 +217,10 @@ void rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_status_t
     rm_hdr_t hdr = {.type = (uint8_t)type, .req_id = req_id, .status = status};
     rm_send_params_t sp = {0};
 
+    if (status != REMORA_OK) {
+        RM_SS_ADD(c->server, RM_SS_ERRORS, 1);
+        c->cs[RM_CS_ERRORS]++;
+    }
     if (body != NULL) {
         if (body->failed) {
             rm_wbuf_free(body);
@@ -333,6 +341,13 @@ static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
         return;
     }
     region_describe(c, r, 1, &d);
+    RM_SS_ADD(c->server, RM_SS_LOOKUPS, 1);
+    if (d.flags & RM_REGION_WIRE_MAPPABLE)
+        RM_SS_ADD(c->server, RM_SS_MAP_GRANTS, 1);
+    if (d.rkey_len)
+        RM_SS_ADD(c->server, RM_SS_RMA_GRANTS, 1);
+    if (d.flags & RM_REGION_WIRE_IPC)
+        RM_SS_ADD(c->server, RM_SS_IPC_GRANTS, 1);
     rm_wbuf_init(&w);
     rm_region_desc_encode(&w, &d);
     rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_OK, &w);
@@ -357,6 +372,18 @@ static remora_status_t check_access(rm_conn_t *c, const rm_hdr_t *hdr, int write
 static void *region_ptr(const rm_region_t *r, uint64_t offset)
 {
     return (char *)r->mem->addr + r->offset + offset;
+}
+
+/* A read or write the server moved (am or staging), for the counters. */
+static void count_transfer(rm_conn_t *c, int staged, int write, uint64_t bytes)
+{
+    unsigned base = staged ? RM_SS_STAGING_READ_OPS : RM_SS_AM_READ_OPS;
+
+    base += write ? 2 : 0; /* *_WRITE_OPS follows *_READ_BYTES */
+    RM_SS_ADD(c->server, base, 1);
+    RM_SS_ADD(c->server, base + 1, bytes);
+    c->cs[write ? RM_CS_WRITE_OPS : RM_CS_READ_OPS]++;
+    c->cs[write ? RM_CS_WRITE_BYTES : RM_CS_READ_BYTES] += bytes;
 }
 
 /* A read reply left: drop the reference that kept its memory alive. */
@@ -420,6 +447,7 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
         rm_conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
         return;
     }
+    count_transfer(c, region_staged(c, r) && hdr->length, 0, hdr->length);
     if (region_staged(c, r) && hdr->length) {
         handle_read_staged(c, hdr, r);
         return;
@@ -445,6 +473,7 @@ typedef struct rm_write_ctx {
     rm_hdr_t     hdr;    /* ... and is opened with its header */
     int          has_sig; /* WRITE_SIGNAL: apply sig once the data landed */
     rm_sig_desc_t sig;
+    int          staged;  /* counted as staging (else am) */
 } rm_write_ctx_t;
 
 static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
@@ -469,6 +498,8 @@ static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
     remora_status_t st = rm_status_from_ucs(status);
     if (wc->has_sig && st == REMORA_OK && !c->dead)
         st = rm_server_signal_apply(c->server, &wc->sig);
+    if (st == REMORA_OK)
+        count_transfer(c, wc->staged, 1, wc->len);
     if (!c->dead)
         rm_conn_reply(c, RM_MSG_WRITE_REPLY, wc->req_id, st, NULL);
     conn_free_if_idle(c);
@@ -503,6 +534,7 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
     wc->req_id = hdr->req_id;
     wc->dst    = region_ptr(r, hdr->offset);
     wc->len    = len;
+    wc->staged = region_staged(c, r) && len;
     if (sig) {
         wc->has_sig = 1;
         wc->sig     = *sig;
@@ -562,6 +594,22 @@ static void handle_lanes(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_conn_reply(c, RM_MSG_LANES_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
+/* A subscriber's wait; in "every" mode, elements already overwritten that it
+ * asks for are drops (the latest mode skips on purpose). */
+static void count_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
+{
+    rm_region_t *r = rm_server_region_by_id(c->server, hdr->region_id);
+    rm_ring_shape_t now;
+
+    RM_SS_ADD(c->server, RM_SS_RING_WAITS, 1);
+    c->cs[RM_CS_RING_WAITS]++;
+    if (r == NULL || r->ring == NULL || hdr->kind != RM_RING_EVERY)
+        return;
+    rm_ring_snapshot(r->ring, &now);
+    if (now.first > hdr->offset)
+        RM_SS_ADD(c->server, RM_SS_RING_DROPS, now.first - hdr->offset);
+}
+
 /* Messages a READY connection may send. */
 static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
                            const ucp_am_recv_param_t *param)
@@ -571,11 +619,21 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     case RM_MSG_LOOKUP:    handle_lookup(c, hdr, body, len); break;
     case RM_MSG_READ:      handle_read(c, hdr); break;
     case RM_MSG_WRITE:     rm_server_handle_write(c, hdr, body, len, param, NULL); break;
-    case RM_MSG_SIGNAL:    rm_server_signal(c, hdr); break;
-    case RM_MSG_WRITE_SIGNAL: rm_server_write_signal(c, hdr, body, len, param); break;
+    case RM_MSG_SIGNAL:
+        RM_SS_ADD(c->server, RM_SS_SIGNALS, 1);
+        rm_server_signal(c, hdr);
+        break;
+    case RM_MSG_WRITE_SIGNAL:
+        RM_SS_ADD(c->server, RM_SS_SIGNALS, 1);
+        rm_server_write_signal(c, hdr, body, len, param);
+        break;
+    case RM_MSG_STATS:     rm_server_handle_stats(c, hdr); break;
     case RM_MSG_PING:      rm_conn_reply(c, RM_MSG_PONG, hdr->req_id, REMORA_OK, NULL); break;
     case RM_MSG_EVENT_ACK: handle_event_ack(c, hdr); break;
-    case RM_MSG_RING_WAIT: rm_server_ring_wait(c, hdr); break;
+    case RM_MSG_RING_WAIT:
+        count_ring_wait(c, hdr);
+        rm_server_ring_wait(c, hdr);
+        break;
     case RM_MSG_LANES:     handle_lanes(c, hdr); break;
     case RM_MSG_SOCK_CONNECT:
     case RM_MSG_SOCK_DATA:
@@ -686,7 +744,9 @@ static void conn_ready(rm_conn_t *c)
     c->state       = CONN_READY;
     c->acked_epoch = c->server->epoch; /* it never saw earlier regions' keys */
     rm_peer_live_start(&c->peer);
-    rm_info("client %s connected", c->peer_host);
+    rm_info("client %s connected", c->peer_addr);
+    atomic_fetch_add_explicit(&c->server->stat[RM_SS_CONNS], 1, memory_order_relaxed);
+    rm_server_conn_event(c, 1);
 }
 
 /* Connections from the same address as c, c included. */
@@ -726,6 +786,7 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
     if (s->nconns > s->max_conns || conns_from(s, c) > s->max_conns_per_host) {
         rm_warn("refusing client %s: %u connections (at most %u, %u per address)",
                 c->peer_host, s->nconns, s->max_conns, s->max_conns_per_host);
+        RM_SS_ADD(s, RM_SS_CONNS_REFUSED, 1);
         return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_BUSY);
     }
     if (!(in.flags & RM_HELLO_ENCRYPT) != !s->encrypt) {
@@ -736,7 +797,8 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
     memcpy(c->client_nonce, in.nonce, RM_NONCE_LEN);
     ucp_get_version(&major, &minor, &release);
     out.proto_min = out.proto_max = RM_PROTO_VERSION;
-    out.flags       = (s->token ? RM_HELLO_AUTH_REQUIRED : 0) | (s->encrypt ? RM_HELLO_ENCRYPT : 0);
+    out.flags       = (s->token ? RM_HELLO_AUTH_REQUIRED : 0) | (s->encrypt ? RM_HELLO_ENCRYPT : 0) |
+                      RM_HELLO_STATS;
     out.instance    = s->instance;
     out.ucx_version = major << 16 | minor;
     memcpy(out.host_id, s->ctx->host_id, RM_HOST_ID_LEN);
@@ -762,6 +824,7 @@ static int boot_auth(rm_conn_t *c, const rm_boot_frame_t *f)
     if (f->len != RM_MAC_LEN || rm_auth_check(RM_AUTH_CLIENT_PROOF, s->token, s->token_len,
                                               c->server_nonce, c->client_nonce, f->payload) != 0) {
         rm_warn("client %s failed authentication", c->peer_host);
+        RM_SS_ADD(s, RM_SS_AUTH_FAILURES, 1);
         return conn_refuse(c, RM_BOOT_AUTH_REPLY, REMORA_ERR_AUTH);
     }
     rm_auth_proof(RM_AUTH_SERVER_PROOF, s->token, s->token_len, c->server_nonce,
@@ -916,6 +979,7 @@ static void on_accept(rm_watch_t *w, uint32_t events)
         c->state        = CONN_HELLO;
         c->born_ns      = rm_now_ns();
         rm_format_addr((const struct sockaddr *)&ss, c->peer_host, sizeof(c->peer_host));
+        snprintf(c->peer_addr, sizeof(c->peer_addr), "%s", c->peer_host);
         *strrchr(c->peer_host, ':') = '\0'; /* the address, without the port */
         rm_auth_nonce(c->server_nonce);
         if (rm_engine_watch(s->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP) != REMORA_OK) {
@@ -925,6 +989,8 @@ static void on_accept(rm_watch_t *w, uint32_t events)
         }
         rm_list_push_back(&s->conns, &c->link);
         s->nconns++;
+        c->id = ++s->next_conn_id;
+        RM_SS_ADD(s, RM_SS_CONNS_ACCEPTED, 1);
         atomic_store(&s->drained, 0);
         len = sizeof(ss);
     }
@@ -1020,7 +1086,7 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
     ((struct sockaddr_in *)&ss)->sin_port = 0; /* same offset in sockaddr_in6 */
     rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
     lp.field_mask  = (params->field_mask & (REMORA_SERVER_FIELD_TOKEN | REMORA_SERVER_FIELD_MAX_CONNS |
-                                            REMORA_SERVER_FIELD_ENCRYPT)) |
+                                            REMORA_SERVER_FIELD_ENCRYPT | REMORA_SERVER_FIELD_CONN_CB)) |
                      REMORA_SERVER_FIELD_LISTEN_ADDR;
     lp.listen_addr = addr;
     if ((st = rm_engine_lane_create(s->ctx, &s->lane_ctx[i])) != REMORA_OK)
@@ -1036,6 +1102,7 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
         return REMORA_ERR_IO;
     }
     s->lane_port[i] = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    s->lane[i]->lane_no = i + 1;
     return REMORA_OK;
 }
 
@@ -1073,6 +1140,11 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     s->next_region_id = 1;
     s->epoch          = 1;
     s->instance       = rm_auth_random_u64();
+    s->born_ns        = rm_now_ns();
+    if (params && (params->field_mask & REMORA_SERVER_FIELD_CONN_CB)) {
+        s->conn_cb  = params->conn_cb;
+        s->conn_arg = params->conn_arg;
+    }
     s->max_conns      = RM_MAX_CONNS;
     s->max_conns_per_host = RM_MAX_CONNS_HOST;
     if (params && (params->field_mask & REMORA_SERVER_FIELD_MAX_CONNS)) {
@@ -1168,7 +1240,14 @@ void remora_server_destroy(remora_server_h s)
     }
     rm_stage_pool_release(s->stage); /* buffers still out keep it alive */
     rm_engine_unlock(s->ctx);
-    if (s->nconns == 0) { /* else late callbacks still point here */
+    /* Connection callbacks already queued run before we return (not from
+     * one of them: the progress thread would be waiting for itself). */
+    if (!pthread_equal(pthread_self(), s->ctx->thread))
+        for (int i = 0; i < RM_DESTROY_WAIT_MS && atomic_load(&s->events_pending); i++)
+            usleep(1000);
+    if (atomic_load(&s->events_pending))
+        rm_warn("server destroyed with connection callbacks still queued; leaking it");
+    else if (s->nconns == 0) { /* else late callbacks still point here */
         free(s->token);
         free(s);
     }

@@ -9,6 +9,24 @@
 #include "engine/engine.h"
 #include "ring/ring.h"
 
+/* Counters: indices are the bit numbers of remora_server_stats_field and
+ * remora_conn_stats_field (server_stats.c maps them to the public structs). */
+enum {
+    RM_SS_CONNS, RM_SS_CONNS_ACCEPTED, RM_SS_CONNS_REFUSED, RM_SS_AUTH_FAILURES,
+    RM_SS_AM_READ_OPS, RM_SS_AM_READ_BYTES, RM_SS_AM_WRITE_OPS, RM_SS_AM_WRITE_BYTES,
+    RM_SS_STAGING_READ_OPS, RM_SS_STAGING_READ_BYTES, RM_SS_STAGING_WRITE_OPS,
+    RM_SS_STAGING_WRITE_BYTES, RM_SS_LOOKUPS, RM_SS_MAP_GRANTS, RM_SS_RMA_GRANTS,
+    RM_SS_IPC_GRANTS, RM_SS_SIGNALS, RM_SS_ERRORS, RM_SS_RING_WAITS, RM_SS_RING_SUBSCRIBERS,
+    RM_SS_RING_DROPS, RM_SS_UPTIME_MS, RM_SS_COUNT
+};
+enum {
+    RM_CS_ID, RM_CS_PEER, RM_CS_LANE, RM_CS_AGE_MS, RM_CS_READ_OPS, RM_CS_READ_BYTES,
+    RM_CS_WRITE_OPS, RM_CS_WRITE_BYTES, RM_CS_ERRORS, RM_CS_RING_WAITS, RM_CS_COUNT
+};
+
+/* Bump a server counter: relaxed, no lock (any thread may read them). */
+#define RM_SS_ADD(s, i, n) atomic_fetch_add_explicit(&(s)->stat[i], (uint64_t)(n), memory_order_relaxed)
+
 typedef struct rm_region {
     rm_list_t    link;
     uint32_t     id;
@@ -48,6 +66,9 @@ typedef struct rm_conn {
     int             rma_ok;     /* may be given remote keys (server.c: conn_ready) */
     struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
     unsigned        nwaits;     /* ring waits armed (server_ring.c) */
+    uint64_t        id;         /* from 1, per server */
+    char            peer_addr[64]; /* HOST:PORT */
+    uint64_t        cs[RM_CS_COUNT]; /* counters, by remora_conn_stats_field bit */
 } rm_conn_t;
 
 /*
@@ -90,6 +111,14 @@ struct remora_server {
     remora_context_h lane_ctx[RM_LANES_MAX - 1];
     uint16_t         lane_port[RM_LANES_MAX - 1];
     unsigned         nlanes;
+    unsigned         lane_no;  /* a lane's own server: its number (1..); else 0 */
+    /* Counters (server_stats.c): relaxed atomics, by RM_SS_*. */
+    _Atomic uint64_t stat[RM_SS_COUNT];
+    uint64_t         born_ns;
+    uint64_t         next_conn_id;
+    remora_conn_cb_t conn_cb;
+    void            *conn_arg;
+    atomic_int       events_pending; /* conn_cb calls queued, not yet run */
 };
 
 /* server.c */
@@ -105,6 +134,20 @@ remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora
 
 /* Remove a region by name (lock held). */
 remora_status_t rm_server_region_drop(remora_server_h s, const char *name);
+
+/* server_stats.c */
+/* Fill v[] (by RM_SS_*) for mask, lanes included; *mask_p: what was filled.
+ * lock_held: the caller holds s's context lock. */
+void rm_server_stats_collect(remora_server_h s, uint64_t mask, uint64_t v[64], int lock_held);
+/* A connection's counters as the public struct. Lock held. */
+void rm_conn_stats_fill(const rm_conn_t *c, remora_conn_stats_t *out);
+/* Connections of s and its lanes (READY only); lock on s held when lock_held. */
+size_t rm_server_conn_stats_collect(remora_server_h s, remora_conn_stats_t *out, size_t max,
+                                    int lock_held);
+/* Answer a STATS request. */
+void rm_server_handle_stats(rm_conn_t *c, const rm_hdr_t *hdr);
+/* Tell the server's conn_cb (deferred to the progress thread). Lock held. */
+void rm_server_conn_event(rm_conn_t *c, int connected);
 
 /* server_ring.c */
 void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr);

@@ -94,7 +94,7 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
     size_t fixed;
 
     if (len < RM_HDR_COMMON || buf[0] == 0 ||
-        (buf[0] > RM_MSG_TYPE_MAX && !RM_MSG_IS_SOCK(buf[0])) || buf[1] != RM_HDR_VERSION)
+        (buf[0] > RM_MSG_TYPE_MAX && !RM_MSG_IS_SOCK(buf[0]) && !RM_MSG_IS_STATS(buf[0])) || buf[1] != RM_HDR_VERSION)
         return -1;
     fixed = hdr_len_for(buf[0]);
     if (len != fixed + ((buf[2] & RM_HDR_FLAG_SEALED) ? RM_HDR_SEAL_EXT : 0))
@@ -163,6 +163,8 @@ const char *rm_msg_type_name(unsigned type)
                                        "SOCK_FIN", "SOCK_CREDIT"};
     if (RM_MSG_IS_SOCK(type))
         return sock_names[type - RM_MSG_SOCK_FIRST];
+    if (RM_MSG_IS_STATS(type))
+        return type == RM_MSG_STATS ? "STATS" : "STATS_REPLY";
     return type <= RM_MSG_TYPE_MAX ? names[type] : "?";
 }
 
@@ -560,5 +562,89 @@ int rm_sig_desc_decode(const void *buf, size_t len, rm_sig_desc_t *d)
     d->op        = p[4];
     d->index     = get64(p + 8);
     d->value     = get64(p + 16);
+    return 0;
+}
+
+/* ------------------------------------------------------------- stats */
+
+static void stats_values(rm_wbuf_t *w, uint64_t mask, const uint64_t v[64], int peer_bit,
+                         const char *peer)
+{
+    rm_wbuf_u64(w, mask);
+    for (unsigned b = 0; b < 64; b++) {
+        if (!(mask & (1ull << b)))
+            continue;
+        if (peer_bit && b == RM_STATS_PEER_BIT) {
+            size_t n = strnlen(peer, RM_STATS_PEER_MAX);
+            rm_wbuf_u16(w, (uint16_t)n);
+            rm_wbuf_bytes(w, peer, n);
+        } else {
+            rm_wbuf_u64(w, v[b]);
+        }
+    }
+}
+
+void rm_stats_encode_server(rm_wbuf_t *w, uint64_t mask, const uint64_t v[64])
+{
+    stats_values(w, mask, v, 0, NULL);
+}
+
+void rm_stats_encode_conn(rm_wbuf_t *w, const rm_stats_conn_t *c)
+{
+    stats_values(w, c->mask, c->v, 1, c->peer);
+}
+
+static void stats_read(rm_rbuf_t *r, uint64_t *mask_p, uint64_t v[64], char *peer)
+{
+    uint64_t mask = rm_rbuf_u64(r);
+
+    for (unsigned b = 0; b < 64 && !r->failed; b++) {
+        if (!(mask & (1ull << b)))
+            continue;
+        if (peer && b == RM_STATS_PEER_BIT) {
+            uint16_t n = rm_rbuf_u16(r);
+            const uint8_t *p;
+            if (n > RM_STATS_PEER_MAX || (p = rm_rbuf_bytes(r, n)) == NULL) {
+                r->failed = 1;
+                return;
+            }
+            for (uint16_t i = 0; i < n; i++) /* printable only: it ends up in logs and JSON */
+                peer[i] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '?';
+            peer[n] = '\0';
+        } else {
+            v[b] = rm_rbuf_u64(r);
+        }
+    }
+    *mask_p = mask;
+}
+
+int rm_stats_decode(const void *buf, size_t len, uint64_t *mask_p, uint64_t v[64],
+                    rm_stats_conn_t **conns_p, size_t max_conns, uint32_t *count_p)
+{
+    rm_rbuf_t r;
+    uint32_t count;
+    rm_stats_conn_t *conns = NULL, tmp;
+    size_t keep;
+
+    rm_rbuf_init(&r, buf, len);
+    memset(v, 0, 64 * sizeof(v[0]));
+    stats_read(&r, mask_p, v, NULL);
+    count = rm_rbuf_u32(&r);
+    if (r.failed || count > RM_STATS_CONNS_MAX || count > r.left / 8)
+        return -1;
+    keep = count < max_conns ? count : max_conns;
+    if (keep && (conns = calloc(keep, sizeof(*conns))) == NULL)
+        return -1;
+    for (uint32_t i = 0; i < count && !r.failed; i++) {
+        rm_stats_conn_t *c = i < keep ? &conns[i] : &tmp;
+        memset(c, 0, sizeof(*c));
+        stats_read(&r, &c->mask, c->v, c->peer);
+    }
+    if (r.failed) {
+        free(conns);
+        return -1;
+    }
+    *conns_p = conns;
+    *count_p = count;
     return 0;
 }

@@ -62,7 +62,12 @@ typedef enum rm_msg_type {
     RM_MSG_SIGNAL       = 22, /* region_id, kind = op, offset = index, length = value */
     RM_MSG_SIGNAL_REPLY = 23,
     RM_MSG_WRITE_SIGNAL = 24, /* a WRITE whose body starts with rm_sig_desc (answered WRITE_REPLY) */
-    RM_MSG_TYPE_MAX     = 24
+    RM_MSG_TYPE_MAX     = 24,
+    /* Counters (docs/protocol.md §15). Outside 1..RM_MSG_TYPE_MAX, so that
+     * their number does not move RM_MSG_TYPE_MAX; a server that answers
+     * STATS says so in its hello (RM_HELLO_STATS). */
+    RM_MSG_STATS        = 25,
+    RM_MSG_STATS_REPLY  = 31
 } rm_msg_type_t;
 
 /* Byte-stream sockets (src/remote/sock.c, docs/gpunet.md). Kept apart from
@@ -80,6 +85,7 @@ enum {
     RM_MSG_SOCK_LAST          = 30
 };
 #define RM_MSG_IS_SOCK(t) ((t) >= RM_MSG_SOCK_FIRST && (t) <= RM_MSG_SOCK_LAST)
+#define RM_MSG_IS_STATS(t) ((t) == RM_MSG_STATS || (t) == RM_MSG_STATS_REPLY)
 
 /* Event kinds carried by RM_MSG_EVENT. */
 enum { RM_EVENT_CHANGED = 1, RM_EVENT_REMOVED = 2 };
@@ -187,6 +193,8 @@ typedef struct rm_hello {
 /* AUTH_REQUIRED (server): a token is due. ENCRYPT (either side): this side
  * encrypts the connection; both must agree (docs/protocol.md §6.3). */
 enum { RM_HELLO_AUTH_REQUIRED = 1u << 0, RM_HELLO_ENCRYPT = 1u << 1 };
+/* STATS (server): it answers RM_MSG_STATS (older servers do not set it). */
+enum { RM_HELLO_STATS = 1u << 2 };
 
 void rm_hello_encode(rm_wbuf_t *w, const rm_hello_t *h);
 int  rm_hello_decode(const void *buf, size_t len, rm_hello_t *h);
@@ -234,6 +242,29 @@ int rm_name_valid(const char *name);
 void rm_lanes_encode(rm_wbuf_t *w, const uint16_t *ports, unsigned count);
 int  rm_lanes_decode(const void *buf, size_t len, uint16_t ports[RM_LANES_MAX - 1],
                      unsigned *count_p);
+
+/*
+ * STATS_REPLY body (docs/protocol.md §15): u64 mask, then one u64 per set bit
+ * (lowest first): the server's counters (remora_server_stats_t); u32 count
+ * (<= RM_STATS_CONNS_MAX), then per connection: u64 mask, then per set bit
+ * (lowest first) a u64, except bit 1 (the peer address), a u16 length
+ * (0..63) and that many bytes. Bits a decoder does not know are u64 values
+ * it skips; trailing bytes are ignored (later versions may append).
+ */
+#define RM_STATS_CONNS_MAX 65536u
+#define RM_STATS_PEER_BIT  1u
+#define RM_STATS_PEER_MAX  63u
+typedef struct rm_stats_conn {
+    uint64_t mask;
+    char     peer[RM_STATS_PEER_MAX + 1];
+    uint64_t v[64]; /* by bit; v[RM_STATS_PEER_BIT] unused */
+} rm_stats_conn_t;
+
+void rm_stats_encode_server(rm_wbuf_t *w, uint64_t mask, const uint64_t v[64]);
+void rm_stats_encode_conn(rm_wbuf_t *w, const rm_stats_conn_t *c);
+/* 0, or -1 when malformed. *conns_p (free()) holds min(count, max_conns) entries. */
+int  rm_stats_decode(const void *buf, size_t len, uint64_t *mask_p, uint64_t v[64],
+                     rm_stats_conn_t **conns_p, size_t max_conns, uint32_t *count_p);
 
 /* ------------------------------------------------------------- bootstrap */
 

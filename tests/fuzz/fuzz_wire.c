@@ -15,6 +15,7 @@
  *                or whole image, src/ring/ring.c), rm_ring_from_image and the
  *                local readers on what parses
  *     8 lanes    rm_lanes_decode
+ *     9 stats    rm_stats_decode (STATS_REPLY bodies), re-encoded
  * - The input handed to a decoder is a heap copy of exactly its bytes, so
  *   ASan reports any read past the end.
  * - Every successful decode is re-encoded, and the encoding must reproduce the
@@ -93,7 +94,7 @@ void rm_engine_kick(remora_context_h ctx) { abort(); }
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { MODE_HDR, MODE_HELLO, MODE_DESC, MODE_LIST, MODE_NAME, MODE_READER, MODE_BOOT,
-       MODE_RING, MODE_LANES, MODE_COUNT };
+       MODE_RING, MODE_LANES, MODE_STATS, MODE_COUNT };
 
 #define CHECK(cond)                                                                    \
     do {                                                                               \
@@ -143,7 +144,7 @@ static int spec_hdr_reserved(unsigned type, size_t i)
 
 static int spec_hdr_valid(const uint8_t *in, size_t n)
 {
-    if (n < 16 || in[0] == 0 || (in[0] > RM_MSG_TYPE_MAX && !RM_MSG_IS_SOCK(in[0])) ||
+    if (n < 16 || in[0] == 0 || (in[0] > RM_MSG_TYPE_MAX && !RM_MSG_IS_SOCK(in[0]) && !RM_MSG_IS_STATS(in[0])) ||
         in[1] != 1 || n != spec_hdr_len(in[0]) + ((in[2] & 0x01) ? 8 + 16 : 0))
         return 0;
     if (in[0] == RM_MSG_EVENT && in[20] != RM_EVENT_CHANGED && in[20] != RM_EVENT_REMOVED)
@@ -484,6 +485,44 @@ static void fuzz_lanes(const uint8_t *in, size_t n)
     rm_wbuf_free(&w);
 }
 
+/* ------------------------------------------------------------- stats */
+
+/* Whatever decodes re-encodes to the bytes it came from (less trailing
+ * bytes), when every peer string was printable; connections beyond the
+ * first input byte's count are dropped, not misread. */
+static void fuzz_stats(const uint8_t *in, size_t n)
+{
+    uint64_t v[64], mask;
+    rm_stats_conn_t *conns = NULL;
+    uint32_t count;
+    size_t max = n ? in[0] % 4 : 0;
+
+    if (rm_stats_decode(in, n, &mask, v, &conns, max, &count) != 0) {
+        return;
+    }
+    CHECK(count <= RM_STATS_CONNS_MAX);
+    size_t keep = count < max ? count : max;
+    CHECK((keep == 0) == (conns == NULL));
+    for (size_t i = 0; i < keep; i++)
+        CHECK(strlen(conns[i].peer) <= RM_STATS_PEER_MAX);
+    if (count <= max) {
+        rm_wbuf_t w;
+        int printable = 1;
+        rm_wbuf_init(&w);
+        rm_stats_encode_server(&w, mask, v);
+        rm_wbuf_u32(&w, count);
+        for (size_t i = 0; i < keep; i++) {
+            for (const char *p = conns[i].peer; *p; p++)
+                printable &= *p != '?';
+            rm_stats_encode_conn(&w, &conns[i]);
+        }
+        if (!w.failed && printable)
+            CHECK(w.len <= n && memcmp(w.data, in, w.len) == 0);
+        rm_wbuf_free(&w);
+    }
+    free(conns);
+}
+
 /* ------------------------------------------------------------- ring */
 
 /* rm_ring_hdr_parse against its statement (ring_format.h), restated: the
@@ -668,6 +707,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case MODE_BOOT:   fuzz_boot(in, n); break;
     case MODE_RING:   fuzz_ring(in, n); break;
     case MODE_LANES:  fuzz_lanes(in, n); break;
+    case MODE_STATS:  fuzz_stats(in, n); break;
     default:          fuzz_reader(in, n); break;
     }
     free(in);

@@ -302,6 +302,10 @@ static void hello_body(rm_wbuf_t *w, uint16_t pmin, uint16_t pmax)
     rm_hello_encode(w, &h);
 }
 
+/* The library's info line for a connection set up ("client HOST:PORT
+ * connected" at the end of a line; serve's own connection log line goes on). */
+#define RM_LOG_CONNECTED " connected\n"
+
 /* Lines of the server's log that contain needle. */
 static unsigned log_count(const it_server_t *s, const char *needle)
 {
@@ -460,7 +464,7 @@ static void test_malformed_headers(void **state)
     rw_hdr(h, RM_MSG_READ, 8, 1, 0, 1);
     raw_send(r, h, 16, NULL, 0);
     expect_reply(r, "READ header of 16 bytes", RM_MSG_ERROR, REMORA_ERR_PROTOCOL, 0);
-    static const uint8_t bad_types[] = {0, RM_MSG_TYPE_MAX + 1, 0x7f, 0xff};
+    static const uint8_t bad_types[] = {0, RM_MSG_STATS_REPLY + 1, 0x7f, 0xff};
     for (size_t i = 0; i < sizeof(bad_types); i++) {
         hdr_of(h, RM_MSG_PING, 9);
         h[0] = bad_types[i];
@@ -502,7 +506,7 @@ static void expect_closed_without_endpoint(const it_server_t *s, rb_sock_t *b, c
         fail_msg("%s: the server answered with %u frame(s)", what, other);
     rb_close(b);
     it_sleep_ms(50);
-    if (log_count(s, " connected") != connected_before)
+    if (log_count(s, RM_LOG_CONNECTED) != connected_before)
         fail_msg("%s: the server set up a connection", what);
 }
 
@@ -522,7 +526,7 @@ static void test_frames_out_of_turn(void **state)
     hello_body(&w, 2, 2);
     for (int server = 0; server < 2; server++) {
         const it_server_t *s = server ? &g_t : &g_w;
-        unsigned before = log_count(s, " connected");
+        unsigned before = log_count(s, RM_LOG_CONNECTED);
         char what[128];
         const struct { const char *name; int hello_first; unsigned type; const void *p;
                        uint32_t len; } steps[] = {
@@ -560,12 +564,12 @@ static void test_frames_out_of_turn(void **state)
     }
     rm_wbuf_free(&w);
     /* The check above can fail: a real client's connection is logged. */
-    unsigned before_w = log_count(&g_w, " connected"), before_t = log_count(&g_t, " connected");
+    unsigned before_w = log_count(&g_w, RM_LOG_CONNECTED), before_t = log_count(&g_t, RM_LOG_CONNECTED);
     assert_real_client_works(&g_w, NULL);
     assert_real_client_works(&g_t, TOKEN);
     it_sleep_ms(50);
-    assert_int_equal(log_count(&g_w, " connected"), before_w + 1);
-    assert_int_equal(log_count(&g_t, " connected"), before_t + 1);
+    assert_int_equal(log_count(&g_w, RM_LOG_CONNECTED), before_w + 1);
+    assert_int_equal(log_count(&g_t, RM_LOG_CONNECTED), before_t + 1);
 }
 
 /* After the handshake: LOOKUP bodies that are not exactly one valid name,
@@ -747,7 +751,7 @@ static void test_token_server(void **state)
     rb_sock_t b;
     rb_frame_t f;
     uint8_t proof[33] = {0};
-    unsigned before = log_count(&g_t, " connected");
+    unsigned before = log_count(&g_t, RM_LOG_CONNECTED);
     const uint32_t lens[] = {31, 32, 33, 0};
     (void)state;
 
@@ -790,7 +794,7 @@ static void test_version_mismatch(void **state)
 {
     rb_sock_t b;
     const struct { uint16_t lo, hi; } bad[] = {{3, 3}, {1, 1}, {3, 5}, {0, 1}};
-    unsigned before = log_count(&g_w, " connected");
+    unsigned before = log_count(&g_w, RM_LOG_CONNECTED);
     (void)state;
 
     for (int i = 0; i < 10; i++) {

@@ -250,8 +250,8 @@ static void test_hdr_rejects_bad_type(void **state)
     buf[0] = 0;
     assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
     for (unsigned t = RM_MSG_TYPE_MAX + 1; t <= 255; t++) {
-        if (RM_MSG_IS_SOCK(t))
-            continue; /* test_hdr_sock_roundtrip */
+        if (RM_MSG_IS_SOCK(t) || RM_MSG_IS_STATS(t))
+            continue; /* test_hdr_sock_roundtrip, test_stats_* */
         buf[0] = (uint8_t)t;
         assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
     }
@@ -320,11 +320,86 @@ static void test_msg_type_name(void **state)
     assert_string_equal(rm_msg_type_name(RM_MSG_EVENT_ACK), "EVENT_ACK");
     assert_string_equal(rm_msg_type_name(RM_MSG_ERROR), "ERROR");
     assert_string_equal(rm_msg_type_name(0), "?");
-    assert_string_equal(rm_msg_type_name(RM_MSG_TYPE_MAX + 1), "?");
-    assert_string_equal(rm_msg_type_name(RM_MSG_SOCK_LAST + 1), "?");
+    assert_string_equal(rm_msg_type_name(RM_MSG_STATS), "STATS");
+    assert_string_equal(rm_msg_type_name(RM_MSG_STATS_REPLY), "STATS_REPLY");
+    assert_string_equal(rm_msg_type_name(RM_MSG_STATS_REPLY + 1), "?");
     assert_string_equal(rm_msg_type_name(~0u), "?");
     for (unsigned t = 1; t <= RM_MSG_TYPE_MAX; t++)
         assert_string_not_equal(rm_msg_type_name(t), "?");
+}
+
+/* STATS (16-byte header) and STATS_REPLY decode; the reply body round-trips:
+ * server counters by mask, connections with their peer string. */
+static void test_stats_roundtrip(void **state)
+{
+    uint8_t buf[RM_HDR_MAX];
+    rm_hdr_t in = {.type = RM_MSG_STATS, .req_id = 9}, out;
+    uint64_t v[64] = {0}, got[64], mask;
+    rm_stats_conn_t c = {.mask = 0x3ff}, *conns = NULL;
+    uint32_t count;
+    rm_wbuf_t w;
+
+    (void)state;
+    assert_int_equal(rm_hdr_encode(&in, buf), 16);
+    assert_int_equal(rm_hdr_decode(buf, 16, &out), 0);
+    assert_int_equal(out.type, RM_MSG_STATS);
+    in.type = RM_MSG_STATS_REPLY;
+    assert_int_equal(rm_hdr_encode(&in, buf), 16);
+    assert_int_equal(rm_hdr_decode(buf, 16, &out), 0);
+    for (unsigned i = 0; i < 64; i++)
+        v[i] = 1000 + i;
+    snprintf(c.peer, sizeof(c.peer), "127.0.0.1:4242");
+    for (unsigned i = 0; i < 10; i++)
+        c.v[i] = 7 * i;
+    rm_wbuf_init(&w);
+    rm_stats_encode_server(&w, 0x8000000000000005ull, v); /* bit 63: unknown to us */
+    rm_wbuf_u32(&w, 2);
+    rm_stats_encode_conn(&w, &c);
+    rm_stats_encode_conn(&w, &c);
+    rm_wbuf_u8(&w, 0xee); /* trailing bytes: a later version's */
+    assert_int_equal(rm_stats_decode(w.data, w.len, &mask, got, &conns, 1, &count), 0);
+    assert_int_equal(mask, 0x8000000000000005ull);
+    assert_int_equal(got[0], 1000);
+    assert_int_equal(got[2], 1002);
+    assert_int_equal(got[1], 0);
+    assert_int_equal(count, 2);
+    assert_non_null(conns);
+    assert_string_equal(conns[0].peer, "127.0.0.1:4242");
+    assert_int_equal(conns[0].v[9], 63);
+    free(conns);
+    /* Every truncation fails cleanly. */
+    for (size_t n = 0; n + 1 < w.len; n++) {
+        conns = NULL;
+        if (rm_stats_decode(w.data, n, &mask, got, &conns, 4, &count) == 0)
+            assert_true(n >= w.len - 1); /* only the trailing byte may go */
+        free(conns);
+    }
+    rm_wbuf_free(&w);
+}
+
+/* A peer string longer than 63 bytes, or a count beyond the bytes, is malformed. */
+static void test_stats_malformed(void **state)
+{
+    uint64_t v[64] = {0}, mask;
+    rm_stats_conn_t *conns = NULL;
+    uint32_t count;
+    rm_wbuf_t w;
+
+    (void)state;
+    rm_wbuf_init(&w);
+    rm_stats_encode_server(&w, 1, v);
+    rm_wbuf_u32(&w, 1);
+    rm_wbuf_u64(&w, 1u << RM_STATS_PEER_BIT);
+    rm_wbuf_u16(&w, 64);
+    for (int i = 0; i < 64; i++)
+        rm_wbuf_u8(&w, 'a');
+    assert_int_equal(rm_stats_decode(w.data, w.len, &mask, v, &conns, 4, &count), -1);
+    rm_wbuf_free(&w);
+    rm_wbuf_init(&w);
+    rm_stats_encode_server(&w, 0, v);
+    rm_wbuf_u32(&w, 65535);
+    assert_int_equal(rm_stats_decode(w.data, w.len, &mask, v, &conns, 4, &count), -1);
+    rm_wbuf_free(&w);
 }
 
 /* ---------------------------------------------------------------- writer, reader */
@@ -1401,6 +1476,8 @@ int main(void)
         cmocka_unit_test(test_boot_length_bounds),
         cmocka_unit_test(test_boot_prefixes_and_magic),
         cmocka_unit_test(test_boot_reply),
+        cmocka_unit_test(test_stats_roundtrip),
+        cmocka_unit_test(test_stats_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

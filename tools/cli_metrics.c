@@ -1,0 +1,344 @@
+/*
+ * `remora serve --metrics`: the server's counters for Prometheus.
+ *
+ * Design notes
+ * - One thread, one client at a time: a scrape is a few hundred bytes, and
+ *   every step is bounded (CLI_METRICS_IO_MS to send the request and to take
+ *   the reply, CLI_METRICS_REQ_MAX bytes of request), so a slow or hostile
+ *   client holds the thread for at most a few seconds and never its memory.
+ * - A tiny HTTP/1.0 responder: the request line is checked and headers are
+ *   skipped. GET /metrics (a query string is ignored) gets 200 and the text
+ *   exposition format; another path 404; another method 405; anything that
+ *   is not a request line, or a request over the size limit, 400. Every
+ *   response closes the connection (after draining the client's input for
+ *   at most CLI_METRICS_LINGER_MS, so that it reads the response).
+ * - Counters are read with remora_server_stats(): no lock of the server's.
+ * - The thread inherits the serve command's blocked SIGINT/SIGTERM; it stops
+ *   when cli_metrics_stop() writes to its pipe.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cli_stats.h"
+
+#define CLI_METRICS_IO_MS   2000
+#define CLI_METRICS_REQ_MAX 8192
+#define CLI_METRICS_LINGER_MS 500
+
+struct cli_metrics {
+    int             fd;
+    int             stop[2]; /* a byte on stop[1] ends the thread */
+    pthread_t       thread;
+    remora_server_h server;
+};
+
+static int64_t cli_ms_left(const struct timespec *deadline)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)(deadline->tv_sec - now.tv_sec) * 1000 +
+           (deadline->tv_nsec - now.tv_nsec) / 1000000;
+}
+
+static void cli_deadline(struct timespec *d, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, d);
+    d->tv_sec += ms / 1000;
+    d->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (d->tv_nsec >= 1000000000L) {
+        d->tv_sec++;
+        d->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Wait for fd (events) or the stop pipe; 1 ready, 0 timeout or stop. */
+static int cli_metrics_wait(cli_metrics_t *m, int fd, short events, const struct timespec *dl)
+{
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = m->stop[0], .events = POLLIN}};
+        int64_t left = dl ? cli_ms_left(dl) : -1;
+        if (dl && left <= 0) {
+            return 0;
+        }
+        int n = poll(p, 2, dl ? (int)left : -1);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 || p[1].revents) {
+            return 0;
+        }
+        if (n > 0) {
+            return 1;
+        }
+    }
+}
+
+static void cli_metrics_send(cli_metrics_t *m, int fd, const char *data, size_t len)
+{
+    struct timespec dl;
+
+    cli_deadline(&dl, CLI_METRICS_IO_MS);
+    while (len > 0 && cli_metrics_wait(m, fd, POLLOUT, &dl)) {
+        ssize_t n = send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            continue;
+        }
+        if (n <= 0) {
+            return;
+        }
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+static void cli_metrics_respond(cli_metrics_t *m, int fd, int code, const char *reason,
+                                const char *type, const char *body, size_t len)
+{
+    char head[256];
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
+                     "Connection: close\r\n\r\n",
+                     code, reason, type, len, code == 405 ? "Allow: GET\r\n" : "");
+    cli_metrics_send(m, fd, head, (size_t)n);
+    cli_metrics_send(m, fd, body, len);
+}
+
+static void cli_metrics_error(cli_metrics_t *m, int fd, int code, const char *reason)
+{
+    char body[64];
+    int n = snprintf(body, sizeof(body), "%d %s\n", code, reason);
+    cli_metrics_respond(m, fd, code, reason, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+/* The end of the headers, or NULL. */
+static const char *cli_headers_end(const char *buf)
+{
+    const char *e = strstr(buf, "\r\n\r\n");
+    return e != NULL ? e : strstr(buf, "\n\n");
+}
+
+static bool cli_token_ok(const char *s, size_t n)
+{
+    if (n == 0) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void cli_metrics_handle(cli_metrics_t *m, int fd)
+{
+    char buf[CLI_METRICS_REQ_MAX + 1];
+    size_t len = 0;
+    struct timespec dl;
+
+    cli_deadline(&dl, CLI_METRICS_IO_MS);
+    buf[0] = '\0';
+    while (cli_headers_end(buf) == NULL) {
+        if (len == CLI_METRICS_REQ_MAX) {
+            cli_metrics_error(m, fd, 400, "Bad Request");
+            return;
+        }
+        if (!cli_metrics_wait(m, fd, POLLIN, &dl)) {
+            return; /* too slow, or stopping: just close */
+        }
+        ssize_t n = recv(fd, buf + len, CLI_METRICS_REQ_MAX - len, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            continue;
+        }
+        if (n <= 0) {
+            if (len > 0) {
+                break; /* an HTTP/0.9-style request line without headers */
+            }
+            return;
+        }
+        if (memchr(buf + len, '\0', (size_t)n) != NULL) {
+            cli_metrics_error(m, fd, 400, "Bad Request");
+            return;
+        }
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    /* Request line: METHOD SP TARGET SP HTTP/x.y */
+    size_t line = strcspn(buf, "\r\n");
+    const char *sp1 = memchr(buf, ' ', line);
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', line - (size_t)(sp1 + 1 - buf)) : NULL;
+    if (sp1 == NULL || sp2 == NULL || !cli_token_ok(buf, (size_t)(sp1 - buf)) ||
+        !cli_token_ok(sp1 + 1, (size_t)(sp2 - sp1 - 1)) ||
+        (size_t)(buf + line - (sp2 + 1)) != 8 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
+        cli_metrics_error(m, fd, 400, "Bad Request");
+        return;
+    }
+    if ((size_t)(sp1 - buf) != 3 || strncmp(buf, "GET", 3) != 0) {
+        cli_metrics_error(m, fd, 405, "Method Not Allowed");
+        return;
+    }
+    size_t tlen = (size_t)(sp2 - sp1 - 1);
+    const char *q = memchr(sp1 + 1, '?', tlen);
+    if (q != NULL) {
+        tlen = (size_t)(q - sp1 - 1);
+    }
+    if (tlen != 8 || strncmp(sp1 + 1, "/metrics", 8) != 0) {
+        cli_metrics_error(m, fd, 404, "Not Found");
+        return;
+    }
+    char *text;
+    size_t text_len;
+    if (cli_stats_prometheus(m->server, &text, &text_len) != 0) {
+        cli_metrics_error(m, fd, 500, "Internal Server Error");
+        return;
+    }
+    cli_metrics_respond(m, fd, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", text,
+                        text_len);
+    free(text);
+}
+
+/* Close gracefully: a close with unread input resets the connection, and
+ * the client may lose the response. Drain what it still sends, briefly. */
+static void cli_metrics_linger(cli_metrics_t *m, int fd)
+{
+    struct timespec dl;
+    char sink[4096];
+
+    shutdown(fd, SHUT_WR);
+    cli_deadline(&dl, CLI_METRICS_LINGER_MS);
+    while (cli_metrics_wait(m, fd, POLLIN, &dl)) {
+        ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            return;
+        }
+    }
+}
+
+static void *cli_metrics_thread(void *arg)
+{
+    cli_metrics_t *m = arg;
+
+    while (cli_metrics_wait(m, m->fd, POLLIN, NULL)) {
+        int fd = accept4(m->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                usleep(100000); /* out of descriptors: do not spin */
+            }
+            continue;
+        }
+        cli_metrics_handle(m, fd);
+        cli_metrics_linger(m, fd);
+        close(fd);
+    }
+    return NULL;
+}
+
+/* "PORT" is loopback; else HOST:PORT, HOST possibly [v6]. */
+static int cli_metrics_split(const char *addr, char *host, size_t hcap, char *port, size_t pcap)
+{
+    const char *colon;
+
+    if (addr[0] != '\0' && strspn(addr, "0123456789") == strlen(addr)) {
+        snprintf(host, hcap, "127.0.0.1");
+        snprintf(port, pcap, "%s", addr);
+        return 0;
+    }
+    colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr || colon[1] == '\0' ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || (size_t)(colon - addr) >= hcap ||
+        strlen(colon + 1) >= pcap) {
+        return -1;
+    }
+    if (addr[0] == '[' && colon[-1] == ']') {
+        snprintf(host, hcap, "%.*s", (int)(colon - addr - 2), addr + 1);
+    } else {
+        snprintf(host, hcap, "%.*s", (int)(colon - addr), addr);
+    }
+    snprintf(port, pcap, "%s", colon + 1);
+    return atoi(port) > 65535 ? -1 : 0;
+}
+
+int cli_metrics_start(const char *cmd, const char *addr, remora_server_h server,
+                      cli_metrics_t **m_p, char *bound, size_t cap)
+{
+    char host[REMORA_HOST_MAX + 1], port[8];
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai;
+    cli_metrics_t *m;
+    int one = 1, err, fd;
+
+    if (cli_metrics_split(addr, host, sizeof(host), port, sizeof(port)) != 0) {
+        fprintf(stderr, "remora %s: bad --metrics '%s': expected HOST:PORT or PORT\n", cmd, addr);
+        return CLI_EXIT_USAGE;
+    }
+    if ((err = getaddrinfo(host, port, &hints, &ai)) != 0) {
+        fprintf(stderr, "remora %s: --metrics %s: %s\n", cmd, addr, gai_strerror(err));
+        return CLI_EXIT_USAGE;
+    }
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        err = errno;
+    } else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+               bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+        err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        fprintf(stderr, "remora %s: cannot serve metrics on %s:%s: %s\n", cmd, host, port,
+                err == EADDRINUSE ? "port in use" : strerror(err));
+        return CLI_EXIT_RUNTIME;
+    }
+    if ((m = calloc(1, sizeof(*m))) == NULL || pipe2(m->stop, O_CLOEXEC) != 0) {
+        free(m);
+        close(fd);
+        return cli_error(cmd, addr, REMORA_ERR_NO_MEMORY, NULL);
+    }
+    m->fd     = fd;
+    m->server = server;
+    if (pthread_create(&m->thread, NULL, cli_metrics_thread, m) != 0) {
+        close(m->stop[0]);
+        close(m->stop[1]);
+        close(fd);
+        free(m);
+        return cli_error(cmd, addr, REMORA_ERR_NO_MEMORY, "cannot start the metrics thread");
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char h[NI_MAXHOST], p[NI_MAXSERV];
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+        snprintf(bound, cap, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+    } else {
+        snprintf(bound, cap, "%s:%s", host, port);
+    }
+    *m_p = m;
+    return 0;
+}
+
+void cli_metrics_stop(cli_metrics_t *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    (void)!write(m->stop[1], "x", 1);
+    pthread_join(m->thread, NULL);
+    close(m->stop[0]);
+    close(m->stop[1]);
+    close(m->fd);
+    free(m);
+}
