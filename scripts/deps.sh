@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config git
       libucx-dev ucx-utils libsodium-dev libcmocka-dev libglib2.0-dev
-      iproute2 procps clang libclang-rt-14-dev
+      iproute2 procps clang libclang-rt-14-dev groff-base man-db
       python3-dev python3-numpy python3-pytest python3-setuptools python3-venv)
 
 missing=()
