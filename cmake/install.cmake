@@ -35,6 +35,6 @@ install(FILES tools/completion/remora.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/
         RENAME remora COMPONENT tools)
 
 # Documentation for users.
-install(FILES README.md LICENSE docs/performance.md docs/protocol.md docs/security.md
+install(FILES README.md LICENSE docs/guide.md docs/performance.md docs/protocol.md docs/security.md
               docs/ring.md docs/stream.md docs/python.md docs/gpunet.md docs/kiro.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT tools)

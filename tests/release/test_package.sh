@@ -69,7 +69,7 @@ lacks libremora-dev 'libremora\.so\.0|/bin/'
 depends libremora-dev "libremora0 \(= $version\)" 'libucx-dev' 'libsodium-dev' 'pkg-config'
 
 has remora /usr/bin/remora /usr/share/man/man1/remora\.1 \
-    /usr/share/bash-completion/completions/remora /usr/share/doc/remora/performance\.md
+    /usr/share/bash-completion/completions/remora /usr/share/doc/remora/guide\.md
 lacks remora 'libremora|/include/'
 depends remora "libremora0 \(= $version\)" 'libc6 .*'
 
