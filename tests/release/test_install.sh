@@ -44,13 +44,12 @@ grep -q '^prefix=${pcfiledir}/' "$pc" || fail "remora.pc is not relocatable: $(h
 rpath=$(readelf -d "$P/bin/remora")
 grep -qF 'ORIGIN/../' <<<"$rpath" || fail "bin/remora has no \$ORIGIN-relative RUNPATH: $rpath"
 
-# A sanitizer build's library needs the ASan runtime loaded first in a plain
-# program (capture ldd's output before matching: no `ldd | grep -q` under
-# pipefail).
-deps=$(ldd "$libdir/libremora.so.0")
-preload=
-if grep -q libasan <<<"$deps"; then
-  preload=$(cc -print-file-name=libasan.so)
+# A sanitizer build's library (ASan+UBSan, not linked to their runtimes
+# itself) needs programs built with the same -fsanitize flags.
+san=()
+undef=$(nm -D --undefined-only "$libdir/libremora.so.0")
+if grep -q __asan_ <<<"$undef"; then
+  san=(-fsanitize=address,undefined)
 fi
 
 # pkg-config
@@ -60,9 +59,9 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 [ "$(pkg-config --modversion remora)" = "$("$P/bin/remora" --version | awk '{print $2}')" ] ||
   fail "remora.pc's version is not the library's"
 # shellcheck disable=SC2046
-cc -Wall -Werror -o "$tmp/hello_pc" "$src/examples/hello_region.c" $(pkg-config --cflags --libs remora) \
+cc "${san[@]}" -Wall -Werror -o "$tmp/hello_pc" "$src/examples/hello_region.c" $(pkg-config --cflags --libs remora) \
    -Wl,-rpath,"$(pkg-config --variable=libdir remora)"
-out=$(LD_PRELOAD=$preload "$tmp/hello_pc") || fail "the pkg-config program failed: $out"
+out=$("$tmp/hello_pc") || fail "the pkg-config program failed: $out"
 grep -q 'hello from a remora region' <<<"$out" || fail "the pkg-config program printed: $out"
 echo "pkg-config build: ok"
 
@@ -77,11 +76,12 @@ target_link_libraries(hello_cmake PRIVATE remora::remora)
 CM
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S "$tmp/cm" -B "$tmp/cm/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$P" >"$tmp/cm.log" 2>&1 ||
+cmake -S "$tmp/cm" -B "$tmp/cm/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$P" \
+      -DCMAKE_C_FLAGS="${san[*]}" >"$tmp/cm.log" 2>&1 ||
   { cat "$tmp/cm.log"; fail "find_package(remora) failed"; }
 grep -q "remora_DIR:PATH=$P/" "$tmp/cm/build/CMakeCache.txt" || fail "find_package found another remora"
 cmake --build "$tmp/cm/build" >"$tmp/cm.log" 2>&1 || { cat "$tmp/cm.log"; fail "CMake build failed"; }
-out=$(LD_PRELOAD=$preload "$tmp/cm/build/hello_cmake") || fail "the CMake program failed: $out"
+out=$("$tmp/cm/build/hello_cmake") || fail "the CMake program failed: $out"
 grep -q 'hello from a remora region' <<<"$out" || fail "the CMake program printed: $out"
 echo "find_package build: ok"
 
