@@ -290,8 +290,6 @@ typedef struct remora_cuda_device_attr {
     unsigned features;           /**< remora_cuda_feature bits */
 } remora_cuda_device_attr_t;
 
-/** One device, by ordinal. REMORA_ERR_UNSUPPORTED without CUDA,
- *  REMORA_ERR_INVALID_PARAM for an ordinal out of range. */
 /**
  * Copy len bytes between any two of host, pinned host and GPU memory (a CUDA
  * copy when either side is GPU memory, else memcpy). Synchronous.
@@ -299,6 +297,8 @@ typedef struct remora_cuda_device_attr {
  */
 REMORA_API remora_status_t remora_copy(void *dst, const void *src, size_t len);
 
+/** One device, by ordinal. REMORA_ERR_UNSUPPORTED without CUDA,
+ *  REMORA_ERR_INVALID_PARAM for an ordinal out of range. */
 REMORA_API remora_status_t remora_cuda_device_query(int device, remora_cuda_device_attr_t *attr);
 /** *can = 1 when device can map memory of peer (always so for device == peer). */
 REMORA_API remora_status_t remora_cuda_can_access_peer(int device, int peer, int *can);
