@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Install rules (included from the top-level CMakeLists.txt). Components, which
 # the Debian packages follow (cmake/packaging.cmake):
 #   runtime  libremora.so.0                                   -> libremora0

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Debian packages with CPack (included from the top-level CMakeLists.txt).
 #   cpack -G DEB --config BUILD/CPackConfig.cmake   (or: ninja -C BUILD package)
 # One package per install component (cmake/install.cmake):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Install what remora needs to build, test and benchmark on Debian 12.
 # Idempotent: skips apt when every package is already installed.
 set -euo pipefail

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What every program of the guide (docs/guide.md) shares: CHECK, which ends
  * the program with a message when a call fails, and the signal handling of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Guide step 2 (docs/guide.md): a client. It lists the server's regions,
  * reads the start of "greeting", writes a line into it and reads that back.

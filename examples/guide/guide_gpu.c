@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Guide step 5 (docs/guide.md): a GPU region. One process serves 1 MiB of
  * GPU memory and, through a second context, reads it into host memory and

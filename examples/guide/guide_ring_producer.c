@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Guide step 3a (docs/guide.md): a ring producer. It exposes a ring "frames"
  * of 256 elements of 4 KiB, prints "listening HOST:PORT", then pushes one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Guide step 3b (docs/guide.md): a ring subscriber. It follows the ring
  * "frames" of a producer (step 3a), every element in order, checks each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Guide step 1 (docs/guide.md): a server. It exposes one writable region,
  * "greeting" (64 KiB, starting with a line of text), prints

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Guide step 4 (docs/guide.md): a subscription to region changes. It
  * connects with an event callback, prints "watching NAME (N bytes,

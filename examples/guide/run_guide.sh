@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Run one step of docs/guide.md as a user would: servers in the background on
 # a free loopback port, clients against them, output checked.
 #   run_guide.sh server_client|ring|region_events|gpu BIN_DIR

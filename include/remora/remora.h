@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /**
  * @file remora.h
  * @brief remora — remote memory access over UCX.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The API reference: `cmake --build BUILD --target docs` runs Doxygen over
 # include/remora/*.h without a warning, and every public function is in the
 # HTML and in the man3 pages.

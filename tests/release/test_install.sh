@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The installed tree is complete and relocatable: install into a temporary
 # prefix, move it elsewhere, then build examples/hello_region.c against the
 # moved prefix with pkg-config and with CMake's find_package(remora), run

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # remora(1) renders without warnings; the bash completion loads and completes;
 # and both know every command, stream subcommand and option that the
 # command's own --help prints (so they stay in sync with the code).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The Debian packages: build them with cpack, check each one's contents and
 # Depends with dpkg-deb, unpack them all into a throwaway root and run the
 # packaged `remora` from there (no LD_LIBRARY_PATH), and build a program
