@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Small helpers the reference benchmarks share (header-only). */
 #ifndef REMORA_BENCH_UTIL_H
 #define REMORA_BENCH_UTIL_H

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # remora side by side with ucx_perftest and memcpy, in one run on one machine,
 # alternating the two for REPS rounds and comparing medians.
 #   bench/compare.sh [BUILD_DIR] [REPS]        (defaults: build, 5)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The CUDA references GPU reads are compared with: a device-to-device copy on
  * one GPU (what cudaMemcpy DeviceToDevice does), and a copy from GPU SRC to

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The cost of --encrypt: plain and encrypted servers side by side in one run
 # (both UCX_TLS=tcp, one connection each), alternating for REPS rounds;
 # medians of 1 MiB read throughput (depth 4) and of the 64 B round trip.

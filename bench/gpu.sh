@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # GPU targets (issue 4), side by side in one run on one machine:
 #   bench/gpu.sh [BUILD_DIR] [REPS]        (defaults: build, 3)
 # 1. CUDA IPC read of 256 MiB, same GPU      vs a device-to-device cuMemcpy

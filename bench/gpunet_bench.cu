@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPUnet's microbenchmarks on remora GPU sockets, each beside a CPU client
  * doing the same against the same server in the same run (docs/gpunet.md):

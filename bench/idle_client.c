@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Connect to a server, stay idle for SECONDS, and print the CPU this process
  * used meanwhile as a percentage of one core (the idle-CPU target). */
 #include <stdio.h>

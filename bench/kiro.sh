@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # KIRO compatibility (issue 12) targets, side by side in one run, TCP loopback
 # on this host, medians of REPS rounds:
 #   1. KIRO-style full-block kiro_client_sync of 4 MiB in a loop vs `remora

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* memcpy bandwidth of SIZE bytes (default 256 MiB), median of REPS copies:
  * the reference a same-host remora read is compared with. Prints GB/s (1e9). */
 #include <stdint.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Ring (issue 3) targets, side by side in one run: each round measures remora's
 # plain 1 MiB read and 64 B read round trip over TCP loopback, then the ring
 # figures, and the table compares medians.

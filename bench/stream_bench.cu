@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * stream_bench: stream-ordered operations against the same operations
  * issued from the host, on the path the environment selects (REMORA_PATH,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # GPU sockets (docs/gpunet.md): the CUDA examples, benchmark and GPU test.
 # Built wherever nvcc is found (check_language), for sm_90 unless
 # CMAKE_CUDA_ARCHITECTURES says otherwise; the library itself stays plain C.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPUnet's echo client, on remora GPU sockets: the kernel below is the one
  * printed in GPUnet's README, unchanged; each thread block connects its own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A GPU echo server on remora GPU sockets, in GPUnet's style: every thread
  * block accepts one connection on a shared listening socket and echoes it

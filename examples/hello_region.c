@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * hello_region: the smallest complete remora program. It serves a region and
  * reads it back in one process, or, with an address, reads from a running

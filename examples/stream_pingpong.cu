@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * stream_pingpong: two processes, each a remora server (a GPU region "buf"
  * and a signal array "sig") and a client of the other. Rank 0's kernel fills

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Python binding vs `remora bench`, side by side in one run, on the same server and path.
 
     python3 python/bench.py [--remora build/tools/remora] [--seconds 2] [--path map|am|...]

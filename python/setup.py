@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Build the remora extension (remora._remora) against libremora.
 
 Where libremora comes from, first match wins:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Configure and build into DIR (default build/) with warnings as errors.
 # Extra arguments go to cmake, e.g. scripts/build.sh build-asan -DREMORA_SANITIZE=ON
 # Quiet when it works; on a failure the compiler's (or cmake's) output is shown.

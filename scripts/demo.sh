@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The main job, live on loopback: installs dependencies, builds, then streams
 # 1 MiB frames from a producer process to a consumer process at full speed for
 # about 10 seconds, with a live progress line and a verified summary

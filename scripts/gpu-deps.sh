@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Bundle what building remora needs on a GPU machine that has no package
 # access into .gpu-deps/ (ignored by git). Run it here, on a Debian machine
 # with apt, in the project root (.gitignore already names /.gpu-deps/); the

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # GPU sockets on a GPU machine: tests and benchmark, every figure the targets
 # of docs/gpunet.md need, with ratios. Run after scripts/gpu-test.sh BUILD_DIR
 # built everything (nvcc present: gpu_echo_client, gpu_echo_server,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # On the GPU machine: build the Python binding and run its GPU tests (CuPy /
 # torch), then the rest of the Python suite and the benchmark, logging into OUTDIR.
 #   scripts/gpu-python.sh OUTDIR [BUILD_DIR]     (default build-gpu; built if missing)

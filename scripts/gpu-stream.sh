@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Stream-ordered operations on a GPU machine (docs/stream.md): the GPU tests,
 # the two-process ping-pongs and the benchmark, with every figure the
 # targets of docs/performance.md need and their ratios. Run after

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Build remora on a GPU machine and run the GPU-tagged tests (CTest label
 # "gpu"), then print `remora info` and `remora doctor`. One command:
 #   scripts/gpu-test.sh [BUILD_DIR]          (default build-gpu)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Build the Python binding (python/) against BUILD_DIR's libremora with -Werror,
 # install it into a virtual environment under BUILD_DIR, and run its pytest suite
 # against in-process servers and `remora serve` processes of BUILD_DIR.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The whole test suite: installs dependencies, builds with -Werror, runs every
 # test (the C suites, then the Python binding's pytest suite), builds again
 # under AddressSanitizer + UndefinedBehaviorSanitizer and runs every test again,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # `remora doctor` and `remora info` run on any machine (GPU or not) and exit 0
 # unless a check FAILs; `doctor --json` prints one parseable JSON object.
 # usage: test_doctor.sh PATH/TO/remora

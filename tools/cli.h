@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Internals shared by the commands of the `remora` tool: the command table
  * entry, the exit codes, option parsing, client sessions and error reporting.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Option parsing, error reporting and client sessions shared by every command.
  */

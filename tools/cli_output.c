@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Output files that are never half-written (read -o, stream clone).
  *

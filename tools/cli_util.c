@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Shared helpers of the remora command; see cli_util.h for the contracts and
  * the definition of the pattern.

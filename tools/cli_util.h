@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Helpers of the remora command that other programs (unit tests, benchmarks,
  * test servers) share: the test data pattern, size and address parsing, and

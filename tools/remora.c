@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora — command-line tool: serve memory regions, and list, read, write,
  * ping and benchmark them from a client.

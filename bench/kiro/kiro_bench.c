@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * kiro_bench: the KIRO side of bench/kiro.sh, written against the KIRO API.
  *

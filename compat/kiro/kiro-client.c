@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * KiroClient over remora: a remora client of the object's own context and a
  * local copy (GLib-allocated, i.e. malloc) of exactly the server's size.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Internal helpers of the KIRO compatibility layer (not installed).
  *

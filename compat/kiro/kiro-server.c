@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * KiroServer over remora: the caller's block, registered in place, exposed
  * read-only as region "kiro" on a remora server of the object's own context.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * KiroTrb: KIRO's transmittable ring buffer, byte-compatible with KIRO 1.3.
  *

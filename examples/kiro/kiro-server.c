@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A KIRO camera-style server, written against the KIRO API as a KIRO user
  * would (it builds unchanged against KIRO 1.3 too): a KiroTrb of 15 frames

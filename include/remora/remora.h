@@ -1,5 +1,7 @@
-/*
- * remora — remote memory access over UCX.
+/* SPDX-License-Identifier: BSD-3-Clause */
+/**
+ * @file remora.h
+ * @brief remora — remote memory access over UCX.
  *
  * A server exposes named memory regions; clients connect, list them, and read
  * and write any byte range. The data path is chosen per connection: active
@@ -51,6 +53,9 @@ extern "C" {
 
 /* ---------------------------------------------------------------- status */
 
+/** @defgroup remora_status Status
+ * @{ */
+
 /** The one status type. 0 is success, 1 is "not finished yet", errors are negative. */
 typedef enum remora_status {
     REMORA_OK                     = 0,
@@ -82,7 +87,12 @@ REMORA_API const char *remora_status_string(remora_status_t status);
 /** "MAJOR.MINOR.PATCH" of the library. */
 REMORA_API const char *remora_version_string(void);
 
+/** @} */
+
 /* ---------------------------------------------------------------- handles */
+
+/** @defgroup remora_handles Handles
+ * @{ */
 
 typedef struct remora_context *remora_context_h;
 typedef struct remora_mem     *remora_mem_h;
@@ -93,7 +103,12 @@ typedef struct remora_ring    *remora_ring_h;
 typedef struct remora_sub     *remora_sub_h;
 typedef struct remora_signals *remora_signals_h;
 
+/** @} */
+
 /* ---------------------------------------------------------------- context */
+
+/** @defgroup remora_context Contexts
+ * @{ */
 
 enum remora_context_field {
     REMORA_CONTEXT_FIELD_NAME      = 1u << 0,
@@ -165,7 +180,12 @@ typedef struct remora_context_attr {
 REMORA_API remora_status_t remora_context_query(remora_context_h context,
                                                 remora_context_attr_t *attr);
 
+/** @} */
+
 /* ---------------------------------------------------------------- memory */
+
+/** @defgroup remora_memory Memory
+ * @{ */
 
 enum remora_mem_field {
     REMORA_MEM_FIELD_ADDRESS = 1u << 0,
@@ -215,13 +235,18 @@ REMORA_API remora_mem_type_t remora_mem_type(remora_mem_h mem);
 /** The CUDA device ordinal of REMORA_MEM_CUDA memory; -1 for host memory. */
 REMORA_API int remora_mem_device(remora_mem_h mem);
 
+/** @} */
+
 /* ---------------------------------------------------------------- CUDA */
 
-/*
+/**
+ * @defgroup remora_cuda CUDA queries
+ *
  * What the CUDA driver offers here, for diagnostics (`remora doctor`). The
  * driver is loaded at run time; without one these calls still work and say
  * so. They need no context and are thread-safe. As in every attr struct, the
  * caller sets field_mask to the fields it wants; only those are written.
+ * @{
  */
 enum remora_cuda_attr_field {
     REMORA_CUDA_ATTR_FIELD_AVAILABLE      = 1u << 0,
@@ -266,8 +291,6 @@ typedef struct remora_cuda_device_attr {
     unsigned features;           /**< remora_cuda_feature bits */
 } remora_cuda_device_attr_t;
 
-/** One device, by ordinal. REMORA_ERR_UNSUPPORTED without CUDA,
- *  REMORA_ERR_INVALID_PARAM for an ordinal out of range. */
 /**
  * Copy len bytes between any two of host, pinned host and GPU memory (a CUDA
  * copy when either side is GPU memory, else memcpy). Synchronous.
@@ -275,11 +298,18 @@ typedef struct remora_cuda_device_attr {
  */
 REMORA_API remora_status_t remora_copy(void *dst, const void *src, size_t len);
 
+/** One device, by ordinal. REMORA_ERR_UNSUPPORTED without CUDA,
+ *  REMORA_ERR_INVALID_PARAM for an ordinal out of range. */
 REMORA_API remora_status_t remora_cuda_device_query(int device, remora_cuda_device_attr_t *attr);
 /** *can = 1 when device can map memory of peer (always so for device == peer). */
 REMORA_API remora_status_t remora_cuda_can_access_peer(int device, int peer, int *can);
 
+/** @} */
+
 /* ---------------------------------------------------------------- server */
+
+/** @defgroup remora_server Servers and regions
+ * @{ */
 
 enum remora_server_field {
     REMORA_SERVER_FIELD_LISTEN_ADDR = 1u << 0,
@@ -480,7 +510,12 @@ REMORA_API remora_status_t remora_server_conn_stats(remora_server_h server,
                                                     remora_conn_stats_t *stats, size_t max,
                                                     size_t *count_p);
 
+/** @} */
+
 /* ---------------------------------------------------------------- client */
+
+/** @defgroup remora_client Clients
+ * @{ */
 
 typedef enum remora_event_type {
     REMORA_EVENT_REGION_CHANGED = 1, /**< replaced or resized: new size and generation */
@@ -718,10 +753,13 @@ REMORA_API const char *remora_path_string(remora_path_t path);
  *  (1 without lanes). */
 REMORA_API unsigned remora_client_lanes(remora_client_h client);
 
+/** @} */
 
 /* ---------------------------------------------------------------- rings */
 
-/*
+/**
+ * @defgroup remora_rings Rings
+ *
  * A ring: fixed-size elements pushed by one producer, followed by any number
  * of local readers and remote subscribers. The memory format is documented in
  * docs/ring.md: a 64-byte header, then `capacity` slots, each an 8-byte
@@ -732,6 +770,7 @@ REMORA_API unsigned remora_client_lanes(remora_client_h client);
  * readers (get, newest, oldest, subscribers) run concurrently with it and
  * never slow it down: a reader that finds an element overwritten while it
  * copied it reports that, it never returns a torn element.
+ * @{
  */
 
 enum remora_ring_field {
@@ -812,7 +851,12 @@ REMORA_API remora_mem_h remora_ring_mem(remora_ring_h ring);
 REMORA_API remora_status_t remora_server_expose_ring(remora_server_h server, const char *name,
                                                      remora_ring_h ring);
 
+/** @} */
+
 /* ---------------------------------------------------------------- subscriptions */
+
+/** @defgroup remora_subscriptions Subscriptions
+ * @{ */
 
 typedef enum remora_sub_mode {
     /** Every element in order; elements the ring no longer held when the
@@ -905,10 +949,13 @@ REMORA_API void remora_sub_destroy(remora_sub_h sub);
 REMORA_API remora_status_t remora_client_clone_ring(remora_client_h client, const char *name,
                                                     remora_ring_h *ring_p);
 
+/** @} */
 
 /* ---------------------------------------------------------------- signals */
 
-/*
+/**
+ * @defgroup remora_signals Signals
+ *
  * A signal is a 64-bit word that remote peers set or add to, and that a
  * local CUDA stream (remora_stream_wait) or the CPU (remora_signals_wait)
  * waits on. A signal array lives in shareable host memory, page-locked and
@@ -918,6 +965,7 @@ REMORA_API remora_status_t remora_client_clone_ring(remora_client_h client, cons
  * update it with remora_client_signal() or the stream operations below.
  * Updates are atomic per word; those of one client are applied in order.
  * See docs/stream.md.
+ * @{
  */
 typedef enum remora_signal_op {
     REMORA_SIGNAL_SET = 0, /**< word = value */
@@ -980,9 +1028,13 @@ REMORA_API remora_status_t remora_client_signal(remora_client_h client, const ch
                                                 size_t index, remora_signal_op_t op,
                                                 uint64_t value);
 
+/** @} */
+
 /* ---------------------------------------------------------------- stream-ordered operations */
 
-/*
+/**
+ * @defgroup remora_stream_ordered_operations Stream-ordered operations
+ *
  * Operations enqueued on a CUDA stream (a CUstream / cudaStream_t passed as
  * a pointer; NULL is the legacy stream). Each call only enqueues and
  * returns; the operation runs when the stream reaches it, after the work
@@ -1009,6 +1061,7 @@ REMORA_API remora_status_t remora_client_signal(remora_client_h client, const ch
  * Streams given here must be created non-blocking (cudaStreamNonBlocking)
  * or be the legacy stream of a process whose other streams are; the
  * per-thread default stream is not supported.
+ * @{
  */
 
 /** In stream order, len bytes of src (GPU or host memory) go to the region at
@@ -1058,9 +1111,13 @@ REMORA_API remora_status_t remora_stream_error_word(remora_client_h client, void
  */
 REMORA_API remora_status_t remora_stream_release(remora_client_h client, void *stream);
 
+/** @} */
+
 /* ---------------------------------------------------------------- sockets */
 
-/*
+/**
+ * @defgroup remora_sockets Sockets
+ *
  * Byte-stream sockets over a remora connection (docs/gpunet.md): a server
  * listens under a service name, a client connects to that name through its
  * connection, and each side then sends and receives bytes in order, like a
@@ -1085,6 +1142,7 @@ REMORA_API remora_status_t remora_stream_release(remora_client_h client, void *s
  * - A listener is destroyed before its server, sockets before the client or
  *   server they run on is gone (a socket outliving its connection only
  *   returns errors, and must still be closed).
+ * @{
  */
 typedef struct remora_sock          *remora_sock_h;
 typedef struct remora_sock_listener *remora_sock_listener_h;
@@ -1128,15 +1186,20 @@ enum remora_sock_poll_bits {
 REMORA_API int remora_sock_poll(remora_sock_h *socks, const unsigned *events, unsigned *revents,
                                 unsigned n, int timeout_ms);
 
+/** @} */
+
 /* ---------------------------------------------------------------- GPU sockets */
 
-/*
+/**
+ * @defgroup remora_gpu_sockets GPU sockets
+ *
  * GPU sockets (docs/gpunet.md): kernels connect, accept, send and receive
  * through include/remora/device/socket.cuh; a proxy thread of this context
  * serves their command queues in pinned host memory mapped for the device.
  * Peers: remora sockets ("remora://HOST:PORT/SERVICE" to connect,
  * "remora:SERVICE" to listen on params->server), plain TCP ("tcp://HOST:PORT"),
  * and other GPU sockets (a GPU listening through remora or TCP).
+ * @{
  */
 typedef struct remora_gpunet *remora_gpunet_h;
 
@@ -1181,6 +1244,8 @@ REMORA_API void *remora_gpunet_device_handle(remora_gpunet_h net);
  * until the process ends, as kernels may still read it.
  */
 REMORA_API void remora_gpunet_destroy(remora_gpunet_h net);
+
+/** @} */
 
 #ifdef __cplusplus
 }

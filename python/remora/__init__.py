@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """remora: remote memory regions, rings and GPU buffers over UCX.
 
     import remora, numpy as np

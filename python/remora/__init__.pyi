@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Type stubs for remora (the C extension remora._remora plus the Python layer)."""
 import threading
 from typing import Any, Callable, Iterator, Literal, NamedTuple, Optional, Union

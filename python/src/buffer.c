@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Getting at the memory behind a Python object, without copying:
  * 1. the buffer protocol (bytes, bytearray, memoryview, NumPy, Memory), C-contiguous;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora.Error and its subclasses, one per remora_status_t. Each also derives
  * from the closest built-in exception (TimedOut is a TimeoutError, NotFound a

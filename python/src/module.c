@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora._remora: module init, the object lifecycle shared by every type
  * (see rp.h), argument helpers, and Context.

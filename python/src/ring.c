@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Ring (the producer side and local readers), Subscription (a remote ring
  * followed through remora_sub_next) and Element (one element: its bytes, its

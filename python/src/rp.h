@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The remora CPython extension (remora._remora): shared declarations.
  *

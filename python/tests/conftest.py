@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Fixtures: in-process servers (two Contexts) and `remora serve` processes.
 
 The remora command is REMORA_BIN, else ../../build/tools/remora from here.

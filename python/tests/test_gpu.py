@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """GPU memory from CuPy and PyTorch: exposed, read into, written from, rings.
 Skipped (reported) without a CUDA driver or without CuPy/torch."""
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Regions against an in-process server: every call, byte-exact, and every way to get it wrong."""
 import gc
 import select

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Rings in process: push, zero-copy reserve/commit, local reads, subscriptions."""
 import threading
 import time

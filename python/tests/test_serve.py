@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Against `remora serve` / `remora stream serve` processes: byte-exact reads of the
 pattern, writes, rings, and servers killed under a client."""
 import signal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Bootstrap: the TCP socket that comes before, and then beside, a UCX endpoint.
  *

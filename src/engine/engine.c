@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Context lifetime, the progress thread, waiting and completion. */
 #include "engine/engine.h"
 

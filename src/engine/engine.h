@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The engine: one UCX context and worker per remora context, one progress
  * thread, endpoints, and the active-message plumbing the remote layer uses.

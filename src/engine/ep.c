@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Endpoints: connect, accept, close, send; and HOST:PORT addresses. */
 #include "engine/engine.h"
 

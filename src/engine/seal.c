@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Sealing: optional encryption of a connection with libsodium's AEAD.
  *

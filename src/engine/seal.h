@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Optional encryption of a connection ("sealing"); see seal.c's design notes
  * and docs/protocol.md §14.

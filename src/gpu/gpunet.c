@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU sockets: the host proxy (remora.h "GPU sockets", docs/gpunet.md).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU socket proxy internals (gpunet.c). The public surface is
  * remora_gpunet_* in remora.h; the memory layout is

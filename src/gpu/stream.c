@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Stream-ordered operations: put, get, signal, wait and flush enqueued on a
  * CUDA stream, with nothing but the CUDA driver's stream memory operations

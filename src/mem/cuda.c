@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The CUDA driver loader (see cuda.h for the contract).
  *

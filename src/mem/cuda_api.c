@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The public CUDA queries: thin wrappers over the loader (cuda.h). */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Memory handles: host memory allocated shareable through UCX, or registered;
  * GPU memory allocated here or registered (see DESIGN.md, GPU memory).
  * Reference counted: the creator holds one reference, each region one more. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #include "mem/shm.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Shareable host memory: a memory file (memfd) mapped here, that same-host
  * peers map too (the `map` path). A peer opens /proc/PID/fd/FD, which the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Pinned host staging buffers, for GPU memory the loaded UCX cannot reach:
  * device bytes are copied into one, sent from it (or received into it and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Local rings: format helpers, the producer, and local readers. */
 #include "ring/ring.h"
 

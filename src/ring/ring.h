@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Rings, library side: the local ring object and what the server and the
  * subscriber need from it. The format itself is in ring_format.h.

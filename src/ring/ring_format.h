@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The ring's memory format (docs/ring.md), shared by the producer, local
  * readers, the server and remote subscribers.

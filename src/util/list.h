@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Intrusive circular doubly-linked list. */
 #ifndef RM_UTIL_LIST_H
 #define RM_UTIL_LIST_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Logging: one line per event on stderr, level from REMORA_LOG (error, warn,
  * info, debug; default warn). An error is logged once, where it is found. */
 #ifndef RM_UTIL_LOG_H

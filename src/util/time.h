@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #ifndef RM_UTIL_TIME_H
 #define RM_UTIL_TIME_H
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Wire format. Design notes:
  * - Every remora message is one UCX active message. Its AM header carries the

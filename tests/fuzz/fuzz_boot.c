@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target for the whole bootstrap (docs/protocol.md §1, §6) against
  * a live in-process server, with the real library and real UCX in the loop.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Writes the fuzz_wire seed corpus: a few valid encodings of each kind, each
  * file prefixed with the mode byte fuzz_wire uses to pick its decoder.

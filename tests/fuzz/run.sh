@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds the libFuzzer targets with clang and runs them, bounded:
 #   fuzz_wire  every wire decoder (tests/fuzz/fuzz_wire.c)
 #   fuzz_boot  the whole bootstrap against a live in-process server, real UCX

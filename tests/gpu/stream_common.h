@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Helpers shared by the stream-ordered operation tests and benchmark (.cu). */
 #ifndef REMORA_STREAM_COMMON_H
 #define REMORA_STREAM_COMMON_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU sockets on a real GPU (label gpu; exit 77 without one). Each case
  * prints PASSED or FAILED; the exit status is the number of failures.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Stream-ordered operations on one GPU (docs/stream.md). The server lives in
  * this process on a context of its own, so everything runs through the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The integration test harness; see harness.h for the design notes. */
 #include "harness.h"
 

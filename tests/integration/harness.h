@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Integration test harness: real `remora` processes and real UCX, no mocks.
  *

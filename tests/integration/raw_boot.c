@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A raw bootstrap peer for tests: see raw_boot.h. */
 #include "raw_boot.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A raw bootstrap peer for tests: speaks remora's bootstrap frames
  * (docs/protocol.md §1) on a plain blocking TCP socket, one frame at a time,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Attacks on a server, each by a raw program in this test against a real
  * `remora serve` child (or a library server, for the connection caps):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The `remora` command: every failure exits non-zero with exactly one clear
  * line on stderr ("remora: CMD TARGET: ..."), and data round trips through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Files the `remora` command writes are never half-written, and a dead stream
  * is an error:

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `remora stream clone` onto a full file system leaves the existing image as
 # it was and no temporary file behind.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A library client against spawned servers, over one data path per CTest
  * registration (see CMakeLists.txt): the environment (UCX_TLS, REMORA_PATH,

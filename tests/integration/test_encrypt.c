@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Encrypted connections (--encrypt / REMORA_*_FIELD_ENCRYPT), against real
  * `remora serve` processes: byte-exact reads and writes of 0, 1, 4095,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Faults: a server killed in the middle of a transfer, clients killed in the
  * middle of theirs, nothing listening, a server that never answers, and

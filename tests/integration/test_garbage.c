@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Garbage on the listening port: plain TCP connections that send random
  * bytes, an HTTP request, bytes shaped like a UCX connection-manager header

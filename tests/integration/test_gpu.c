@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU memory end to end, on a machine with a GPU (skipped, exit 77, without):
  * every local host/GPU buffer x remote host/GPU region x path (IPC, staging,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The GPU socket proxy without a GPU: remora_gpunet_create with host_queues
  * puts the command slots and rings in ordinary memory, and CPU threads here

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * An idle process does not spin (DESIGN.md: progress blocks on the worker's
  * event fd after a short spin). Measured over 2 s windows:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Server and client in one process: with two contexts, and with one context
  * over UCX's connection manager (REMORA_CM=1), bytes read back exactly; with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Lanes: a server serving on several workers, a client spreading large
  * transfers over a connection to each. Server and client are in one process

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Listeners where asked: a server told to listen on 127.0.0.1 has every TCP
 # listening socket of its process -- its own and the ones UCX opens for its
 # transports -- on 127.0.0.1, none on another interface (docs/security.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Dead peers. A server that stops answering (SIGSTOP: the process is there,
  * its sockets open, so TCP reports nothing) must be taken for dead by its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Malformed messages from a real UCX peer. A raw UCP client (its own UCX
  * context and worker) connects the way docs/protocol.md says (bootstrap

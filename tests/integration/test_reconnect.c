@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Reconnecting clients (remora.h, "Reconnecting"), against real `remora
  * stream serve` processes.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A region replaced while a client is connected: the server runs with
  * --resize a=8M@1500 (16 MiB, then 8 MiB of fresh pattern memory 1.5 s after

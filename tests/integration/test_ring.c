@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Rings end to end: `remora stream serve` processes, `remora stream read`
  * processes and library subscribers in this process, over real UCX.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Signals on the CPU (no GPU needed): a server process exposes a signal
  * array; clients set and add to it over the network.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Host sockets (remora_sock_*) over real UCX: a server context with a
  * listener in this process, clients on other contexts, and a child process

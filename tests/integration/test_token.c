@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A server with --token-file: only clients that know the token get anywhere.
  * The token file ends with a newline, which the CLI strips; the library

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Across "hosts": a server in one network namespace, clients in another,
 # joined by a veth pair, over TCP only (UCX_TLS=tcp). remora counts a peer in
 # another network namespace as another host, so this exercises the cross-host

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Faults across "hosts" (issue 11): servers in one network namespace, clients
 # in another, joined by a veth pair, TCP only (UCX_TLS=tcp).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 # Reproducer: garbage to the connection-manager port a server opens for a
 # client (REMORA_CM=1). Usage: cm_garbage.py HOST PORT [ROUNDS]. UCX 1.13 aborts.
 import socket, struct, sys, os, time, random

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Kill clients at random points of connecting and check that the server lives.
 #   tests/stress/kill_during_connect.sh [BUILD_DIR] [ROUNDS]   (build, 300)
 # Each round starts `remora ls` against one TCP server and SIGKILLs it 0-8 ms

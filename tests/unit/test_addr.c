@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of rm_parse_addr / rm_format_addr (src/engine/ep.c): HOST:PORT
  * and [IPv6]:PORT addresses. Only numeric hosts and "localhost" are used, so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of src/remote/auth.c: the HMAC-SHA256 challenge-response proof
  * and its constant-time check.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of tools/cli_util.c: the test pattern, size and address parsing,
  * size formatting, JSON strings and sample statistics.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of the CUDA layer: src/mem/cuda.c and CUDA memory in
  * remora_mem_create().

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of src/ring/ring.c: the ring memory format (ring_format.h), the
  * local producer and readers (push, reserve/commit, get, newest, oldest),

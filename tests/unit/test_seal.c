@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of src/engine/seal.c: key derivation, sealing and opening of
  * messages and handshake payloads, tampering (body, header, tag, counter),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of src/wire/wire.c: message headers, the little-endian writer and
  * reader, the hello, region descriptor, list and name bodies, and the

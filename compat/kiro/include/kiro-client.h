@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * kiro-client.h — KiroClient: a local copy of a KiroServer's block.
  *

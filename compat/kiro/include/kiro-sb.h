@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * kiro-sb.h — KiroSb: a 'synchronising buffer'.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * kiro-server.h — KiroServer: serve one block of memory to KIRO clients.
  *

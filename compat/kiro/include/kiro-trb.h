@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * kiro-trb.h — KiroTrb: KIRO's 'transmittable ring buffer'.
  *

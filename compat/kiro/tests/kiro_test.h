@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Tiny helpers for the libkiro tests: checks that abort with the line, a
  * free-port picker, a monotonic clock. The tests use only the public KIRO

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 // C++ use as in libuca's KIRO camera plugin: the headers included as
 // <kiro/...> inside extern "C", objects made with g_object_new and the
 // KIRO_*() casts, dropped with g_object_unref.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A killed server: the server (a KiroServer, and a serving KiroSb) runs in
  * a child process that is killed with SIGKILL; the client's next syncs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * KiroServer and KiroClient through the public API, in one process (each
  * object has its own remora context): every function, error returns, the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Install the tree into a temporary prefix and build a small KIRO program
 # with nothing but `pkg-config --cflags --libs kiro`, in both include
 # styles; run it; check that libkiro exports only kiro_* symbols.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * KiroSb through the public API: serve/clone with callbacks, newest data,
  * push/push_dma/get_dma_pointer, freeze/thaw, get_data_blocking and its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* KiroTrb: every function, the byte layout, the index rule, error returns. */
 #include <string.h>
 

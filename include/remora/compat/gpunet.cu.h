@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPUnet's API on remora GPU sockets (docs/gpunet.md "GPUnet programs").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora GPU sockets, device side: header-only CUDA C++ (docs/gpunet.md).
  *

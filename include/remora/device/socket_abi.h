@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The memory layout shared by GPU kernels (socket.cuh) and remora's GPU
  * socket proxy (src/gpu/gpunet.c). Plain C, included by both; every field
