@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Observability and CLI consistency (issue 17), against real `remora`
 # processes over loopback. One case per CTest entry:
 #   test_obs.sh REMORA_BIN SRC_DIR CASE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * `remora serve --metrics`: the server's counters for Prometheus.
  *

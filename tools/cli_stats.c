@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Server counters in the CLI: `remora stat`, the connection log of `serve`
  * and `stream serve`, and the Prometheus text of `serve --metrics`.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Server counters in the CLI (cli_stats.c) and the Prometheus endpoint of
  * `serve --metrics` (cli_metrics.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora bench: throughput and latency of reads or writes of one region.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora config (and remora info --config): every REMORA_* environment
  * variable the library and the command read, with its value here, its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora doctor: is this machine ready to move GPU memory, and by which path?
  *

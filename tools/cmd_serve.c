@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora serve: expose library-allocated regions until SIGINT or SIGTERM.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora stream: a ring producer (serve), a consumer that measures and
  * verifies (read), and a ring snapshot to a file (clone).

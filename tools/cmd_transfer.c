@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora read and write: move a byte range of a region to or from a file,
  * stdout/stdin or the test pattern.

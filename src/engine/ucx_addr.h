@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Checking a peer's UCX worker address before UCX unpacks it.
  *

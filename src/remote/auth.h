@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Challenge-response with a shared token: each side proves it knows the token
  * by an HMAC-SHA256 over both nonces; the token itself never travels. */
 #ifndef RM_REMOTE_AUTH_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The client: connection and handshake, control calls, the region cache,
  * events, and reconnecting.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Client internals shared by client.c (connection, control calls, regions,
  * events) and transfer.c (reads and writes on the three data paths).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The client's side of encryption: parameters, the HELLO agreement, the keys
  * after AUTH, the sealed CONNECT exchange, and the data path. The mechanism

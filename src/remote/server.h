@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Server internals shared by server.c (listener, connections, regions) and
  * server_ring.c (rings: subscribers' waits and notifications). Everything

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Rings on the server: subscribers' waits and the notifications that answer
  * them.

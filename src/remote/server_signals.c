@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Signal arrays: creation, local updates and waits, exposure by a server,
  * the SIGNAL / WRITE_SIGNAL handlers, and the client's host form

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Server counters: the public queries, the STATS request, connection events.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Signal arrays (remora_signals_*): 64-bit words in shareable host memory
  * that peers set or add to and local streams or CPUs wait on.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Byte-stream sockets over remora connections (remora.h: "sockets").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Byte-stream sockets over remora connections (sock.c), the internal hooks.
  * The client and the server hand socket messages here; the GPU proxy

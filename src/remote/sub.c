@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Subscriptions to remote rings, and ring clones (docs/ring.md).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Reads and writes: requests split into chunk ops on one of these paths.
  *

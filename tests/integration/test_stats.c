@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Server counters through the library: remora_server_stats() and
  * remora_server_conn_stats() in the server's process, the same read over a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of the worker-address check (src/engine/ucx_addr.c) against a
  * real UCX worker's own address (TCP on loopback, so the TCP rules are in
