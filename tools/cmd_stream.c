@@ -901,7 +901,7 @@ static const cli_command_t cli_stream_clone_cmd = {
         "usage: remora stream clone [--json] [CLIENT OPTIONS] HOST:PORT/NAME FILE\n"
         "\n"
         "Copy a remote ring's current state into a ring image file (docs/ring.md),\n"
-        "usable as 'remora stream serve --source FILE'. FILE is replaced only once\n"
+        "usable as the source file of 'remora stream serve'. FILE is replaced only once\n"
         "the whole image is written and on disk (a temporary file in FILE's\n"
         "directory is renamed over it); after any failure (a full disk, a lost\n"
         "server, SIGINT or SIGTERM) FILE is left as it was and no temporary file\n"

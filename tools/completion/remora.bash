@@ -79,7 +79,9 @@ _remora()
             opts="--offset -i --input --pattern --length $_remora_client_opts" ;;
         bench)
             opts="--op --size --depth --iters --seconds --gpu $_remora_client_opts" ;;
-        info|config|doctor)
+        info|config)
+            opts="--json --config --help -h" ;;
+        doctor)
             opts="--json --help -h" ;;
         stream)
             case $sub in
