@@ -178,6 +178,39 @@ EOF
   grep -q 'port in use' "$tmp/inuse.err" || { cat "$tmp/inuse.err"; fail "no 'port in use'"; }
   pass "--metrics PORT binds 127.0.0.1; a taken port says 'port in use'"
   stop "$last_pid"
+  # With a token, only a scraper holding it (as a bearer token) is answered.
+  printf 'metrics-token-0123456789abcdef\n' >"$tmp/tok"
+  start s3 serve --listen 127.0.0.1:0 --region a=4K --token-file "$tmp/tok" --metrics 0
+  url3=$(grep -o 'http://[^ ]*/metrics' "$tmp/s3.err") || fail "no metrics address (token)"
+  p3=${url3#http://127.0.0.1:}; p3=${p3%/metrics}
+  python3 - "$p3" <<'EOF' || fail "metrics endpoint with a token"
+import socket, sys
+port = int(sys.argv[1])
+def get(extra):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /metrics HTTP/1.0\r\n" + extra + b"\r\n")
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    s.close()
+    return int(out.split(b" ", 2)[1]), out
+assert get(b"")[0] == 401
+assert get(b"Authorization: Bearer wrong-token-0123456789abcd\r\n")[0] == 401
+assert get(b"Authorization: Bearer metrics-token-0123456789abcde\r\n")[0] == 401  # a prefix
+assert get(b"Authorization: Basic metrics-token-0123456789abcdef\r\n")[0] == 401
+code, body = get(b"authorization: bearer metrics-token-0123456789abcdef\r\n")
+assert code == 200 and b"remora_" in body, body[:200]
+print("PASS: with a token: 401 without it, a wrong one or a prefix; 200 with it")
+EOF
+  stop "$last_pid"
+  # Absent unless asked for: no endpoint announced.
+  start s4 serve --listen 127.0.0.1:0 --region a=4K
+  grep -q metrics "$tmp/s4.err" "$tmp/s4.out" && fail "a metrics endpoint without --metrics"
+  pass "without --metrics: no endpoint"
+  stop "$last_pid"
   ;;
 connlog)
   start s serve --listen 127.0.0.1:0 --region a=64K

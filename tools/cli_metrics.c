@@ -14,6 +14,10 @@
  *   response closes the connection (after draining the client's input for
  *   at most CLI_METRICS_LINGER_MS, so that it reads the response).
  * - Counters are read with remora_server_stats(): no lock of the server's.
+ * - A server with a token lets only scrapers that hold it read them:
+ *   "Authorization: Bearer TOKEN" (Prometheus' bearer_token_file), compared
+ *   in constant time; without it, 401. The token travels in clear here, as
+ *   HTTP does: keep the endpoint on loopback or a trusted network.
  * - The thread inherits the serve command's blocked SIGINT/SIGTERM; it stops
  *   when cli_metrics_stop() writes to its pipe.
  */
@@ -25,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +46,7 @@ struct cli_metrics {
     int             stop[2]; /* a byte on stop[1] ends the thread */
     pthread_t       thread;
     remora_server_h server;
+    cli_token_t     token; /* len 0: no token asked for */
 };
 
 static int64_t cli_ms_left(const struct timespec *deadline)
@@ -142,6 +148,32 @@ static bool cli_token_ok(const char *s, size_t n)
     return true;
 }
 
+/* Whether the headers carry "Authorization: Bearer <m->token>". */
+static bool cli_metrics_authorized(const cli_metrics_t *m, const char *headers)
+{
+    static const char name[] = "authorization:", scheme[] = "bearer ";
+    const char *line = headers;
+
+    if (m->token.len == 0)
+        return true;
+    while ((line = strchr(line, '\n')) != NULL) {
+        line++;
+        if (strncasecmp(line, name, sizeof(name) - 1) != 0)
+            continue;
+        const char *v = line + sizeof(name) - 1;
+        v += strspn(v, " \t");
+        if (strncasecmp(v, scheme, sizeof(scheme) - 1) != 0)
+            return false;
+        v += sizeof(scheme) - 1;
+        size_t n = strcspn(v, "\r\n");
+        unsigned char diff = n != m->token.len;
+        for (size_t i = 0; i < m->token.len; i++) /* constant time in the token */
+            diff |= (unsigned char)(m->token.bytes[i] ^ (i < n ? (unsigned char)v[i] : 0));
+        return diff == 0;
+    }
+    return false;
+}
+
 static void cli_metrics_handle(cli_metrics_t *m, int fd)
 {
     char buf[CLI_METRICS_REQ_MAX + 1];
@@ -196,6 +228,10 @@ static void cli_metrics_handle(cli_metrics_t *m, int fd)
     }
     if (tlen != 8 || strncmp(sp1 + 1, "/metrics", 8) != 0) {
         cli_metrics_error(m, fd, 404, "Not Found");
+        return;
+    }
+    if (!cli_metrics_authorized(m, buf)) {
+        cli_metrics_error(m, fd, 401, "Unauthorized");
         return;
     }
     char *text;
@@ -271,7 +307,7 @@ static int cli_metrics_split(const char *addr, char *host, size_t hcap, char *po
 }
 
 int cli_metrics_start(const char *cmd, const char *addr, remora_server_h server,
-                      cli_metrics_t **m_p, char *bound, size_t cap)
+                      const cli_token_t *token, cli_metrics_t **m_p, char *bound, size_t cap)
 {
     char host[REMORA_HOST_MAX + 1], port[8];
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -310,6 +346,8 @@ int cli_metrics_start(const char *cmd, const char *addr, remora_server_h server,
     }
     m->fd     = fd;
     m->server = server;
+    if (token != NULL)
+        m->token = *token;
     if (pthread_create(&m->thread, NULL, cli_metrics_thread, m) != 0) {
         close(m->stop[0]);
         close(m->stop[1]);

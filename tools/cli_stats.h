@@ -11,6 +11,8 @@
 
 #include <remora/remora.h>
 
+#include "cli.h"
+
 /** Every REMORA_SERVER_STATS_FIELD_* the CLI shows. */
 uint64_t cli_stats_all_fields(void);
 
@@ -27,10 +29,11 @@ typedef struct cli_metrics cli_metrics_t;
  * Serve GET /metrics on addr ("HOST:PORT", or "PORT" for 127.0.0.1:PORT)
  * from a thread of its own, until cli_metrics_stop(). Returns 0, or an exit
  * code after printing why (a usage error for a bad address, "port in use").
- * *bound gets the address bound (cap bytes).
+ * *bound gets the address bound (cap bytes). With a token (len > 0) only
+ * requests that carry it as "Authorization: Bearer" are answered.
  */
 int  cli_metrics_start(const char *cmd, const char *addr, remora_server_h server,
-                       cli_metrics_t **m_p, char *bound, size_t cap);
+                       const cli_token_t *token, cli_metrics_t **m_p, char *bound, size_t cap);
 void cli_metrics_stop(cli_metrics_t *m);
 
 #endif

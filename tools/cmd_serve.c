@@ -474,8 +474,8 @@ static int cli_server_start(cli_server_t *sv)
     }
     char bound[REMORA_HOST_MAX + 8] = "";
     if (sv->o->metrics != NULL) {
-        rc = cli_metrics_start(sv->s.cmd->name, sv->o->metrics, sv->server, &sv->metrics, bound,
-                               sizeof(bound));
+        rc = cli_metrics_start(sv->s.cmd->name, sv->o->metrics, sv->server, &sv->o->token,
+                               &sv->metrics, bound, sizeof(bound));
         if (rc != 0) {
             return rc;
         }
@@ -592,7 +592,9 @@ const cli_command_t cli_cmd_serve = {
         "                      cores at once (1..8, default 1)\n"
         "  --metrics HOST:PORT serve the counters (see 'remora stat') in Prometheus\n"
         "                      text format on GET /metrics at HOST:PORT; a bare PORT\n"
-        "                      means 127.0.0.1:PORT (off by default)\n"
+        "                      means 127.0.0.1:PORT (off by default); with\n"
+        "                      --token-file, scrapes must send the token as\n"
+        "                      'Authorization: Bearer TOKEN' (else 401)\n"
         "  --json              print the ready line as {\"listening\": \"HOST:PORT\"}\n"
         "                      (and \"metrics\": its URL with --metrics)\n"
         "  -h, --help          show this help\n",
