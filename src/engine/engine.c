@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <sodium.h>
+#include <ucs/config/global_opts.h>
 
 #include "engine/seal.h"
 #include "util/log.h"
@@ -541,12 +542,31 @@ static int config_rma(ucp_config_t *config, int rma)
     return rma;
 }
 
+/*
+ * A UCX built with CUDA keeps a cache of which addresses are GPU memory,
+ * filled by hooks on the CUDA allocation calls; an address it does not hold
+ * it takes for host memory (UCX 1.13, ucp_memory_detect_internal). Memory
+ * allocated through entry points the hooks never see (remora's: the driver
+ * is dlopen'd; cudart's own: cuGetProcAddress) is then read and written with
+ * memcpy as if it were host memory. remora tells UCX the memory type wherever
+ * it knows it; with the cache off, UCX asks the driver (cuPointerGetAttributes)
+ * for the rest. The cache is made on first use, after this. A user's
+ * UCX_MEMTYPE_CACHE wins. Without a CUDA module, UCX detects nothing either way.
+ */
+static void config_memtype_cache(void)
+{
+    if (getenv("UCX_MEMTYPE_CACHE") == NULL &&
+        ucs_global_opts_set_value("MEMTYPE_CACHE", "n") != UCS_OK)
+        rm_debug("cannot turn UCX's memory type cache off");
+}
+
 static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const char *bind_host)
 {
     ucp_config_t *config;
-    ucs_status_t status = ucp_config_read(NULL, NULL, &config);
+    ucs_status_t status;
 
-    if (status != UCS_OK)
+    config_memtype_cache();
+    if ((status = ucp_config_read(NULL, NULL, &config)) != UCS_OK)
         return status;
     config_bind(config, bind_host);
     ctx->rma = config_rma(config, ctx->rma);
