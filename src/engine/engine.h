@@ -269,6 +269,7 @@ typedef struct rm_send_params {
     void          *body_free;  /* free() this when done */
     int            bulk;       /* payload may go by rendezvous; else forced eager */
     ucp_mem_h      memh;       /* registration of body, if known */
+    int            cuda;       /* body is CUDA device memory (told to UCX, not detected) */
     rm_send_done_t done;
     void          *arg;
 } rm_send_params_t;

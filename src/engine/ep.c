@@ -379,6 +379,10 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = sp->memh ? sp->memh : s->memh;
     }
+    if (sp->cuda && s->cipher == NULL) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        p.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     /* Listed before the call: whatever UCX does inside it, the entry is valid. */
     s->request = NULL;
     rm_list_push_back(&peer->sends, &s->link);
