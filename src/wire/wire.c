@@ -118,10 +118,7 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
     case RM_MSG_RING_NOTIFY:
         hdr->region_id = get32(buf + 16);
         if (hdr->type != RM_MSG_RING_NOTIFY)
-            hdr->kind = buf[20];
-        if ((hdr->type == RM_MSG_READ || hdr->type == RM_MSG_WRITE ||
-             hdr->type == RM_MSG_WRITE_SIGNAL) && (hdr->kind & ~RM_RW_STAGED))
-            return -1;
+            hdr->kind = buf[20]; /* READ/WRITE: RM_RW_STAGED; other bits ignored */
         if (hdr->type == RM_MSG_SIGNAL && hdr->kind != RM_SIG_SET && hdr->kind != RM_SIG_ADD)
             return -1;
         hdr->offset    = get64(buf + 24);

@@ -102,7 +102,8 @@ enum { RM_REGION_WIRE_MAPPABLE = 1u << 0, RM_REGION_WIRE_RING = 1u << 1,
 
 /* READ/WRITE kind: the server copies a GPU region's bytes through its
  * pinned staging buffers even where its UCX could move them directly
- * (REMORA_PATH=staging; 0 from clients that predate it). */
+ * (REMORA_PATH=staging; 0 from clients that predate it). Other bits are
+ * ignored, as the byte was reserved. */
 enum { RM_RW_STAGED = 1u << 0 };
 
 /* Signal operations (RM_MSG_SIGNAL kind, rm_sig_desc op). */
