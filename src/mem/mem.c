@@ -215,6 +215,7 @@ static remora_status_t mem_setup_cuda(remora_mem_h mem)
     /* UCX that cannot register it (a transport refusing GPU memory: a NIC
      * without peer memory support) leaves the region to IPC and staging,
      * as without CUDA support in UCX: memh NULL is what the paths test. */
+    rm_engine_cuda_enter(mem->ctx, mem->device);
     if (mem_map(mem, 0, &mem->memh) != REMORA_OK) {
         rm_warn("UCX could not register %zu bytes of GPU memory: the region moves through "
                 "CUDA IPC or staging instead", mem->length);

@@ -517,6 +517,8 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     req->path       = r->path;
     req->dev_buf    = dev_buf;
     req->gpu_buf    = gpu_buf;
+    if (gpu_buf && !dev_buf)
+        rm_engine_cuda_enter(c->ctx, buf_dev); /* UCX copies it, maybe on this thread */
     req->chunk      = c->chunk_size;
     if (dev_buf && req->path == REMORA_PATH_RMA)
         req->path = REMORA_PATH_STAGING; /* UCX cannot put/get GPU memory here */
