@@ -353,31 +353,35 @@ static void *read_forever(void *arg)
     return NULL;
 }
 
-/* The server dies while clients copy from its GPU memory (IPC and staging):
- * they get an error, no crash, no hang. */
+/* The server dies while clients copy from its GPU memory (IPC, staging, and
+ * am: UCX itself where it handles CUDA memory, else staging again): they get
+ * an error, no crash, no hang. */
 static void test_server_killed_mid_copy(void **state)
 {
     it_server_t s;
-    reader_t r[2] = {{.path = REMORA_PATH_IPC}, {.path = REMORA_PATH_STAGING}};
-    pthread_t t[2];
+    reader_t r[3] = {{.path = REMORA_PATH_IPC}, {.path = REMORA_PATH_STAGING},
+                     {.path = REMORA_PATH_AM}};
+    pthread_t t[3];
     (void)state;
 
     it_must_start(&s, "--region", "r=256M", "--gpu", "0", NULL);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         r[i].addr = s.addr;
         assert_int_equal(pthread_create(&t[i], NULL, read_forever, &r[i]), 0);
     }
-    for (int i = 0; i < 200 && (atomic_load(&r[0].reads) < 2 || atomic_load(&r[1].reads) < 1); i++)
+    for (int i = 0; i < 200 && (atomic_load(&r[0].reads) < 2 || atomic_load(&r[1].reads) < 1 ||
+                                atomic_load(&r[2].reads) < 1); i++)
         it_sleep_ms(20);
     it_server_kill(&s);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         pthread_join(t[i], NULL);
-    print_message("ipc: %d reads before the kill; staging: %d; then: %s / %s\n",
-                  atomic_load(&r[0].reads), atomic_load(&r[1].reads),
-                  remora_status_string(r[0].last), remora_status_string(r[1].last));
+    print_message("ipc: %d reads before the kill; staging: %d; am: %d; then: %s / %s / %s\n",
+                  atomic_load(&r[0].reads), atomic_load(&r[1].reads), atomic_load(&r[2].reads),
+                  remora_status_string(r[0].last), remora_status_string(r[1].last),
+                  remora_status_string(r[2].last));
     /* IPC copies need no server, so they may go on; the connection's end still shows. */
-    it_assert_status(r[0].last, REMORA_ERR_DISCONNECTED);
-    it_assert_status(r[1].last, REMORA_ERR_DISCONNECTED);
+    for (int i = 0; i < 3; i++)
+        it_assert_status(r[i].last, REMORA_ERR_DISCONNECTED);
 }
 
 int main(void)
