@@ -296,10 +296,24 @@ static void check_ucx_cuda(doctor_t *d)
         return;
     }
     if (u->ucx_mem_types & (1u << REMORA_MEM_CUDA)) {
+        int ib = strstr(u->transports, "rc_") != NULL || strstr(u->transports, "dc_") != NULL ||
+                 strstr(u->transports, "ud_") != NULL;
         cli_ucx_gpu_transports(u, tls, sizeof(tls));
+        if (d->nnics > 0 && !ib) {
+            /* GPUDirect RDMA needs both: UCX's CUDA support and its ib transports */
+            k = check_add(d, "ucx_cuda", CHECK_WARN,
+                          "UCX %u.%u.%u handles CUDA memory (over %s) but lists no InfiniBand "
+                          "transport although RDMA NICs exist: no GPUDirect RDMA",
+                          u->ucx_major, u->ucx_minor, u->ucx_release,
+                          tls[0] ? tls : "(none listed)");
+            check_advise(k, "use a UCX built --with-verbs whose ib module loads "
+                            "(UCX_LOG_LEVEL=debug ucx_info -d); check UCX_TLS");
+            return;
+        }
         check_add(d, "ucx_cuda", CHECK_OK,
-                  "UCX %u.%u.%u handles CUDA memory (ucx-direct path; GPU memory over %s)",
-                  u->ucx_major, u->ucx_minor, u->ucx_release, tls[0] ? tls : "(none listed)");
+                  "UCX %u.%u.%u handles CUDA memory (ucx-direct path; GPU memory over %s%s)",
+                  u->ucx_major, u->ucx_minor, u->ucx_release, tls[0] ? tls : "(none listed)",
+                  ib ? ", and InfiniBand where GPUDirect RDMA is ready" : "");
         return;
     }
     if (ucx_cuda_module(module, sizeof(module))) {
