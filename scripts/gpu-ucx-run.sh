@@ -13,8 +13,8 @@
 #               (UCX's own cuda_ipc, for reference)
 #   bench.log   bench/gpu.sh: UCX cuda_ipc and TCP+cuda_copy rows beside
 #               remora's IPC and staging, medians of REPS (default 3)
-# Every step is bounded (timeouts sum to 580 s: within a 600 s device call). Exit status: 0 when the GPU
-# suite passed and the benchmark ran.
+# Every step is bounded (timeouts sum to 580 s: within a 600 s device call).
+# Exit status: 0 when the GPU suite passed and the benchmark ran.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-ucx-run.sh OUTDIR}
 reps=${REPS:-3}
