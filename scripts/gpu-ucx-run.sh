@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Issue 19's run on the GPU machine, one command from the repository root:
 #   scripts/gpu-ucx-run.sh OUTDIR
 # with .gpu-deps/usr (scripts/gpu-deps.sh) and .gpu-deps/ucx-cuda

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # UCX with CUDA support for the GPU machine (issue 19), built from Debian's
 # own UCX source package (the same 1.13.1 this machine's libucx-dev is).
 #   scripts/gpu-ucx.sh fetch                 source into .gpu-deps/ucx-src

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * remora turns UCX's memory-type cache off before its first UCX context
  * (engine.c, config_memtype_cache): with a UCX built with CUDA, the cache
