@@ -7,6 +7,7 @@
 #                                            configure, patch, build, install
 #                                            into .gpu-deps/ucx-cuda (stripped)
 #   scripts/gpu-ucx.sh env [--prefix DIR]    print the exports that use it
+#   scripts/gpu-ucx.sh check                 the CUDA modules are there and load
 #   scripts/gpu-ucx.sh all                   fetch + build
 # fetch needs apt (here); build needs a CUDA toolkit (nvcc + headers; no GPU);
 # the installed prefix is small enough to carry to the GPU machine as is
@@ -251,7 +252,7 @@ env_lines() {
 NOTE
 }
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'; }
 
 cmd=${1:-}; [ $# -gt 0 ] && shift
 case $cmd in
