@@ -6,6 +6,15 @@
 # 2. CUDA IPC read, GPU 0 -> GPU 1           vs a peer cuMemcpy (needs 2 GPUs)
 # 3. staged GPU -> GPU read over TCP loopback vs remora's host -> host read over TCP
 # 4. ring of 1 MiB elements into GPU memory over TCP vs the same into host memory
+# Where the loaded UCX handles CUDA memory (a UCX built with CUDA,
+# scripts/gpu-ucx.sh; `remora info` says "ucx memory types: host, cuda"),
+# also UCX's own GPU paths (issue 19), beside remora's IPC and staging:
+# 5. UCX read of 256 MiB, same GPU, two processes (REMORA_PATH=am: rendezvous
+#    over cuda_ipc)                            vs a device-to-device cuMemcpy
+# 6. UCX GPU -> GPU read over TCP with cuda_copy (UCX_TLS=tcp,cuda_copy,
+#    REMORA_PATH=am) vs remora's host -> host read over TCP; with the staging
+#    path under the same UCX_TLS beside it
+# Each result line's "path" says which path remora took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -37,6 +46,12 @@ g0=$(start "$tmp/g0" X=1 -- serve --region g=256M --gpu 0)
 tcp_g=$(start "$tmp/tg" UCX_TLS=tcp -- serve --region g=1G --gpu 0)
 tcp_h=$(start "$tmp/th" UCX_TLS=tcp -- serve --region h=1G)
 [ -n "$g0" ] && [ -n "$tcp_g" ] && [ -n "$tcp_h" ] || { cat "$tmp"/*.err >&2; exit 1; }
+ucx_cuda=0
+"$remora" info | grep -q '^ucx memory types: .*cuda' && ucx_cuda=1
+if [ "$ucx_cuda" = 1 ]; then
+  cc_g=$(start "$tmp/cg" UCX_TLS=tcp,cuda_copy -- serve --region g=1G --gpu 0)
+  [ -n "$cc_g" ] || { cat "$tmp"/*.err >&2; exit 1; }
+fi
 for r in $(seq "$REPS"); do
   rec "$("$B/bench/cuda_copy_bench" $((256 << 20)) 10 0 0)" gbps dtod
   rec "$("$remora" bench "$g0/g" --size 256M --gpu 0 --iters 10 --json)" gbps ipc
@@ -46,6 +61,11 @@ for r in $(seq "$REPS"); do
   fi
   rec "$(UCX_TLS=tcp REMORA_PATH=staging "$remora" bench "$tcp_g/g" --size 16M --depth 4 --gpu 0 --seconds 3 --json)" gbps staged
   rec "$(UCX_TLS=tcp "$remora" bench "$tcp_h/h" --size 16M --depth 4 --seconds 3 --json)" gbps hosthost
+  if [ "$ucx_cuda" = 1 ]; then
+    rec "$(REMORA_PATH=am "$remora" bench "$g0/g" --size 256M --gpu 0 --iters 10 --json)" gbps ucx_ipc
+    rec "$(UCX_TLS=tcp,cuda_copy REMORA_PATH=am "$remora" bench "$cc_g/g" --size 16M --depth 4 --gpu 0 --seconds 3 --json)" gbps ucx_tcp
+    rec "$(UCX_TLS=tcp,cuda_copy REMORA_PATH=staging "$remora" bench "$cc_g/g" --size 16M --depth 4 --gpu 0 --seconds 3 --json)" gbps ucx_tcp_staged
+  fi
   # rings: the same producer, read into host memory, then into GPU memory
   a=$(start "$tmp/ring" UCX_TLS=tcp -- stream serve --ring f=1Mx64 --rate 4000 --source fixed)
   rec "$(UCX_TLS=tcp "$remora" stream read "$a/f" --seconds 3 --json)" gbps ring_host
@@ -59,7 +79,7 @@ for r in $(seq "$REPS"); do
 done
 m() { median <"$tmp/$1"; }
 echo "per-round values:" >&2
-for f in dtod ipc peer ipc_peer staged hosthost ring_host ring_gpu ring_gpu_res; do
+for f in dtod ipc peer ipc_peer staged hosthost ucx_ipc ucx_tcp ucx_tcp_staged ring_host ring_gpu ring_gpu_res; do
   [ -f "$tmp/$f" ] && printf "  %-9s %s\n" "$f" "$(xargs printf '%.2f ' <"$tmp/$f")" >&2
 done
 row() {
@@ -73,4 +93,12 @@ row "IPC read 256 MiB, same GPU (ref: cuMemcpy DtoD)" "$(m ipc)" "$(m dtod)" 0.9
 [ -f "$tmp/peer" ] && row "IPC read 256 MiB, GPU0->GPU1 (ref: peer cuMemcpy)" "$(m ipc_peer)" "$(m peer)" 0.9
 row "staged GPU->GPU over TCP (ref: host->host TCP)" "$(m staged)" "$(m hosthost)" 0.8
 row "ring 1 MiB into GPU over TCP (ref: into host)" "$(m ring_gpu)" "$(m ring_host)" 0.8
+if [ -f "$tmp/ucx_ipc" ]; then
+  row "UCX cuda_ipc read 256 MiB, same GPU (ref: cuMemcpy)" "$(m ucx_ipc)" "$(m dtod)" 0.9
+  row "  remora IPC read (ref: UCX cuda_ipc read)" "$(m ipc)" "$(m ucx_ipc)" 1.0
+  row "UCX GPU->GPU over TCP+cuda_copy (ref: host->host)" "$(m ucx_tcp)" "$(m hosthost)" 0.8
+  row "  staging, same UCX_TLS (ref: UCX cuda_copy)" "$(m ucx_tcp_staged)" "$(m ucx_tcp)" 1.0
+else
+  echo "(no UCX CUDA rows: the loaded UCX does not handle CUDA memory)"
+fi
 echo "raw results: $RESULTS"

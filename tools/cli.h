@@ -69,6 +69,8 @@ int cli_config_print(bool json);
 
 /** What `remora info` says about GPUs: CUDA devices and GPU data paths (cmd_doctor.c). */
 void cli_info_print_cuda(const remora_context_attr_t *attr);
+/* The context's UCX transports that carry GPU memory (cuda_copy, ...). */
+void cli_ucx_gpu_transports(const remora_context_attr_t *attr, char *out, size_t cap);
 
 /* ---------------------------------------------------------------- options */
 

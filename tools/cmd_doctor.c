@@ -237,9 +237,57 @@ static void check_feature(doctor_t *d, const char *name, unsigned bit, const cha
     check_advise(k, "%s", advice);
 }
 
+/* The UCX transports of a context that carry GPU memory themselves
+ * (cuda_copy, cuda_ipc, gdr_copy), comma-separated; "" when none. RDMA
+ * transports carry it too where GPUDirect RDMA is ready (peermem, dma-buf):
+ * the doctor's other checks. */
+void cli_ucx_gpu_transports(const remora_context_attr_t *attr, char *out, size_t cap)
+{
+    char tls[sizeof(attr->transports)], *save = NULL;
+    size_t n = 0;
+
+    out[0] = '\0';
+    snprintf(tls, sizeof(tls), "%s", attr->transports);
+    for (char *t = strtok_r(tls, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strncmp(t, "cuda", 4) != 0 && strncmp(t, "gdr", 3) != 0)
+            continue;
+        int w = snprintf(out + n, cap - n, "%s%s", n ? "," : "", t);
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+}
+
+/* Whether the loaded UCX has its CUDA transport module on disk: the
+ * directory of the libucs.so this process mapped, "ucx/libuct_cuda.so". */
+static int ucx_cuda_module(char *path, size_t cap)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[PATH_MAX + 128];
+    int found = 0;
+
+    path[0] = '\0';
+    if (f == NULL)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *p = strchr(line, '/'), *slash;
+        if (p == NULL || strstr(p, "/libucs.so") == NULL)
+            continue;
+        p[strcspn(p, "\n")] = '\0';
+        if ((slash = strrchr(p, '/')) == NULL)
+            continue;
+        *slash = '\0';
+        snprintf(path, cap, "%s/ucx/libuct_cuda.so", p);
+        found = access(path, R_OK) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
 static void check_ucx_cuda(doctor_t *d)
 {
     const remora_context_attr_t *u = &d->ucx;
+    char tls[256], module[PATH_MAX];
     cli_check_t *k;
 
     if (!d->have_ucx) {
@@ -248,8 +296,36 @@ static void check_ucx_cuda(doctor_t *d)
         return;
     }
     if (u->ucx_mem_types & (1u << REMORA_MEM_CUDA)) {
-        check_add(d, "ucx_cuda", CHECK_OK, "UCX %u.%u.%u handles CUDA memory (ucx-direct path)",
-                  u->ucx_major, u->ucx_minor, u->ucx_release);
+        int ib = strstr(u->transports, "rc_") != NULL || strstr(u->transports, "dc_") != NULL ||
+                 strstr(u->transports, "ud_") != NULL;
+        cli_ucx_gpu_transports(u, tls, sizeof(tls));
+        if (d->nnics > 0 && !ib) {
+            /* GPUDirect RDMA needs both: UCX's CUDA support and its ib transports */
+            k = check_add(d, "ucx_cuda", CHECK_WARN,
+                          "UCX %u.%u.%u handles CUDA memory (over %s) but lists no InfiniBand "
+                          "transport although RDMA NICs exist: no GPUDirect RDMA",
+                          u->ucx_major, u->ucx_minor, u->ucx_release,
+                          tls[0] ? tls : "(none listed)");
+            check_advise(k, "use a UCX built --with-verbs whose ib module loads "
+                            "(UCX_LOG_LEVEL=debug ucx_info -d); check UCX_TLS");
+            return;
+        }
+        check_add(d, "ucx_cuda", CHECK_OK,
+                  "UCX %u.%u.%u handles CUDA memory (ucx-direct path; GPU memory over %s%s)",
+                  u->ucx_major, u->ucx_minor, u->ucx_release, tls[0] ? tls : "(none listed)",
+                  ib ? ", and InfiniBand where GPUDirect RDMA is ready" : "");
+        return;
+    }
+    if (ucx_cuda_module(module, sizeof(module))) {
+        /* built with CUDA, but its CUDA transports found no GPU or did not load */
+        k = check_add(d, "ucx_cuda", d->ngpus > 0 ? CHECK_WARN : CHECK_SKIP,
+                      "UCX %u.%u.%u has a CUDA module (%s) but it reports no CUDA memory "
+                      "support%s: remora moves GPU memory itself",
+                      u->ucx_major, u->ucx_minor, u->ucx_release, module,
+                      d->ngpus > 0 ? "" : " (no GPU here)");
+        if (d->ngpus > 0)
+            check_advise(k, "see why with 'UCX_LOG_LEVEL=debug ucx_info -d' (a library the "
+                            "module needs, e.g. libcudart, not on the library path?)");
         return;
     }
     k = check_add(d, "ucx_cuda", d->ngpus > 0 ? CHECK_WARN : CHECK_SKIP,
@@ -257,8 +333,8 @@ static void check_ucx_cuda(doctor_t *d)
                   "(CUDA IPC on one host, staging across hosts)",
                   u->ucx_major, u->ucx_minor, u->ucx_release);
     if (d->ngpus > 0)
-        check_advise(k, "for GPUDirect RDMA use a UCX built --with-cuda (UCX_MODULE_DIR with the "
-                        "cuda modules)");
+        check_advise(k, "for GPUDirect RDMA use a UCX built --with-cuda (scripts/gpu-ucx.sh; "
+                        "docs/gpu-ucx.md)");
 }
 
 static void check_rdma_nics(doctor_t *d)
@@ -613,4 +689,9 @@ void cli_info_print_cuda(const remora_context_attr_t *attr)
      * host; staging: through pinned host buffers, anywhere. */
     printf("gpu paths: ucx-direct %s, cuda-ipc %s, staging yes\n", ucx_cuda ? "yes" : "no",
            cuda.device_count > 0 ? "yes" : "no");
+    if (ucx_cuda) {
+        char tls[256];
+        cli_ucx_gpu_transports(attr, tls, sizeof(tls));
+        printf("ucx gpu transports: %s\n", tls[0] ? tls : "(none listed)");
+    }
 }

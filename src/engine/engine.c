@@ -16,8 +16,10 @@
 #include <unistd.h>
 
 #include <sodium.h>
+#include <ucs/config/global_opts.h>
 
 #include "engine/seal.h"
+#include "mem/cuda.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -49,7 +51,43 @@ remora_status_t rm_status_from_ucs(ucs_status_t s)
     }
 }
 
-void rm_engine_lock(remora_context_h ctx)   { pthread_mutex_lock(&ctx->lock); }
+/*
+ * A UCX that handles CUDA memory (1.13's cuda_copy and cuda_ipc) copies GPU
+ * memory only on a thread with a current CUDA context ("attempt to perform
+ * cuda memcpy without active context"), and remora's own CUDA calls leave
+ * none behind (they push and pop). Once GPU memory has gone to UCX in this
+ * process (rm_engine_cuda_enter), every thread that enters the engine (the
+ * progress threads, callers issuing requests or driving progress while they
+ * wait) may run UCX's GPU copies, so each gets GPU 0's primary context if it
+ * has none (rm_cuda_thread_ctx). Not before: a process that only moves host
+ * memory creates no CUDA context. Cheap: a thread-local and an atomic test.
+ */
+static _Thread_local int tls_cuda_bound;
+static atomic_int cuda_active;
+
+static void cuda_bind_thread(remora_context_h ctx, int device)
+{
+    if (tls_cuda_bound || !ctx->ucx_cuda ||
+        !atomic_load_explicit(&cuda_active, memory_order_relaxed))
+        return;
+    tls_cuda_bound = 1;
+    if (rm_cuda_thread_ctx(device) != REMORA_OK)
+        rm_warn("no CUDA context for this thread: UCX may fail to copy GPU memory");
+}
+
+void rm_engine_cuda_enter(remora_context_h ctx, int device)
+{
+    if (!ctx->ucx_cuda)
+        return;
+    atomic_store(&cuda_active, 1);
+    cuda_bind_thread(ctx, device < 0 ? 0 : device);
+}
+
+void rm_engine_lock(remora_context_h ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    cuda_bind_thread(ctx, 0);
+}
 void rm_engine_unlock(remora_context_h ctx) { pthread_mutex_unlock(&ctx->lock); }
 
 /* ------------------------------------------------------------ waiting */
@@ -541,12 +579,31 @@ static int config_rma(ucp_config_t *config, int rma)
     return rma;
 }
 
+/*
+ * A UCX built with CUDA keeps a cache of which addresses are GPU memory,
+ * filled by hooks on the CUDA allocation calls; an address it does not hold
+ * it takes for host memory (UCX 1.13, ucp_memory_detect_internal). Memory
+ * allocated through entry points the hooks never see (remora's: the driver
+ * is dlopen'd; cudart's own: cuGetProcAddress) is then read and written with
+ * memcpy as if it were host memory. remora tells UCX the memory type wherever
+ * it knows it; with the cache off, UCX asks the driver (cuPointerGetAttributes)
+ * for the rest. The cache is made on first use, after this. A user's
+ * UCX_MEMTYPE_CACHE wins. Without a CUDA module, UCX detects nothing either way.
+ */
+static void config_memtype_cache(void)
+{
+    if (getenv("UCX_MEMTYPE_CACHE") == NULL &&
+        ucs_global_opts_set_value("MEMTYPE_CACHE", "n") != UCS_OK)
+        rm_debug("cannot turn UCX's memory type cache off");
+}
+
 static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const char *bind_host)
 {
     ucp_config_t *config;
-    ucs_status_t status = ucp_config_read(NULL, NULL, &config);
+    ucs_status_t status;
 
-    if (status != UCS_OK)
+    config_memtype_cache();
+    if ((status = ucp_config_read(NULL, NULL, &config)) != UCS_OK)
         return status;
     config_bind(config, bind_host);
     ctx->rma = config_rma(config, ctx->rma);
@@ -704,6 +761,7 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     ctx->spin_us = parent->spin_us;
     ctx->rma     = parent->rma;
     ctx->shm_ok  = parent->shm_ok;
+    ctx->ucx_cuda = parent->ucx_cuda;
     ctx->hb_interval_ns  = parent->hb_interval_ns;
     ctx->peer_timeout_ns = parent->peer_timeout_ns;
     memcpy(ctx->host_id, parent->host_id, RM_HOST_ID_LEN);
@@ -806,6 +864,9 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
         free(ctx);
         return rm_status_from_ucs(ustatus);
     }
+    ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    ctx->ucx_cuda = ucp_context_query(ctx->ucp, &ca) == UCS_OK &&
+                    (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     if ((status = start_worker(ctx)) != REMORA_OK) {
         ucp_cleanup(ctx->ucp);
         free(ctx);

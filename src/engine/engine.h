@@ -136,6 +136,7 @@ struct remora_context {
     uint64_t        peer_timeout_ns; /* silence after which a peer is dead */
     int             rma;             /* RMA enabled: 0 no, 1 verbs only, 2 any transport */
     int             shm_ok;          /* same-host mappings allowed (UCX may use shared memory) */
+    int             ucx_cuda;        /* UCX handles CUDA memory (threads get a CUDA context) */
 
     /* Stream-ordered operations (src/gpu/stream.c), an upper layer: it sets
      * these on first use (under its own lock); the lower layers call them. */
@@ -159,6 +160,10 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
 remora_status_t rm_status_from_ucs(ucs_status_t status);
 
 void rm_engine_lock(remora_context_h ctx);
+/* GPU memory (on device, -1: unknown) is about to go to UCX: from now on,
+ * threads entering the engine get a CUDA context if they have none, this one
+ * first (engine.c). Nothing when UCX does not handle CUDA memory. Lock held. */
+void rm_engine_cuda_enter(remora_context_h ctx, int device);
 void rm_engine_unlock(remora_context_h ctx);
 
 /*
@@ -269,6 +274,7 @@ typedef struct rm_send_params {
     void          *body_free;  /* free() this when done */
     int            bulk;       /* payload may go by rendezvous; else forced eager */
     ucp_mem_h      memh;       /* registration of body, if known */
+    int            cuda;       /* body is CUDA device memory (told to UCX, not detected) */
     rm_send_done_t done;
     void          *arg;
 } rm_send_params_t;

@@ -288,7 +288,7 @@ typedef struct rm_send {
  * flight when a peer dies (cancel_sends). A handle of ours makes that path
  * clean, so large bulk bodies get one. NULL when mapping fails: the send
  * goes ahead as before. */
-static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len)
+static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len, int cuda)
 {
     ucp_mem_map_params_t mp = {
         .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
@@ -296,6 +296,11 @@ static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len)
         .length     = len,
     };
     ucp_mem_h memh;
+
+    if (cuda) { /* a GPU buffer going to a CUDA UCX: said, not detected */
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
 
     return ucp_mem_map(ucp, &mp, &memh) == UCS_OK ? memh : NULL;
 }
@@ -374,10 +379,14 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
     s->ucp  = peer->ctx->ucp;
     s->memh = NULL;
     if (s->cipher == NULL && sp->memh == NULL && sp->bulk && sp->body_len >= RM_SEND_MAP_MIN)
-        s->memh = map_body(s->ucp, sp->body, sp->body_len);
+        s->memh = map_body(s->ucp, sp->body, sp->body_len, sp->cuda);
     if (s->cipher == NULL && (sp->memh || s->memh)) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = sp->memh ? sp->memh : s->memh;
+    }
+    if (sp->cuda && s->cipher == NULL) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        p.memory_type = UCS_MEMORY_TYPE_CUDA;
     }
     /* Listed before the call: whatever UCX does inside it, the entry is valid. */
     s->request = NULL;

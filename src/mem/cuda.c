@@ -96,6 +96,8 @@ static struct cu_api {
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*CtxPushCurrent)(CUcontext);
     CUresult (*CtxPopCurrent)(CUcontext *);
+    CUresult (*CtxGetCurrent)(CUcontext *);
+    CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*CtxEnablePeerAccess)(CUcontext, unsigned);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemAllocManaged)(CUdeviceptr *, size_t, unsigned);
@@ -148,6 +150,8 @@ static const struct cu_sym {
     CU_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
     CU_SYM(CtxPushCurrent, "cuCtxPushCurrent_v2"),
     CU_SYM(CtxPopCurrent, "cuCtxPopCurrent_v2"),
+    CU_SYM(CtxGetCurrent, "cuCtxGetCurrent"),
+    CU_SYM(CtxSetCurrent, "cuCtxSetCurrent"),
     CU_SYM(CtxEnablePeerAccess, "cuCtxEnablePeerAccess"),
     CU_SYM(MemAlloc, "cuMemAlloc_v2"),
     CU_SYM(MemAllocManaged, "cuMemAllocManaged"),
@@ -391,6 +395,20 @@ static void ctx_pop(void)
 {
     CUcontext ignored;
     cu_check(cu.CtxPopCurrent(&ignored), "cuCtxPopCurrent");
+}
+
+remora_status_t rm_cuda_thread_ctx(int device)
+{
+    CUcontext cur = NULL, ctx;
+    remora_status_t status;
+
+    if (rm_cuda_init() != REMORA_OK)
+        return REMORA_ERR_UNSUPPORTED;
+    if (cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur != NULL)
+        return REMORA_OK; /* the thread's own choice stays */
+    if ((status = ctx_get(device, &ctx)) != REMORA_OK)
+        return status;
+    return cu_check(cu.CtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
 /* ---------------------------------------------------------------- devices */

@@ -83,6 +83,11 @@ remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device
 
 /** Device memory on `device`, freed with rm_cuda_mem_free(). */
 remora_status_t rm_cuda_mem_alloc(int device, size_t length, void **p);
+/** A thread with no current CUDA context gets device's primary context made
+ *  current (as the CUDA runtime does on a thread's first call); one with a
+ *  context keeps it. UCX's cuda_copy/cuda_ipc transports (1.13) refuse to
+ *  copy on a thread without a current context. */
+remora_status_t rm_cuda_thread_ctx(int device);
 /** Managed memory; remora refuses it as a region, this exists for tests. */
 remora_status_t rm_cuda_mem_alloc_managed(int device, size_t length, void **p);
 remora_status_t rm_cuda_mem_free(int device, void *p);

@@ -212,7 +212,16 @@ static remora_status_t mem_setup_cuda(remora_mem_h mem)
         rm_debug("UCX has no CUDA support: %p is not registered with UCX", mem->addr);
         return REMORA_OK;
     }
-    return mem_map(mem, 0, &mem->memh);
+    /* UCX that cannot register it (a transport refusing GPU memory: a NIC
+     * without peer memory support) leaves the region to IPC and staging,
+     * as without CUDA support in UCX: memh NULL is what the paths test. */
+    rm_engine_cuda_enter(mem->ctx, mem->device);
+    if (mem_map(mem, 0, &mem->memh) != REMORA_OK) {
+        rm_warn("UCX could not register %zu bytes of GPU memory: the region moves through "
+                "CUDA IPC or staging instead", mem->length);
+        mem->memh = NULL;
+    }
+    return REMORA_OK;
 }
 
 remora_status_t remora_mem_create(remora_context_h ctx, const remora_mem_params_t *params,

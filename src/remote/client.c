@@ -364,15 +364,20 @@ static void region_attach(remora_client_h c, rm_rregion_t *r, const rm_region_de
         rm_debug("cannot map region %s of the same-host server; using active messages", d->name);
 }
 
-/* A GPU region: UCX itself when it handles CUDA memory, CUDA IPC on one host,
- * else staging through pinned buffers (active messages). */
+/* A GPU region: one-sided UCX where a native lane and its rkey allow, CUDA
+ * IPC on one host, else active messages: straight from/to the GPU through
+ * UCX where the server's UCX registered the region (am: UCX moves GPU memory,
+ * with cuda_copy/cuda_ipc or GPUDirect RDMA), else staged through pinned
+ * buffers. Same host, remora's own IPC copy stays ahead of UCX's (which adds
+ * a rendezvous round trip to the same cuMemcpy): docs/gpu-ucx.md. */
 static remora_path_t gpu_region_path(remora_client_h c, const rm_rregion_t *r)
 {
     int ipc_ok = c->same_host && r->has_ipc && rm_cuda_init() == REMORA_OK;
+    int ucx_ok = (r->flags & RM_REGION_WIRE_UCX) != 0;
 
     switch (c->forced_path) {
     case REMORA_PATH_IPC:     return ipc_ok ? REMORA_PATH_IPC : REMORA_PATH_AUTO;
-    case REMORA_PATH_AM:
+    case REMORA_PATH_AM:      return ucx_ok ? REMORA_PATH_AM : REMORA_PATH_STAGING;
     case REMORA_PATH_STAGING: return REMORA_PATH_STAGING;
     case REMORA_PATH_RMA:     return r->rkey ? REMORA_PATH_RMA : REMORA_PATH_AUTO;
     case REMORA_PATH_MAP:     return REMORA_PATH_AUTO;
@@ -380,7 +385,9 @@ static remora_path_t gpu_region_path(remora_client_h c, const rm_rregion_t *r)
     }
     if (r->rkey && c->native_rma)
         return REMORA_PATH_RMA;
-    return ipc_ok ? REMORA_PATH_IPC : REMORA_PATH_STAGING;
+    if (ipc_ok)
+        return REMORA_PATH_IPC;
+    return ucx_ok ? REMORA_PATH_AM : REMORA_PATH_STAGING;
 }
 
 static remora_path_t region_choose_path(remora_client_h c, const rm_rregion_t *r)

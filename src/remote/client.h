@@ -169,6 +169,7 @@ struct remora_request {
     rm_rregion_t    *region;
     remora_path_t    path;
     int              dev_buf;    /* buf is GPU memory UCX cannot reach: stage every chunk */
+    int              gpu_buf;    /* buf is GPU memory (UCX is told so when it moves it) */
     size_t           chunk;      /* bytes per chunk op */
     size_t           issued;
     unsigned         inflight;

@@ -111,6 +111,8 @@ static void region_describe(const rm_conn_t *c, const rm_region_t *r, int with_r
     d->generation  = r->generation;
     d->remote_addr = (uint64_t)(uintptr_t)r->mem->addr + r->offset;
     d->device      = r->mem->device;
+    if (r->mem->type == REMORA_MEM_CUDA && r->mem->memh != NULL)
+        d->flags |= RM_REGION_WIRE_UCX;
     if (r->mem->type == REMORA_MEM_CUDA && r->mem->has_ipc) {
         d->flags |= RM_REGION_WIRE_IPC;
         memcpy(d->ipc, r->mem->ipc.bytes, RM_IPC_HANDLE_LEN);
@@ -390,10 +392,12 @@ static void count_transfer(rm_conn_t *c, int staged, int write, uint64_t bytes)
 /* A read reply left: drop the reference that kept its memory alive. */
 static void read_reply_done(void *arg, ucs_status_t status) { rm_mem_unref(arg); }
 
-/* GPU memory the loaded UCX cannot touch: it moves through staging buffers. */
-static int region_staged(const rm_conn_t *c, const rm_region_t *r)
+/* GPU memory the loaded UCX cannot touch, or that the client asked to be
+ * staged: it moves through staging buffers. */
+static int region_staged(const rm_conn_t *c, const rm_region_t *r, const rm_hdr_t *hdr)
 {
-    return r->mem->type == REMORA_MEM_CUDA && (r->mem->memh == NULL || c->peer.seal != NULL);
+    return r->mem->type == REMORA_MEM_CUDA &&
+           (r->mem->memh == NULL || c->peer.seal != NULL || (hdr->kind & RM_RW_STAGED));
 }
 
 typedef struct rm_staged {
@@ -448,8 +452,8 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
         rm_conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
         return;
     }
-    count_transfer(c, region_staged(c, r) && hdr->length, 0, hdr->length);
-    if (region_staged(c, r) && hdr->length) {
+    count_transfer(c, region_staged(c, r, hdr) && hdr->length, 0, hdr->length);
+    if (region_staged(c, r, hdr) && hdr->length) {
         handle_read_staged(c, hdr, r);
         return;
     }
@@ -458,7 +462,7 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_mem_ref(r->mem);
     rm_send_params_t sp = {.body = region_ptr(r, hdr->offset), .body_len = hdr->length,
                            .memh = r->mem->memh, .done = read_reply_done, .arg = r->mem,
-                           .bulk = 1};
+                           .bulk = 1, .cuda = r->mem->type == REMORA_MEM_CUDA};
     if (rm_conn_send(c, &rh, &sp) != REMORA_OK)
         rm_mem_unref(sp.arg);
 }
@@ -522,7 +526,7 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
 
     if (st == REMORA_OK && len != hdr->length)
         st = REMORA_ERR_PROTOCOL;
-    if (st == REMORA_OK && region_staged(c, r) && len > RM_STAGE_BUF)
+    if (st == REMORA_OK && region_staged(c, r, hdr) && len > RM_STAGE_BUF)
         st = REMORA_ERR_OUT_OF_RANGE;
     if (st != REMORA_OK || (wc = calloc(1, sizeof(*wc))) == NULL) {
         /* Returning from the handler drops a rendezvous payload unread. */
@@ -535,21 +539,27 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
     wc->req_id = hdr->req_id;
     wc->dst    = region_ptr(r, hdr->offset);
     wc->len    = len;
-    wc->staged = region_staged(c, r) && len;
+    wc->staged = region_staged(c, r, hdr) && len;
     if (sig) {
         wc->has_sig = 1;
         wc->sig     = *sig;
     }
     rm_mem_ref(r->mem);
     c->inflight++;
-    if (region_staged(c, r) && len && (wc->stage = rm_stage_get(c->server->stage, len)) == NULL) {
+    if (region_staged(c, r, hdr) && len && (wc->stage = rm_stage_get(c->server->stage, len)) == NULL) {
         write_finish(wc, UCS_ERR_NO_MEMORY);
         return;
     }
     void *land = wc->stage ? wc->stage : wc->dst;
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        memcpy(land, body, len);
-        write_finish(wc, UCS_OK);
+        /* eager: the payload is in a UCX host buffer; a GPU region UCX took
+         * (not staged) is written with a CUDA copy, never memcpy */
+        ucs_status_t us = UCS_OK;
+        if (!wc->stage && !c->peer.seal && r->mem->type == REMORA_MEM_CUDA && len)
+            us = rm_cuda_copy(land, body, len) == REMORA_OK ? UCS_OK : UCS_ERR_IO_ERROR;
+        else
+            memcpy(land, body, len);
+        write_finish(wc, us);
         return;
     }
     /* Rendezvous: the payload lands directly in region memory (or staging);
@@ -570,6 +580,10 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
     if (!wc->stage && !wc->cipher && r->mem->memh) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = r->mem->memh;
+    }
+    if (!wc->stage && !wc->cipher && r->mem->type == REMORA_MEM_CUDA) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        p.memory_type = UCS_MEMORY_TYPE_CUDA;
     }
     ucs_status_ptr_t req = ucp_am_recv_data_nbx(c->server->ctx->worker, body, land, len, &p);
     if (UCS_PTR_IS_ERR(req))

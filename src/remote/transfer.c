@@ -116,13 +116,15 @@ static void chunk_am(rm_op_t *op, remora_request_h req)
 {
     remora_client_h c = req->client;
     rm_hdr_t hdr = {.type = req->write ? RM_MSG_WRITE : RM_MSG_READ, .req_id = op->req_id,
-                    .region_id = req->region->id, .offset = op->offset, .length = op->len};
+                    .region_id = req->region->id, .offset = op->offset, .length = op->len,
+                    .kind = req->path == REMORA_PATH_STAGING ? RM_RW_STAGED : 0};
     rm_send_params_t sp = {0};
     remora_status_t st;
 
     if (req->write) {
         sp.body     = op->stage ? op->stage : op->buf;
         sp.body_len = op->len;
+        sp.cuda     = op->stage == NULL && req->gpu_buf;
         sp.done     = send_done_cb;
         sp.arg      = op;
         sp.bulk     = 1;
@@ -153,6 +155,10 @@ static void chunk_rma(rm_op_t *op, remora_request_h req)
                              .cb.send = rma_cb, .user_data = op};
     ucs_status_ptr_t ret;
 
+    if (req->gpu_buf) { /* not left to UCX's detection (engine.c: memtype cache) */
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        p.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     op->replied = 1; /* one-sided: the UCX callback is the whole answer */
     op->ucx_busy++;
     if (req->write)
@@ -283,6 +289,9 @@ ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, 
             if (c->peer.seal) {
                 op->reply_hdr = *hdr;
                 p.cb.recv_am  = recv_sealed_cb;
+            } else if (op->stage == NULL && op->req->gpu_buf) {
+                p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+                p.memory_type = UCS_MEMORY_TYPE_CUDA;
             }
             op->ucx_busy++;
             op->replied = 1;
@@ -292,6 +301,10 @@ ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, 
                 sealed_landed(op, UCS_PTR_STATUS(ret));
             op_track(op, ret);
             return UCS_OK;
+        } else if (op->stage == NULL && op->req->gpu_buf && len) {
+            /* eager reply into a GPU buffer UCX took (not staged): a CUDA copy */
+            if (rm_cuda_copy(op->buf, body, len) != REMORA_OK)
+                st = REMORA_ERR_IO;
         } else {
             memcpy(op->stage ? op->stage : op->buf, body, len);
         }
@@ -503,9 +516,15 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     req->region     = r;
     req->path       = r->path;
     req->dev_buf    = dev_buf;
+    req->gpu_buf    = gpu_buf;
+    if (gpu_buf && !dev_buf)
+        rm_engine_cuda_enter(c->ctx, buf_dev); /* UCX copies it, maybe on this thread */
     req->chunk      = c->chunk_size;
     if (dev_buf && req->path == REMORA_PATH_RMA)
         req->path = REMORA_PATH_STAGING; /* UCX cannot put/get GPU memory here */
+    if (req->path == REMORA_PATH_STAGING)
+        req->dev_buf = dev_buf = gpu_buf; /* staging: pinned buffers on both sides,
+                                           * even where UCX could take the GPU buffer */
     if (write && req->path == REMORA_PATH_MAP && !r->map_writable)
         req->path = REMORA_PATH_AM; /* the server's file is sealed read-only */
     if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)

@@ -53,7 +53,7 @@ size_t rm_hdr_encode(const rm_hdr_t *hdr, uint8_t *buf)
     case RM_MSG_RING_WAIT:
     case RM_MSG_RING_NOTIFY:
         put32(buf + 16, hdr->region_id);
-        if (hdr->type == RM_MSG_RING_WAIT || hdr->type == RM_MSG_SIGNAL)
+        if (hdr->type != RM_MSG_RING_NOTIFY)
             buf[20] = hdr->kind;
         put64(buf + 24, hdr->offset);
         put64(buf + 32, hdr->length);
@@ -117,8 +117,8 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
     case RM_MSG_RING_WAIT:
     case RM_MSG_RING_NOTIFY:
         hdr->region_id = get32(buf + 16);
-        if (hdr->type == RM_MSG_RING_WAIT || hdr->type == RM_MSG_SIGNAL)
-            hdr->kind = buf[20];
+        if (hdr->type != RM_MSG_RING_NOTIFY)
+            hdr->kind = buf[20]; /* READ/WRITE: RM_RW_STAGED; other bits ignored */
         if (hdr->type == RM_MSG_SIGNAL && hdr->kind != RM_SIG_SET && hdr->kind != RM_SIG_ADD)
             return -1;
         hdr->offset    = get64(buf + 24);

@@ -94,7 +94,17 @@ enum { RM_EVENT_CHANGED = 1, RM_EVENT_REMOVED = 2 };
 /* Region flags on the wire. */
 enum { RM_REGION_WIRE_MAPPABLE = 1u << 0, RM_REGION_WIRE_RING = 1u << 1,
        RM_REGION_WIRE_IPC = 1u << 2, /* a CUDA IPC handle follows */
-       RM_REGION_WIRE_SIGNALS = 1u << 3 /* an array of 64-bit signals */ };
+       RM_REGION_WIRE_SIGNALS = 1u << 3, /* an array of 64-bit signals */
+       /* GPU memory registered with the server's UCX (a UCX with CUDA):
+        * READ/WRITE move it straight from/to the GPU through UCX, unless
+        * the request asks for RM_RW_STAGED */
+       RM_REGION_WIRE_UCX = 1u << 4 };
+
+/* READ/WRITE kind: the server copies a GPU region's bytes through its
+ * pinned staging buffers even where its UCX could move them directly
+ * (REMORA_PATH=staging; 0 from clients that predate it). Other bits are
+ * ignored, as the byte was reserved. */
+enum { RM_RW_STAGED = 1u << 0 };
 
 /* Signal operations (RM_MSG_SIGNAL kind, rm_sig_desc op). */
 enum { RM_SIG_SET = 0, RM_SIG_ADD = 1 };

@@ -2,7 +2,8 @@
 /*
  * GPU memory end to end, on a machine with a GPU (skipped, exit 77, without):
  * every local host/GPU buffer x remote host/GPU region x path (IPC, staging,
- * and the automatic choice), byte-exact reads and writes; two GPUs (NVLink or
+ * UCX itself where it handles CUDA memory, and the automatic choice),
+ * byte-exact reads and writes, large (rendezvous) and small (eager); two GPUs (NVLink or
  * PCIe peer) when there are two; a ring subscription landing in GPU memory;
  * a GPU region replaced while a client holds its IPC mapping; a server killed
  * while a client copies from its GPU memory.
@@ -110,9 +111,18 @@ static void exercise(const char *addr, int gpu, remora_path_t path, remora_path_
     it_assert_ok(remora_client_write(c.client, "r", woff, w.p, wlen));
     it_assert_ok(remora_client_read(c.client, "r", woff, back, wlen));
     it_assert_pattern(back, src, wlen);
+    /* Small: eager messages, whose bytes UCX hands over in host memory; a
+     * GPU side gets a CUDA copy of them. */
+    const uint64_t soff = 7u << 20;
+    const size_t slen = 333;
+    it_assert_ok(remora_client_write(c.client, "r", soff, w.p, slen));
+    it_assert_ok(remora_client_read(c.client, "r", soff, b.p, slen));
+    assert_buf_pattern(b.p, src, slen);
     /* Put the pattern back for the next case. */
     remora_pattern_fill(host, woff, wlen);
     it_assert_ok(remora_client_write(c.client, "r", woff, host, wlen));
+    remora_pattern_fill(host, soff, slen);
+    it_assert_ok(remora_client_write(c.client, "r", soff, host, slen));
     free(host);
     free(back);
     buf_free(&w);
@@ -129,9 +139,30 @@ static void test_host_region(void **state)
     exercise(g_host.addr, 0, REMORA_PATH_STAGING, REMORA_PATH_AM);
 }
 
+/* Whether UCX here (and so in the servers, started with the same
+ * environment) handles CUDA memory: a UCX built with CUDA, with a GPU. */
+static int ucx_handles_cuda(void)
+{
+    remora_context_h ctx;
+    remora_context_attr_t a;
+    int yes = 0;
+
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    if (remora_context_query(ctx, &a) == REMORA_OK)
+        yes = (a.ucx_mem_types & (1u << REMORA_MEM_CUDA)) != 0;
+    remora_context_destroy(ctx);
+    return yes;
+}
+
 static void test_gpu_region(void **state)
 {
+    /* forced active messages: straight through UCX where it registered the
+     * GPU region, else (a UCX without CUDA) staging */
+    remora_path_t am = ucx_handles_cuda() ? REMORA_PATH_AM : REMORA_PATH_STAGING;
     (void)state;
+    print_message("UCX handles CUDA memory: %s\n", am == REMORA_PATH_AM ? "yes" : "no");
+    exercise(g_gpu.addr, -1, REMORA_PATH_AM, am);
+    exercise(g_gpu.addr, 0, REMORA_PATH_AM, am);
     exercise(g_gpu.addr, -1, REMORA_PATH_AUTO, REMORA_PATH_IPC);
     exercise(g_gpu.addr, 0, REMORA_PATH_AUTO, REMORA_PATH_IPC);
     exercise(g_gpu.addr, -1, REMORA_PATH_IPC, REMORA_PATH_IPC);
@@ -161,6 +192,8 @@ static void test_two_gpus(void **state)
         skip();
     exercise(g_gpu.addr, 1, REMORA_PATH_AUTO, REMORA_PATH_IPC);
     exercise(g_gpu.addr, 1, REMORA_PATH_STAGING, REMORA_PATH_STAGING);
+    exercise(g_gpu.addr, 1, REMORA_PATH_AM,
+             ucx_handles_cuda() ? REMORA_PATH_AM : REMORA_PATH_STAGING);
 }
 
 /* Ring elements land in GPU memory and check out there. */
@@ -320,31 +353,35 @@ static void *read_forever(void *arg)
     return NULL;
 }
 
-/* The server dies while clients copy from its GPU memory (IPC and staging):
- * they get an error, no crash, no hang. */
+/* The server dies while clients copy from its GPU memory (IPC, staging, and
+ * am: UCX itself where it handles CUDA memory, else staging again): they get
+ * an error, no crash, no hang. */
 static void test_server_killed_mid_copy(void **state)
 {
     it_server_t s;
-    reader_t r[2] = {{.path = REMORA_PATH_IPC}, {.path = REMORA_PATH_STAGING}};
-    pthread_t t[2];
+    reader_t r[3] = {{.path = REMORA_PATH_IPC}, {.path = REMORA_PATH_STAGING},
+                     {.path = REMORA_PATH_AM}};
+    pthread_t t[3];
     (void)state;
 
     it_must_start(&s, "--region", "r=256M", "--gpu", "0", NULL);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         r[i].addr = s.addr;
         assert_int_equal(pthread_create(&t[i], NULL, read_forever, &r[i]), 0);
     }
-    for (int i = 0; i < 200 && (atomic_load(&r[0].reads) < 2 || atomic_load(&r[1].reads) < 1); i++)
+    for (int i = 0; i < 200 && (atomic_load(&r[0].reads) < 2 || atomic_load(&r[1].reads) < 1 ||
+                                atomic_load(&r[2].reads) < 1); i++)
         it_sleep_ms(20);
     it_server_kill(&s);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         pthread_join(t[i], NULL);
-    print_message("ipc: %d reads before the kill; staging: %d; then: %s / %s\n",
-                  atomic_load(&r[0].reads), atomic_load(&r[1].reads),
-                  remora_status_string(r[0].last), remora_status_string(r[1].last));
+    print_message("ipc: %d reads before the kill; staging: %d; am: %d; then: %s / %s / %s\n",
+                  atomic_load(&r[0].reads), atomic_load(&r[1].reads), atomic_load(&r[2].reads),
+                  remora_status_string(r[0].last), remora_status_string(r[1].last),
+                  remora_status_string(r[2].last));
     /* IPC copies need no server, so they may go on; the connection's end still shows. */
-    it_assert_status(r[0].last, REMORA_ERR_DISCONNECTED);
-    it_assert_status(r[1].last, REMORA_ERR_DISCONNECTED);
+    for (int i = 0; i < 3; i++)
+        it_assert_status(r[i].last, REMORA_ERR_DISCONNECTED);
 }
 
 int main(void)

@@ -87,7 +87,9 @@ static rm_hdr_t full_hdr(unsigned type)
         .region_id  = 0x11223344u,
         .kind       = type == RM_MSG_EVENT       ? RM_EVENT_REMOVED
                       : type == RM_MSG_RING_WAIT ? RM_RING_LATEST
-                      : type == RM_MSG_SIGNAL    ? RM_SIG_ADD : 0x77,
+                      : type == RM_MSG_SIGNAL    ? RM_SIG_ADD
+                      : type == RM_MSG_READ || type == RM_MSG_WRITE ||
+                        type == RM_MSG_WRITE_SIGNAL ? RM_RW_STAGED : 0x77,
         .offset     = 0x2122232425262728ull,
         .length     = 0x3132333435363738ull,
         .generation = 0x4142434445464748ull,
@@ -137,7 +139,7 @@ static void test_hdr_round_trip_every_type(void **state)
         assert_int_equal(out.status, in.status); /* common part: all types */
         assert_int_equal(out.req_id, in.req_id);
         assert_int_equal(out.region_id, rw || ev ? in.region_id : 0);
-        assert_int_equal(out.kind, ev || t == RM_MSG_RING_WAIT || t == RM_MSG_SIGNAL ? in.kind : 0);
+        assert_int_equal(out.kind, (rw && t != RM_MSG_RING_NOTIFY) || ev ? in.kind : 0);
         assert_int_equal(out.offset, rw ? in.offset : 0);
         assert_int_equal(out.length, rw ? in.length : 0);
         assert_int_equal(out.generation, ev ? in.generation : 0);
@@ -180,13 +182,14 @@ static void test_signal_wire(void **state)
 }
 
 /* The READ header layout, byte by byte: type, version, 2 reserved, status,
- * req_id, region_id, 4 reserved, offset, length; all little-endian. */
+ * req_id, region_id, kind (RM_RW_STAGED), 3 reserved, offset, length; all
+ * little-endian. */
 static void test_hdr_read_layout_literal(void **state)
 {
     static const uint8_t expect[40] = {
         9, 1, 0, 0, 0xf7, 0xff, 0xff, 0xff,             /* type, ver, rsv, status -9 */
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* req_id */
-        0x44, 0x33, 0x22, 0x11, 0, 0, 0, 0,             /* region_id, reserved */
+        0x44, 0x33, 0x22, 0x11, 1, 0, 0, 0,             /* region_id, kind, reserved */
         0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21, /* offset */
         0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31, /* length */
     };
@@ -295,6 +298,25 @@ static void test_hdr_rejects_bad_version(void **state)
             continue;
         buf[1] = (uint8_t)v;
         assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
+    }
+}
+
+/* READ, WRITE and WRITE_SIGNAL carry their kind byte (RM_RW_STAGED; 0 from
+ * clients that predate it) whatever its value: the byte was reserved, and
+ * its other bits stay ignored. */
+static void test_hdr_rw_kind(void **state)
+{
+    const unsigned types[] = {RM_MSG_READ, RM_MSG_WRITE, RM_MSG_WRITE_SIGNAL};
+    for (unsigned i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        for (unsigned k = 0; k <= 255; k++) {
+            uint8_t buf[RM_HDR_MAX + 8];
+            rm_hdr_t in = full_hdr(types[i]), out;
+            size_t len;
+            in.kind = (uint8_t)k;
+            len = rm_hdr_encode(&in, buf);
+            assert_int_equal(hdr_decode_exact(buf, len, &out), 0);
+            assert_int_equal(out.kind, k);
+        }
     }
 }
 
@@ -1444,6 +1466,7 @@ int main(void)
         cmocka_unit_test(test_hdr_sock_roundtrip),
         cmocka_unit_test(test_hdr_rejects_bad_version),
         cmocka_unit_test(test_hdr_rejects_bad_event_kind),
+        cmocka_unit_test(test_hdr_rw_kind),
         cmocka_unit_test(test_msg_type_name),
         cmocka_unit_test(test_wbuf_little_endian_literal),
         cmocka_unit_test(test_wbuf_grows),
