@@ -44,6 +44,7 @@ enum {
     CUDA_ERROR_INVALID_CONTEXT             = 201,
     CUDA_ERROR_NOT_READY                   = 600,
     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 };
 
 enum { /* CUdevice_attribute */
@@ -656,12 +657,47 @@ remora_status_t rm_cuda_host_register(void *p, size_t length)
     return status;
 }
 
+/*
+ * Host memory that someone else had page-locked when we asked (a UCX with
+ * CUDA support registers exposed regions itself): it is used as it is, and
+ * rm_cuda_host_unregister() leaves it to its owner.
+ */
+#define BORROWED_MAX 64
+static void           *borrowed[BORROWED_MAX];
+static pthread_mutex_t borrowed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int borrowed_add(void *p)
+{
+    int ok = 0;
+
+    pthread_mutex_lock(&borrowed_lock);
+    for (unsigned i = 0; i < BORROWED_MAX && !ok; i++)
+        if (borrowed[i] == NULL)
+            borrowed[i] = p, ok = 1;
+    pthread_mutex_unlock(&borrowed_lock);
+    return ok;
+}
+
+static int borrowed_take(void *p)
+{
+    int found = 0;
+
+    pthread_mutex_lock(&borrowed_lock);
+    for (unsigned i = 0; i < BORROWED_MAX && !found; i++)
+        if (borrowed[i] == p)
+            borrowed[i] = NULL, found = 1;
+    pthread_mutex_unlock(&borrowed_lock);
+    return found;
+}
+
 remora_status_t rm_cuda_host_unregister(void *p)
 {
     remora_status_t status;
 
     if (p == NULL)
         return REMORA_ERR_INVALID_PARAM;
+    if (borrowed_take(p))
+        return REMORA_OK;
     if ((status = ctx_push(0)) != REMORA_OK)
         return status;
     status = cu_check(cu.MemHostUnregister(p), "cuMemHostUnregister");
@@ -1107,11 +1143,20 @@ remora_status_t rm_cuda_host_register_mapped(void *p, size_t length, void **dev_
      * the capture (CU_STREAM_CAPTURE_MODE_RELAXED), then restore the mode. */
     int mode = 2;
     cu.ThreadExchangeStreamCaptureMode(&mode);
-    status = cu_check(cu.MemHostRegister(p, length, CU_MEMHOSTREGISTER_PORTABLE |
-                                                        CU_MEMHOSTREGISTER_DEVICEMAP),
-                      "cuMemHostRegister");
+    CUresult r = cu.MemHostRegister(p, length, CU_MEMHOSTREGISTER_PORTABLE |
+                                                   CU_MEMHOSTREGISTER_DEVICEMAP);
     cu.ThreadExchangeStreamCaptureMode(&mode);
-    if (status == REMORA_OK &&
+    int mine = r == CUDA_SUCCESS;
+    if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
+        /* Pinned by someone else (UCX): usable if it is mapped for the GPU. */
+        r = cu.MemHostGetDevicePointer(&d, p, 0);
+        if (r == CUDA_SUCCESS && !borrowed_add(p))
+            r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        status = cu_check(r, "cuMemHostRegister (memory pinned elsewhere)");
+    } else {
+        status = cu_check(r, "cuMemHostRegister");
+    }
+    if (mine &&
         (status = cu_check(cu.MemHostGetDevicePointer(&d, p, 0), "cuMemHostGetDevicePointer")) !=
             REMORA_OK)
         cu.MemHostUnregister(p);
