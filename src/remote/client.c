@@ -368,8 +368,9 @@ static void region_attach(remora_client_h c, rm_rregion_t *r, const rm_region_de
  * IPC on one host, else active messages: straight from/to the GPU through
  * UCX where the server's UCX registered the region (am: UCX moves GPU memory,
  * with cuda_copy/cuda_ipc or GPUDirect RDMA), else staged through pinned
- * buffers. Same host, remora's own IPC copy stays ahead of UCX's (which adds
- * a rendezvous round trip to the same cuMemcpy): docs/gpu-ucx.md. */
+ * buffers. Same host, remora's own IPC copy stays ahead of UCX's (7.8x on
+ * the H100 host); across hosts UCX is chosen only with a native RDMA lane
+ * (below): docs/gpu-ucx.md. */
 static remora_path_t gpu_region_path(remora_client_h c, const rm_rregion_t *r)
 {
     int ipc_ok = c->same_host && r->has_ipc && rm_cuda_init() == REMORA_OK;
@@ -387,7 +388,10 @@ static remora_path_t gpu_region_path(remora_client_h c, const rm_rregion_t *r)
         return REMORA_PATH_RMA;
     if (ipc_ok)
         return REMORA_PATH_IPC;
-    return ucx_ok ? REMORA_PATH_AM : REMORA_PATH_STAGING;
+    /* Over TCP remora's staging beats UCX's cuda_copy pipeline (1.72x on the
+     * H100 host, docs/gpu-ucx.md); with a native RDMA lane UCX can move GPU
+     * memory without the host (GPUDirect RDMA), which staging cannot. */
+    return ucx_ok && c->native_rma ? REMORA_PATH_AM : REMORA_PATH_STAGING;
 }
 
 static remora_path_t region_choose_path(remora_client_h c, const rm_rregion_t *r)
