@@ -638,7 +638,16 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     bool tty = isatty(STDERR_FILENO), show = tty || o->progress;
     int rc = 0;
 
-    if ((rs = remora_client_subscribe(s->client, s->target.name, &sp, &sub)) != REMORA_OK) {
+    /* Asked while the connection is down (a server restarting under a
+     * reconnecting client), the subscription waits for the reconnect, for
+     * as long as the client keeps reconnecting. */
+    double give_up = cli_now() + (o->client.reconnect_for_ms > 0 ? o->client.reconnect_for_ms
+                                                                 : 60000) / 1e3;
+    while ((rs = remora_client_subscribe(s->client, s->target.name, &sp, &sub)) ==
+               REMORA_ERR_DISCONNECTED &&
+           o->client.reconnect && atomic_load(&g_stream_lost) == 0 && cli_now() < give_up)
+        usleep(20000);
+    if (rs != REMORA_OK) {
         remora_region_info_t ri;
         if (rs == REMORA_ERR_INVALID_PARAM &&
             remora_client_lookup(s->client, s->target.name, &ri) == REMORA_OK &&
