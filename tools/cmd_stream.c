@@ -290,10 +290,11 @@ static void *cli_producer_main(void *arg)
     return NULL;
 }
 
-static int cli_start_rings(cli_session_t *s, remora_server_h server, cli_stream_serve_opts_t *o)
+/* The rings, before the server listens: a reconnecting subscriber must not
+ * find a restarted server without them (creating one takes a while under
+ * load; exposing it does not). */
+static int cli_create_rings(cli_session_t *s, cli_stream_serve_opts_t *o)
 {
-    char human[32];
-
     for (size_t i = 0; i < o->nrings; i++) {
         cli_ring_spec_t *r = &o->rings[i];
         remora_ring_params_t rp = {
@@ -305,12 +306,25 @@ static int cli_start_rings(cli_session_t *s, remora_server_h server, cli_stream_
             rp.device   = o->gpu;
         }
         remora_status_t st = remora_ring_create(s->context, &rp, &r->ring);
-        cli_producer_t *p;
-
         if (st != REMORA_OK)
             return cli_session_error(s, st, "cannot create ring '%s'", r->name);
-        if ((st = remora_server_expose_ring(server, r->name, r->ring)) != REMORA_OK)
-            return cli_session_error(s, st, "cannot expose ring '%s'", r->name);
+    }
+    return 0;
+}
+
+static int cli_start_rings(cli_session_t *s, remora_server_h server, cli_stream_serve_opts_t *o)
+{
+    char human[32];
+    remora_status_t st;
+
+    for (size_t i = 0; i < o->nrings; i++)
+        if ((st = remora_server_expose_ring(server, o->rings[i].name, o->rings[i].ring)) !=
+            REMORA_OK)
+            return cli_session_error(s, st, "cannot expose ring '%s'", o->rings[i].name);
+    for (size_t i = 0; i < o->nrings; i++) {
+        cli_ring_spec_t *r = &o->rings[i];
+        cli_producer_t *p;
+
         if ((p = malloc(sizeof(*p))) == NULL)
             return cli_session_error(s, REMORA_ERR_NO_MEMORY, NULL);
         *p = (cli_producer_t){o, r};
@@ -389,6 +403,8 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     sp.field_mask |= REMORA_SERVER_FIELD_CONN_CB;
     sp.conn_cb  = cli_stats_conn_log;
     sp.conn_arg = (void *)"stream serve";
+    if ((rc = cli_create_rings(&s, &o)) != 0)
+        goto out;
     if ((st = remora_server_create(s.context, &sp, &server)) != REMORA_OK) {
         rc = cli_session_error(&s, st, st == REMORA_ERR_BUSY ? "cannot listen: port in use"
                                                              : "cannot listen");
