@@ -445,6 +445,7 @@ static double cli_hist_quantile(const cli_hist_t *h, double q)
 
 typedef struct cli_stream_stats {
     uint64_t   elements, bytes, drops, torn, corrupt;
+    uint64_t   discarded; /* copies that arrived overwritten (remora_sub_discarded) */
     atomic_ulong reconnects; /* RECONNECTED events (progress thread) */
     double     start, seconds;
     cli_hist_t lat; /* whole run */
@@ -567,10 +568,11 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
 
     if (o->json) {
         printf("{\"elements\":%llu,\"bytes\":%llu,\"seconds\":%.3f,\"gbps\":%.3f,"
-               "\"drops\":%llu,\"reconnects\":%lu,\"torn\":%llu,\"corrupt\":%llu,"
-               "\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f}\n",
+               "\"drops\":%llu,\"discarded\":%llu,\"reconnects\":%lu,\"torn\":%llu,"
+               "\"corrupt\":%llu,\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f}\n",
                (unsigned long long)st->elements, (unsigned long long)st->bytes, st->seconds,
-               gbps, (unsigned long long)st->drops, atomic_load(&st->reconnects),
+               gbps, (unsigned long long)st->drops, (unsigned long long)st->discarded,
+               atomic_load(&st->reconnects),
                (unsigned long long)st->torn,
                (unsigned long long)st->corrupt, cli_hist_quantile(&st->lat, 0.5),
                cli_hist_quantile(&st->lat, 0.99));
@@ -584,6 +586,39 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
                (unsigned long long)st->corrupt, o->verify ? "" : " (not verified)",
                cli_hist_quantile(&st->lat, 0.5), cli_hist_quantile(&st->lat, 0.99));
     }
+}
+
+/*
+ * A producer that outruns every copy: elements keep arriving overwritten and
+ * few or none are delivered. Say so (with the rate of discarded copies)
+ * rather than deliver nothing silently; at most every few seconds.
+ */
+typedef struct cli_outrun {
+    double   t, warned;
+    uint64_t elements, discarded;
+} cli_outrun_t;
+
+#define CLI_OUTRUN_WINDOW_S 1.0
+#define CLI_OUTRUN_REPEAT_S 5.0
+
+static void cli_stream_outrun_check(const cli_stream_stats_t *st, cli_outrun_t *w)
+{
+    double now = cli_now(), dt = now - w->t;
+
+    if (dt < CLI_OUTRUN_WINDOW_S)
+        return;
+    uint64_t lost = st->discarded - w->discarded, got = st->elements - w->elements;
+    /* Most copies lost: more discarded than delivered in the window. */
+    if (lost > 0 && lost >= got && (w->warned == 0 || now - w->warned >= CLI_OUTRUN_REPEAT_S)) {
+        cli_note("stream read", "warning: the producer outruns every copy: %.0f copies/s "
+                 "arrived already overwritten and were discarded, %.0f elements/s delivered "
+                 "(the ring wraps faster than an element crosses the network: slow the "
+                 "producer or give the ring more slots)", (double)lost / dt, (double)got / dt);
+        w->warned = now;
+    }
+    w->t         = now;
+    w->elements  = st->elements;
+    w->discarded = st->discarded;
 }
 
 /*
@@ -639,6 +674,7 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
         }
     }
     st->start = cli_now();
+    cli_outrun_t outrun = {.t = st->start};
     double last_t = st->start, last_ok = st->start;
     double deadline = o->seconds > 0 ? st->start + o->seconds : INFINITY;
     double idle_max = (o->client.timeout_ms > 0 ? o->client.timeout_ms : REMORA_DEFAULT_TIMEOUT_MS) / 1e3;
@@ -649,6 +685,8 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
         /* Zero-copy: the frame is only looked at, in the subscription's buffer. */
         rs = cli_stream_next(sub, o, &gpu, host, &elem, &info,
                              left < 0.2 ? (int)(left * 1e3) + 1 : 200);
+        st->discarded = remora_sub_discarded(sub);
+        cli_stream_outrun_check(st, &outrun);
         if (rs == REMORA_OK) {
             cli_stream_account(st, o, elem, &info);
             last_ok = cli_now();
