@@ -57,13 +57,32 @@ static uint64_t cli_realtime_ns(void)
 
 /* ================================================================ serve */
 
+/* What a commit costs the producer (remora_ring_commit/push, the part that
+ * answers subscribers), in 50 ns buckets up to 200 us: printed at shutdown. */
+#define CLI_PUSH_BUCKET_NS 50
+#define CLI_PUSH_BUCKETS   4000
+
 typedef struct cli_ring_spec {
     char          name[REMORA_NAME_MAX + 1];
     uint64_t      elem_size, count;
     remora_ring_h ring;
     pthread_t     thread;
     bool          running;
+    uint64_t      push_n, push_max_ns;
+    uint32_t      push_hist[CLI_PUSH_BUCKETS + 1];
 } cli_ring_spec_t;
+
+static double cli_push_quantile(const cli_ring_spec_t *r, double q)
+{
+    uint64_t want = (uint64_t)ceil(q * (double)r->push_n), seen = 0;
+
+    for (int b = 0; b <= CLI_PUSH_BUCKETS; b++) {
+        seen += r->push_hist[b];
+        if (seen >= want && seen > 0)
+            return (b + 1) * CLI_PUSH_BUCKET_NS / 1e3;
+    }
+    return 0;
+}
 
 typedef struct cli_stream_serve_opts {
     const char      *listen;
@@ -270,7 +289,17 @@ static void *cli_producer_main(void *arg)
             break;
         uint64_t partial = cli_produce_payload(o, slot, es, seq, n, sums, cap);
         remora_frame_seal(slot, es, seq, cli_realtime_ns(), partial);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         st = frame == NULL ? remora_ring_commit(ring, NULL) : remora_ring_push(ring, frame, es, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        uint64_t ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+                      (uint64_t)t0.tv_nsec;
+        uint64_t b = ns / CLI_PUSH_BUCKET_NS;
+        p->r->push_hist[b < CLI_PUSH_BUCKETS ? b : CLI_PUSH_BUCKETS]++;
+        p->r->push_n++;
+        if (ns > p->r->push_max_ns)
+            p->r->push_max_ns = ns;
     }
     if (st != REMORA_OK) { /* no silent dead producer behind a live server */
         cli_note("stream serve", "ring %s: producer stopped: %s", p->r->name,
@@ -326,8 +355,15 @@ static void cli_stop_rings(cli_stream_serve_opts_t *o)
 {
     atomic_store(&o->stop, 1);
     for (size_t i = 0; i < o->nrings; i++) {
-        if (o->rings[i].running)
-            pthread_join(o->rings[i].thread, NULL);
+        cli_ring_spec_t *r = &o->rings[i];
+        if (!r->running)
+            continue;
+        pthread_join(r->thread, NULL);
+        if (r->push_n)
+            cli_note("stream serve", "ring %s: %llu elements; commit cost p50 %.2f us, "
+                     "p99 %.2f us, max %.1f us", r->name, (unsigned long long)r->push_n,
+                     cli_push_quantile(r, 0.5), cli_push_quantile(r, 0.99),
+                     (double)r->push_max_ns / 1e3);
     }
 }
 
@@ -446,6 +482,8 @@ static double cli_hist_quantile(const cli_hist_t *h, double q)
 typedef struct cli_stream_stats {
     uint64_t   elements, bytes, drops, torn, corrupt;
     uint64_t   discarded; /* copies that arrived overwritten (remora_sub_discarded) */
+    uint64_t   seq_first, seq_last; /* sequence numbers of the first and last delivered */
+    uint64_t   drops_first;         /* drops counted when the first was delivered */
     atomic_ulong reconnects; /* RECONNECTED events (progress thread) */
     double     start, seconds;
     cli_hist_t lat; /* whole run */
@@ -547,7 +585,11 @@ static void cli_stream_account(cli_stream_stats_t *st, const cli_stream_read_opt
 {
     uint64_t ts = remora_frame_timestamp(elem, info->size);
 
-    st->elements++;
+    if (st->elements++ == 0) {
+        st->seq_first   = info->seq;
+        st->drops_first = info->drops;
+    }
+    st->seq_last = info->seq;
     st->bytes += info->size;
     st->drops = info->drops;
     if (ts) {
@@ -569,13 +611,15 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
     if (o->json) {
         printf("{\"elements\":%llu,\"bytes\":%llu,\"seconds\":%.3f,\"gbps\":%.3f,"
                "\"drops\":%llu,\"discarded\":%llu,\"reconnects\":%lu,\"torn\":%llu,"
-               "\"corrupt\":%llu,\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f}\n",
+               "\"corrupt\":%llu,\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f,"
+               "\"seq_first\":%llu,\"seq_last\":%llu,\"drops_first\":%llu}\n",
                (unsigned long long)st->elements, (unsigned long long)st->bytes, st->seconds,
                gbps, (unsigned long long)st->drops, (unsigned long long)st->discarded,
                atomic_load(&st->reconnects),
                (unsigned long long)st->torn,
                (unsigned long long)st->corrupt, cli_hist_quantile(&st->lat, 0.5),
-               cli_hist_quantile(&st->lat, 0.99));
+               cli_hist_quantile(&st->lat, 0.99), (unsigned long long)st->seq_first,
+               (unsigned long long)st->seq_last, (unsigned long long)st->drops_first);
     } else {
         printf("%llu elements, %llu bytes in %.2f s: %.0f elem/s, %.3f GB/s; drops %llu, "
                "reconnects %lu, torn %llu, corrupt %llu%s; latency p50 %.1f us, p99 %.1f us\n",

@@ -32,7 +32,6 @@
  *   of one or two subscribers); its cost per commit is thus bounded whatever
  *   the number of subscribers.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,10 +131,9 @@ static void notify(rm_conn_t *c, rm_region_t *r, uint64_t req_id, uint64_t want,
             *shared = b;
     }
     if (n && b) {
-        uint64_t skip = b->first - from;
-        h.offset    = b->first;
+        h.offset    = b->first; /* copied from here on, at b->data */
         h.length    = from + n - b->first;
-        sp.body     = b->data + skip * elem;
+        sp.body     = b->data;
         sp.body_len = h.length * elem;
         sp.done     = shared_body_done;
         sp.arg      = b;
@@ -223,7 +221,7 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
     double rate = ring_rate(ring, head, t);
     double per  = s->push_ns_per_byte > 0 ? s->push_ns_per_byte : 1.0; /* 1 GB/s until known */
     double d_ns = 2.0 * per * (double)(nmax * stride) + RM_PUSH_SLACK_NS;
-    double m    = ceil(rate * d_ns / 1e9) + 1;
+    double m    = (double)(uint64_t)(rate * d_ns / 1e9) + 2; /* rounded up, plus one */
     uint64_t margin = m >= (double)cap ? cap - 1 : (uint64_t)m;
     uint64_t safe = head > cap - margin ? head - (cap - margin) : 0; /* oldest safe */
     uint64_t oldest = rm_ring_oldest_seq(&now);
