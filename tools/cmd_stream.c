@@ -563,17 +563,17 @@ static void cli_stream_event(const remora_event_t *ev, void *arg)
 }
 
 static void cli_stream_progress(cli_stream_stats_t *st, uint64_t *last_n, uint64_t *last_b,
-                                double *last_t, bool tty)
+                                double *last_t, bool tty, const char *path)
 {
     double now = cli_now(), dt = now - *last_t;
 
     fprintf(stderr, "%s%10.0f elem/s  %7.3f GB/s  drops %llu  reconnects %lu  torn %llu  "
-            "corrupt %llu  lat p50 %.1f us p99 %.1f us   %s", tty ? "\r" : "",
+            "corrupt %llu  lat p50 %.1f us p99 %.1f us  path %s   %s", tty ? "\r" : "",
             (double)(st->elements - *last_n) / dt, (double)(st->bytes - *last_b) / dt / 1e9,
             (unsigned long long)st->drops, atomic_load(&st->reconnects),
             (unsigned long long)st->torn,
             (unsigned long long)st->corrupt, cli_hist_quantile(&st->win, 0.5),
-            cli_hist_quantile(&st->win, 0.99), tty ? "" : "\n");
+            cli_hist_quantile(&st->win, 0.99), path, tty ? "" : "\n");
     memset(&st->win, 0, sizeof(st->win));
     *last_n = st->elements;
     *last_b = st->bytes;
@@ -719,6 +719,10 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
             return rc;
         }
     }
+    /* The data path, for the live line (a ring is fetched or pushed over it). */
+    remora_path_t path = REMORA_PATH_AUTO;
+    const char *path_text = remora_client_region_path(s->client, s->target.name, &path) == REMORA_OK
+                                ? remora_path_string(path) : "?";
     st->start = cli_now();
     cli_outrun_t outrun = {.t = st->start};
     double last_t = st->start, last_ok = st->start;
@@ -750,7 +754,7 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
             break;
         }
         if (show && cli_now() - last_t >= (tty ? CLI_PROGRESS_S : 1.0))
-            cli_stream_progress(st, &last_n, &last_b, &last_t, tty);
+            cli_stream_progress(st, &last_n, &last_b, &last_t, tty, path_text);
     }
     st->seconds = cli_now() - st->start;
     if (tty)
