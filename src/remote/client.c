@@ -606,6 +606,24 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
         return ring_push_recv(c, op, hdr, body, len);
     }
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type == RM_MSG_RING_NOTIFY &&
+        (op = op_by_req_id(c, hdr->req_id)) != NULL && op->push_req && !op->push_verdict &&
+        hdr->status == REMORA_OK && len > 0) {
+        /* A small push comes eagerly; its verdict follows all the same. */
+        if ((op->reply = malloc(len)) == NULL) {
+            op->reply_type = 0;
+            op->status     = REMORA_ERR_NO_MEMORY;
+            op->replied    = 1;
+            rm_client_op_finish(op);
+            return UCS_OK;
+        }
+        memcpy(op->reply, body, len);
+        op->reply_len    = len;
+        op->reply_hdr    = *hdr;
+        op->status       = REMORA_OK;
+        op->push_verdict = 1;
+        return UCS_OK;
+    }
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type == RM_MSG_RING_NOTIFY &&
         (op = op_by_req_id(c, hdr->req_id)) != NULL && op->push_verdict) {
         op->reply_type   = 0;
         op->push_verdict = 0;

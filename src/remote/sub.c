@@ -140,6 +140,7 @@ static remora_status_t wait_send(remora_sub_h sub)
             st = REMORA_ERR_NO_MEMORY;
         } else {
             op->sub_owned = 1;
+            op->push_req  = sub->use_push;
             if (++c->nsubops == c->nops) /* it never holds up a disconnect */
                 rm_engine_complete(c->ctx, &c->drained);
             sub->wait_op = op;
