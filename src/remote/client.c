@@ -199,6 +199,8 @@ static void ctrl_reply(rm_op_t *op, const rm_hdr_t *hdr, const void *body, size_
         op->status = REMORA_ERR_PROTOCOL; /* not a status we know */
     if (hdr->type == RM_MSG_ERROR && op->status == REMORA_OK)
         op->status = REMORA_ERR_PROTOCOL;
+    free(op->reply); /* a subscription's spare buffer, if it lent one */
+    op->reply = NULL;
     if (len && (op->reply = malloc(len)) != NULL) {
         memcpy(op->reply, body, len);
         op->reply_len = len;
@@ -236,7 +238,14 @@ static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_
 
     op->reply_hdr = *hdr;
     op->status    = (remora_status_t)hdr->status;
-    if (op->status != REMORA_OK || len == 0 || (op->reply = malloc(len)) == NULL) {
+    if (op->reply && op->len < len) { /* the subscription's spare is too small */
+        free(op->reply);
+        op->reply = NULL;
+    }
+    if (op->reply == NULL)
+        op->len = len; /* what the buffer below holds */
+    if (op->status != REMORA_OK || len == 0 ||
+        (op->reply == NULL && (op->reply = malloc(len)) == NULL)) {
         if (op->status == REMORA_OK)
             op->status = len ? REMORA_ERR_NO_MEMORY : REMORA_ERR_PROTOCOL;
         op->replied = 1;
@@ -609,7 +618,13 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
         (op = op_by_req_id(c, hdr->req_id)) != NULL && op->push_req && !op->push_verdict &&
         hdr->status == REMORA_OK && len > 0) {
         /* A small push comes eagerly; its verdict follows all the same. */
-        if ((op->reply = malloc(len)) == NULL) {
+        if (op->reply && op->len < len) {
+            free(op->reply);
+            op->reply = NULL;
+        }
+        if (op->reply == NULL)
+            op->len = len; /* what the buffer below holds */
+        if (op->reply == NULL && (op->reply = malloc(len)) == NULL) {
             op->reply_type = 0;
             op->status     = REMORA_ERR_NO_MEMORY;
             op->replied    = 1;

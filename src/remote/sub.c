@@ -61,7 +61,11 @@ struct remora_sub {
     uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
     int               use_push;    /* larger ones too, as whole slots (RM_RING_BULK) */
-    uint8_t          *push_body;   /* a push's slots, awaiting their header check */
+    uint8_t          *push_body;   /* a push's slots, awaiting their check */
+    int               inline_push; /* inline_body is a push buffer (push_cap bytes) */
+    int               push_body_full; /* push_body holds push_cap bytes */
+    uint8_t          *spare;       /* a push buffer to lend the next wait (push_cap bytes) */
+    size_t            push_cap;    /* bytes a push may bring: the credit */
     uint64_t          discarded;   /* copies that arrived overwritten (remora_sub_discarded) */
     uint64_t          wait_avg_ns; /* how long answers keep us waiting (moving average) */
     uint64_t          next;        /* next sequence wanted */
@@ -105,6 +109,17 @@ static int ms_left(uint64_t deadline)
 static void fetch_cancel(remora_sub_h sub);
 static void batch_check(remora_sub_h sub, uint64_t claimed);
 
+/* The batch in hand is done with: a push buffer is kept for the next wait. */
+static void sub_body_release(remora_sub_h sub)
+{
+    if (sub->inline_push && sub->spare == NULL)
+        sub->spare = sub->inline_body;
+    else
+        free(sub->inline_body);
+    sub->inline_body = NULL;
+    sub->inline_push = 0;
+}
+
 /* ------------------------------------------------------------ waits */
 
 static remora_status_t wait_send(remora_sub_h sub)
@@ -133,7 +148,7 @@ static remora_status_t wait_send(remora_sub_h sub)
                       .length = sub->use_inline ? sub->inline_max : 0};
         if (sub->use_push) {
             h.kind  |= RM_RING_BULK;
-            h.length = sub->batch_max * sub->shape.stride;
+            h.length = sub->push_cap;
         }
         rm_send_params_t sp = {0};
         if ((op = rm_client_op_send(c, &h, RM_MSG_RING_NOTIFY, &sp)) == NULL) {
@@ -141,6 +156,13 @@ static remora_status_t wait_send(remora_sub_h sub)
         } else {
             op->sub_owned = 1;
             op->push_req  = sub->use_push;
+            if (sub->use_push) {
+                /* Lend the op a buffer for the slots (faulted in once, not
+                 * per push); the op owns it until the answer is taken. */
+                op->reply = sub->spare ? sub->spare : malloc(sub->push_cap);
+                op->len   = op->reply ? sub->push_cap : 0;
+                sub->spare = NULL;
+            }
             if (++c->nsubops == c->nops) /* it never holds up a disconnect */
                 rm_engine_complete(c->ctx, &c->drained);
             sub->wait_op = op;
@@ -175,6 +197,7 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     remora_status_t st = op->status;
     rm_hdr_t h = op->reply_hdr;
     uint64_t claimed = op->push_claimed;
+    size_t body_cap = op->len; /* a push's buffer: what it holds */
     uint8_t *body = op->reply;
     size_t len = op->reply_len;
     op->reply = NULL;
@@ -200,6 +223,7 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
          * before delivery, so the server can push again meanwhile. */
         free(sub->push_body);
         sub->push_body = body;
+        sub->push_body_full = body_cap >= sub->push_cap; /* reusable as a spare */
         sub->f_first   = h.offset;
         sub->f_count   = h.length;
         batch_check(sub, claimed);
@@ -211,7 +235,7 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         return REMORA_OK;
     }
     if (h.length) {
-        free(sub->inline_body);
+        sub_body_release(sub);
         sub->inline_body = body;
         sub->cur = (rm_batch_t){.data = body, .pitch = sub->shape.elem_size,
                                 .first = h.offset, .count = h.length};
@@ -227,6 +251,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
                 sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
             sub->next = saved;
         }
+    } else if (sub->use_push && sub->spare == NULL && body && body_cap >= sub->push_cap) {
+        sub->spare = body; /* a lent buffer that came back empty */
     } else {
         free(body);
     }
@@ -380,8 +406,9 @@ static void batch_check(remora_sub_h sub, uint64_t claimed)
             lo = seq + 1;
     sub->discarded += lo - sub->f_first;
     if (sub->push_body) { /* the slots become the batch in hand */
-        free(sub->inline_body);
+        sub_body_release(sub);
         sub->inline_body = sub->push_body;
+        sub->inline_push = sub->push_body_full;
         sub->push_body   = NULL;
     } else {
         batch_adapt(sub, sub->f_count, end - lo);
@@ -770,6 +797,7 @@ static void sub_choose_push(remora_sub_h sub)
     rm_engine_lock(c->ctx);
     sub->use_push = c->peer.seal == NULL;
     rm_engine_unlock(c->ctx);
+    sub->push_cap = sub->batch_max * sub->shape.stride;
 }
 
 remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
@@ -836,6 +864,7 @@ void remora_sub_destroy(remora_sub_h sub)
     rm_client_sub_detach(sub->client); /* may free a client already disconnected */
     free(sub->inline_body);
     free(sub->push_body);
+    free(sub->spare);
     free(sub->f_stamps);
     for (int i = 0; i < sub->pinned; i++)
         rm_cuda_host_unregister(sub->fbuf[i]);
