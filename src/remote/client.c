@@ -257,6 +257,14 @@ static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_
     op->push_verdict = 1;
     op->reply_len = len;
     op->ucx_busy++;
+    /* UCX now writes into the op's buffer and will call back: from here on
+     * the op holds up a disconnect like any transfer (a subscription's wait
+     * otherwise does not), so the client is never freed under the callback. */
+    if (op->sub_owned) {
+        op->sub_owned = 0;
+        c->nsubops--;
+        atomic_store(&c->drained, 0); /* set again when the last op goes */
+    }
     ucs_status_ptr_t ret = ucp_am_recv_data_nbx(c->ctx->worker, body, op->reply, len, &p);
     if (!UCS_PTR_IS_PTR(ret))
         ring_push_landed(NULL, UCS_PTR_STATUS(ret), len, op);

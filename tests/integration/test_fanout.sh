@@ -48,7 +48,17 @@ readers() { # N TARGET ARGS...: start N subscribers (pids in $rp)
     rp+=($!); pids+=($!)
   done
 }
-wait_readers() { local p rc=0; for p in "${rp[@]}"; do wait "$p" || rc=$?; done; return $rc; }
+wait_readers() { # the status of the first that failed, with its stderr shown
+  local i=0 p rc=0 r
+  for p in "${rp[@]}"; do
+    i=$((i + 1)); r=0; wait "$p" || r=$?
+    if [ "$r" != 0 ] && [ "$rc" = 0 ]; then
+      rc=$r; echo "subscriber $i exited $r:"
+      grep -m1 -A25 "ERROR\|runtime error" "$tmp/e.$i" || tail -5 "$tmp/e.$i"; cat "$tmp/r.$i"
+    fi
+  done
+  return $rc
+}
 field() { grep -o "\"$2\":[0-9.e+-]*" "$1" | head -1 | cut -d: -f2; }
 # Every subscriber: exit 0, nothing torn or corrupt, and drops exact: the
 # drops counted before the first element plus every gap after it.
@@ -153,9 +163,20 @@ EOF
   serve --ring f=1Mx2 --rate max --source fixed
   readers 1 "$addr/f" --seconds 3
   wait_readers || true
-  grep -q "overwrites elements before they arrive" "$tmp/e.1" || fail "no warning for a producer that outruns every copy: $(cat "$tmp/e.1" "$tmp/r.1")"
+  # On an idle machine nearly every copy is lost; a loaded one deschedules
+  # the producer for whole pushes, and some survive. The warning is owed
+  # once half the copies are lost (per second; here: over the run).
   [ "$(field "$tmp/r.1" torn)" = 0 ] || fail "torn elements delivered"
-  echo "PASS: latest subscribers kept receiving on an overrunning producer; the outrun warning: $(grep -m1 -o 'arrive: [0-9]* copies/s discarded ([0-9]*%' "$tmp/e.1")"
+  disc=$(field "$tmp/r.1" discarded); got=$(field "$tmp/r.1" elements)
+  [ "$disc" -gt 0 ] || fail "a producer restamping 2 slots at full speed, yet no copy discarded: $(cat "$tmp/r.1")"
+  if [ "$disc" -ge "$got" ]; then
+    grep -q "overwrites elements before they arrive" "$tmp/e.1" ||
+      fail "$disc copies discarded, $got delivered, and no warning: $(cat "$tmp/e.1")"
+    note="the warning: $(grep -m1 -o 'arrive: [0-9]* copies/s discarded ([0-9]*%' "$tmp/e.1")"
+  else
+    note="$disc copies discarded, $got delivered (a busy machine: fewer than half lost, no warning owed)"
+  fi
+  echo "PASS: latest subscribers kept receiving on an overrunning producer; outrunning producer: $note"
   ;;
 churn)
   serve --ring l=64x1024 --ring f=256Kx16 --rate 500
