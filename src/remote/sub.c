@@ -11,6 +11,15 @@
  *   producer may have touched meanwhile; those are counted as drops, never
  *   delivered. While the consumer works through one batch the next is
  *   already in flight (two buffers).
+ * - Over the `am` path (unencrypted) large elements are pushed instead: the
+ *   RING_WAIT carries RM_RING_BULK and a credit, the server answers with
+ *   whole slots sent from the ring (rendezvous into a buffer the wait op
+ *   owns, lent by the subscription and reused) and then a verdict, the
+ *   ring's `claimed` once the push was out; batch_check discards what the
+ *   producer may have touched, as for a fetch. The next wait goes out before
+ *   the pushed elements are delivered (docs/ring.md, "Fan-out").
+ * - Waiting for an answer spins only while answers come within 2 ms; longer
+ *   waits sleep, leaving the CPU to whoever produces the answer.
  * - A subscriber asks the server (RING_WAIT) only when it has nothing left to
  *   fetch; it never polls the ring over the network.
  * - Drops: every gap between consecutive delivered sequence numbers is added
