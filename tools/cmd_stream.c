@@ -59,13 +59,32 @@ static uint64_t cli_realtime_ns(void)
 
 /* ================================================================ serve */
 
+/* What a commit costs the producer (remora_ring_commit/push, the part that
+ * answers subscribers), in 50 ns buckets up to 200 us: printed at shutdown. */
+#define CLI_PUSH_BUCKET_NS 50
+#define CLI_PUSH_BUCKETS   4000
+
 typedef struct cli_ring_spec {
     char          name[REMORA_NAME_MAX + 1];
     uint64_t      elem_size, count;
     remora_ring_h ring;
     pthread_t     thread;
     bool          running;
+    uint64_t      push_n, push_max_ns;
+    uint32_t      push_hist[CLI_PUSH_BUCKETS + 1];
 } cli_ring_spec_t;
+
+static double cli_push_quantile(const cli_ring_spec_t *r, double q)
+{
+    uint64_t want = (uint64_t)ceil(q * (double)r->push_n), seen = 0;
+
+    for (int b = 0; b <= CLI_PUSH_BUCKETS; b++) {
+        seen += r->push_hist[b];
+        if (seen >= want && seen > 0)
+            return (b + 1) * CLI_PUSH_BUCKET_NS / 1e3;
+    }
+    return 0;
+}
 
 typedef struct cli_stream_serve_opts {
     const char      *listen;
@@ -276,7 +295,17 @@ static void *cli_producer_main(void *arg)
             break;
         uint64_t partial = cli_produce_payload(o, slot, es, seq, n, sums, cap);
         remora_frame_seal(slot, es, seq, cli_realtime_ns(), partial);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         st = frame == NULL ? remora_ring_commit(ring, NULL) : remora_ring_push(ring, frame, es, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        uint64_t ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+                      (uint64_t)t0.tv_nsec;
+        uint64_t b = ns / CLI_PUSH_BUCKET_NS;
+        p->r->push_hist[b < CLI_PUSH_BUCKETS ? b : CLI_PUSH_BUCKETS]++;
+        p->r->push_n++;
+        if (ns > p->r->push_max_ns)
+            p->r->push_max_ns = ns;
     }
     if (st != REMORA_OK) { /* no silent dead producer behind a live server */
         cli_note("stream serve", "ring %s: producer stopped: %s", p->r->name,
@@ -346,8 +375,15 @@ static void cli_stop_rings(cli_stream_serve_opts_t *o)
 {
     atomic_store(&o->stop, 1);
     for (size_t i = 0; i < o->nrings; i++) {
-        if (o->rings[i].running)
-            pthread_join(o->rings[i].thread, NULL);
+        cli_ring_spec_t *r = &o->rings[i];
+        if (!r->running)
+            continue;
+        pthread_join(r->thread, NULL);
+        if (r->push_n)
+            cli_note("stream serve", "ring %s: %llu elements; commit cost p50 %.2f us, "
+                     "p99 %.2f us, max %.1f us", r->name, (unsigned long long)r->push_n,
+                     cli_push_quantile(r, 0.5), cli_push_quantile(r, 0.99),
+                     (double)r->push_max_ns / 1e3);
     }
 }
 
@@ -475,6 +511,9 @@ static double cli_hist_quantile(const cli_hist_t *h, double q)
 
 typedef struct cli_stream_stats {
     uint64_t   elements, bytes, drops, torn, corrupt;
+    uint64_t   discarded; /* copies that arrived overwritten (remora_sub_discarded) */
+    uint64_t   seq_first, seq_last; /* sequence numbers of the first and last delivered */
+    uint64_t   drops_first;         /* drops counted when the first was delivered */
     atomic_ulong reconnects; /* RECONNECTED events (progress thread) */
     double     start, seconds;
     cli_hist_t lat; /* whole run */
@@ -554,17 +593,17 @@ static void cli_stream_event(const remora_event_t *ev, void *arg)
 }
 
 static void cli_stream_progress(cli_stream_stats_t *st, uint64_t *last_n, uint64_t *last_b,
-                                double *last_t, bool tty)
+                                double *last_t, bool tty, const char *path)
 {
     double now = cli_now(), dt = now - *last_t;
 
     fprintf(stderr, "%s%10.0f elem/s  %7.3f GB/s  drops %llu  reconnects %lu  torn %llu  "
-            "corrupt %llu  lat p50 %.1f us p99 %.1f us   %s", tty ? "\r" : "",
+            "corrupt %llu  lat p50 %.1f us p99 %.1f us  path %s   %s", tty ? "\r" : "",
             (double)(st->elements - *last_n) / dt, (double)(st->bytes - *last_b) / dt / 1e9,
             (unsigned long long)st->drops, atomic_load(&st->reconnects),
             (unsigned long long)st->torn,
             (unsigned long long)st->corrupt, cli_hist_quantile(&st->win, 0.5),
-            cli_hist_quantile(&st->win, 0.99), tty ? "" : "\n");
+            cli_hist_quantile(&st->win, 0.99), path, tty ? "" : "\n");
     memset(&st->win, 0, sizeof(st->win));
     *last_n = st->elements;
     *last_b = st->bytes;
@@ -576,7 +615,11 @@ static void cli_stream_account(cli_stream_stats_t *st, const cli_stream_read_opt
 {
     uint64_t ts = remora_frame_timestamp(elem, info->size);
 
-    st->elements++;
+    if (st->elements++ == 0) {
+        st->seq_first   = info->seq;
+        st->drops_first = info->drops;
+    }
+    st->seq_last = info->seq;
     st->bytes += info->size;
     st->drops = info->drops;
     if (ts) {
@@ -597,13 +640,16 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
 
     if (o->json) {
         printf("{\"elements\":%llu,\"bytes\":%llu,\"seconds\":%.3f,\"gbps\":%.3f,"
-               "\"drops\":%llu,\"reconnects\":%lu,\"torn\":%llu,\"corrupt\":%llu,"
-               "\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f}\n",
+               "\"drops\":%llu,\"discarded\":%llu,\"reconnects\":%lu,\"torn\":%llu,"
+               "\"corrupt\":%llu,\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f,"
+               "\"seq_first\":%llu,\"seq_last\":%llu,\"drops_first\":%llu}\n",
                (unsigned long long)st->elements, (unsigned long long)st->bytes, st->seconds,
-               gbps, (unsigned long long)st->drops, atomic_load(&st->reconnects),
+               gbps, (unsigned long long)st->drops, (unsigned long long)st->discarded,
+               atomic_load(&st->reconnects),
                (unsigned long long)st->torn,
                (unsigned long long)st->corrupt, cli_hist_quantile(&st->lat, 0.5),
-               cli_hist_quantile(&st->lat, 0.99));
+               cli_hist_quantile(&st->lat, 0.99), (unsigned long long)st->seq_first,
+               (unsigned long long)st->seq_last, (unsigned long long)st->drops_first);
     } else {
         printf("%llu elements, %llu bytes in %.2f s: %.0f elem/s, %.3f GB/s; drops %llu, "
                "reconnects %lu, torn %llu, corrupt %llu%s; latency p50 %.1f us, p99 %.1f us\n",
@@ -614,6 +660,42 @@ static void cli_stream_summary(const cli_stream_stats_t *st, const cli_stream_re
                (unsigned long long)st->corrupt, o->verify ? "" : " (not verified)",
                cli_hist_quantile(&st->lat, 0.5), cli_hist_quantile(&st->lat, 0.99));
     }
+}
+
+/*
+ * A producer that outruns every copy: elements keep arriving overwritten and
+ * few or none are delivered. Say so (with the rate of discarded copies)
+ * rather than deliver nothing silently; at most every few seconds.
+ */
+typedef struct cli_outrun {
+    double   t, warned;
+    uint64_t elements, discarded;
+} cli_outrun_t;
+
+#define CLI_OUTRUN_WINDOW_S 1.0
+#define CLI_OUTRUN_REPEAT_S 5.0
+
+static void cli_stream_outrun_check(const cli_stream_stats_t *st, cli_outrun_t *w)
+{
+    double now = cli_now(), dt = now - w->t;
+
+    if (dt < CLI_OUTRUN_WINDOW_S)
+        return;
+    uint64_t lost = st->discarded - w->discarded, got = st->elements - w->elements;
+    /* Half the copies or more lost (all of them: a producer that outruns
+     * every copy, nothing delivered). A fan-out with a producer faster than
+     * the link loses some by design (docs/ring.md, "Fan-out"). */
+    if (lost > 0 && lost >= got && (w->warned == 0 || now - w->warned >= CLI_OUTRUN_REPEAT_S)) {
+        cli_note("stream read", "warning: the producer overwrites elements before they arrive: "
+                 "%.0f copies/s discarded (%.0f%% of those that crossed the network), %.0f "
+                 "elements/s delivered; the ring wraps faster than an element crosses the "
+                 "network: slow the producer or give the ring more slots",
+                 (double)lost / dt, 100.0 * (double)lost / (double)(lost + got), (double)got / dt);
+        w->warned = now;
+    }
+    w->t         = now;
+    w->elements  = st->elements;
+    w->discarded = st->discarded;
 }
 
 /*
@@ -685,7 +767,12 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
             return rc;
         }
     }
+    /* The data path, for the live line (a ring is fetched or pushed over it). */
+    remora_path_t path = REMORA_PATH_AUTO;
+    const char *path_text = remora_client_region_path(s->client, s->target.name, &path) == REMORA_OK
+                                ? remora_path_string(path) : "?";
     st->start = cli_now();
+    cli_outrun_t outrun = {.t = st->start};
     double last_t = st->start, last_ok = st->start;
     double deadline = o->seconds > 0 ? st->start + o->seconds : INFINITY;
     double idle_max = (o->client.timeout_ms > 0 ? o->client.timeout_ms : REMORA_DEFAULT_TIMEOUT_MS) / 1e3;
@@ -696,6 +783,8 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
         /* Zero-copy: the frame is only looked at, in the subscription's buffer. */
         rs = cli_stream_next(sub, o, &gpu, host, &elem, &info,
                              left < 0.2 ? (int)(left * 1e3) + 1 : 200);
+        st->discarded = remora_sub_discarded(sub);
+        cli_stream_outrun_check(st, &outrun);
         if (rs == REMORA_OK) {
             cli_stream_account(st, o, elem, &info);
             last_ok = cli_now();
@@ -713,7 +802,7 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
             break;
         }
         if (show && cli_now() - last_t >= (tty ? CLI_PROGRESS_S : 1.0))
-            cli_stream_progress(st, &last_n, &last_b, &last_t, tty);
+            cli_stream_progress(st, &last_n, &last_b, &last_t, tty, path_text);
     }
     st->seconds = cli_now() - st->start;
     if (tty)

@@ -935,6 +935,16 @@ REMORA_API remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t l
 REMORA_API remora_status_t remora_sub_next_ref(remora_sub_h sub, const void **elem_p,
                                                remora_elem_info_t *info, int timeout_ms);
 REMORA_API size_t remora_sub_elem_size(remora_sub_h sub);
+/**
+ * Elements that reached this subscription (fetched, or pushed by the server)
+ * and were thrown away because the producer overwrote them while they
+ * travelled: never delivered, and in `every` mode part of the drops once a
+ * later element is delivered. A count that grows while nothing is delivered
+ * means the producer outruns every copy (its ring wraps faster than one
+ * element crosses the network): slow it down or give the ring more slots.
+ * Call from the consumer's thread (or the callback).
+ */
+REMORA_API uint64_t remora_sub_discarded(remora_sub_h sub);
 /** End a subscription (joins the callback thread; call it from another thread).
  *  A client may be disconnected first: its subscriptions then fail with
  *  REMORA_ERR_CANCELED, and the client's memory goes with the last of them. */

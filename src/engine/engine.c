@@ -136,11 +136,12 @@ static void sleep_once(remora_context_h ctx, const atomic_int *done, uint64_t de
 }
 
 /* Progress as the driver until done, the deadline, or RM_DRIVER_IDLE_NS of nothing. */
-static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
+static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadline,
+                  uint64_t idle_ns)
 {
     uint64_t last_event = rm_now_ns(), now = last_event;
 
-    while (!atomic_load(done) && now < deadline && now - last_event < RM_DRIVER_IDLE_NS) {
+    while (!atomic_load(done) && now < deadline && now - last_event < idle_ns) {
         unsigned n = 0;
         if (pthread_mutex_trylock(&ctx->lock) == 0) {
             n = ucp_worker_progress(ctx->worker);
@@ -170,12 +171,18 @@ void rm_engine_hand_off(remora_context_h ctx)
 
 remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
 {
+    return rm_engine_wait_spin(ctx, done, deadline, RM_DRIVER_IDLE_NS);
+}
+
+remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done,
+                                    uint64_t deadline, uint64_t idle_ns)
+{
     while (!atomic_load(done)) {
         if (rm_now_ns() >= deadline)
             return REMORA_ERR_TIMED_OUT;
         int expected = 0;
         if (atomic_compare_exchange_strong(&ctx->driver, &expected, 1)) {
-            drive(ctx, done, deadline);
+            drive(ctx, done, deadline, idle_ns);
             atomic_store(&ctx->driver, 0);
             if (atomic_load(done))
                 break;

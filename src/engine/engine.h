@@ -172,6 +172,12 @@ void rm_engine_unlock(remora_context_h ctx);
  * REMORA_ERR_TIMED_OUT.
  */
 remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uint64_t deadline_ns);
+/* The same, driving for at most idle_ns without an event before sleeping
+ * (rm_engine_wait: 2 ms). Waits that usually last longer than that should
+ * not spin: on a machine with fewer cores than busy threads the spinning
+ * takes the CPU from whoever must produce the answer. */
+remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done,
+                                    uint64_t deadline_ns, uint64_t idle_ns);
 /* Publish a completion: set *done and wake waiters. Any thread, lock or not. */
 void rm_engine_complete(remora_context_h ctx, atomic_int *done);
 /* Wake the progress thread so it notices newly posted work. */

@@ -200,6 +200,8 @@ static void ctrl_reply(rm_op_t *op, const rm_hdr_t *hdr, const void *body, size_
         op->status = REMORA_ERR_PROTOCOL; /* not a status we know */
     if (hdr->type == RM_MSG_ERROR && op->status == REMORA_OK)
         op->status = REMORA_ERR_PROTOCOL;
+    free(op->reply); /* a subscription's spare buffer, if it lent one */
+    op->reply = NULL;
     if (len && (op->reply = malloc(len)) != NULL) {
         memcpy(op->reply, body, len);
         op->reply_len = len;
@@ -208,6 +210,66 @@ static void ctrl_reply(rm_op_t *op, const rm_hdr_t *hdr, const void *body, size_
     }
     op->replied = 1;
     rm_client_op_finish(op);
+}
+
+/* A ring push (a subscription's RING_WAIT answered with whole slots by
+ * rendezvous, docs/ring.md): the slots land in a buffer the op owns (its
+ * reply), so an abandoned wait never writes into freed memory; the server's
+ * verdict (the ring's `claimed` once the push was sent) follows in a second
+ * RING_NOTIFY, and only then is the op answered. */
+static void ring_push_landed(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    rm_op_t *op = user_data;
+
+    (void)length;
+    if (status != UCS_OK && op->status == REMORA_OK)
+        op->status = rm_status_from_ucs(status);
+    op->ucx_busy--;
+    rm_client_op_finish(op);
+    if (request)
+        ucp_request_free(request);
+}
+
+static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_t *hdr,
+                                   void *body, size_t len)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.recv_am = ring_push_landed, .user_data = op};
+
+    op->reply_hdr = *hdr;
+    op->status    = (remora_status_t)hdr->status;
+    if (op->reply && op->len < len) { /* the subscription's spare is too small */
+        free(op->reply);
+        op->reply = NULL;
+    }
+    if (op->reply == NULL)
+        op->len = len; /* what the buffer below holds */
+    if (op->status != REMORA_OK || len == 0 ||
+        (op->reply == NULL && (op->reply = malloc(len)) == NULL)) {
+        if (op->status == REMORA_OK)
+            op->status = len ? REMORA_ERR_NO_MEMORY : REMORA_ERR_PROTOCOL;
+        op->replied = 1;
+        rm_client_op_finish(op);
+        return UCS_OK; /* the payload is dropped */
+    }
+    /* The op is answered once the verdict (a second RING_NOTIFY) is in too. */
+    op->reply_type   = RM_MSG_RING_NOTIFY;
+    op->push_verdict = 1;
+    op->reply_len = len;
+    op->ucx_busy++;
+    /* UCX now writes into the op's buffer and will call back: from here on
+     * the op holds up a disconnect like any transfer (a subscription's wait
+     * otherwise does not), so the client is never freed under the callback. */
+    if (op->sub_owned) {
+        op->sub_owned = 0;
+        c->nsubops--;
+        atomic_store(&c->drained, 0); /* set again when the last op goes */
+    }
+    ucs_status_ptr_t ret = ucp_am_recv_data_nbx(c->ctx->worker, body, op->reply, len, &p);
+    if (!UCS_PTR_IS_PTR(ret))
+        ring_push_landed(NULL, UCS_PTR_STATUS(ret), len, op);
+    return UCS_OK;
 }
 
 /* ------------------------------------------------------------ events */
@@ -564,6 +626,47 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
     if (RM_MSG_IS_SOCK(hdr->type) && hdr->type != RM_MSG_SOCK_CONNECT_REPLY) {
         if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) /* always eager */
             rm_sock_on_message(peer, NULL, hdr, body, len);
+        return UCS_OK;
+    }
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type == RM_MSG_RING_NOTIFY &&
+        !c->peer.seal && (op = op_by_req_id(c, hdr->req_id)) != NULL && op->sub_owned &&
+        op->reply_type == RM_MSG_RING_NOTIFY && !op->push_verdict) {
+        op->reply_type = 0;
+        return ring_push_recv(c, op, hdr, body, len);
+    }
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type == RM_MSG_RING_NOTIFY &&
+        (op = op_by_req_id(c, hdr->req_id)) != NULL && op->push_req && !op->push_verdict &&
+        hdr->status == REMORA_OK && len > 0) {
+        /* A small push comes eagerly; its verdict follows all the same. */
+        if (op->reply && op->len < len) {
+            free(op->reply);
+            op->reply = NULL;
+        }
+        if (op->reply == NULL)
+            op->len = len; /* what the buffer below holds */
+        if (op->reply == NULL && (op->reply = malloc(len)) == NULL) {
+            op->reply_type = 0;
+            op->status     = REMORA_ERR_NO_MEMORY;
+            op->replied    = 1;
+            rm_client_op_finish(op);
+            return UCS_OK;
+        }
+        memcpy(op->reply, body, len);
+        op->reply_len    = len;
+        op->reply_hdr    = *hdr;
+        op->status       = REMORA_OK;
+        op->push_verdict = 1;
+        return UCS_OK;
+    }
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type == RM_MSG_RING_NOTIFY &&
+        (op = op_by_req_id(c, hdr->req_id)) != NULL && op->push_verdict) {
+        op->reply_type   = 0;
+        op->push_verdict = 0;
+        op->push_claimed = hdr->size;
+        if (hdr->status != REMORA_OK && op->status == REMORA_OK)
+            op->status = REMORA_ERR_PROTOCOL;
+        op->replied = 1;
+        rm_client_op_finish(op);
         return UCS_OK;
     }
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type != RM_MSG_READ_REPLY) {

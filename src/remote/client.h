@@ -147,6 +147,9 @@ struct rm_op {
     atomic_int       done;       /* control ops: set when finished */
     rm_hdr_t         reply_hdr;  /* control ops: the reply's header */
     int              sub_owned;  /* a subscription's RING_WAIT: its owner frees it */
+    int              push_req;     /* a subscription's RING_WAIT asking for a push */
+    int              push_verdict; /* a ring push landed; its verdict is due (sub.c) */
+    uint64_t         push_claimed; /* the verdict: the ring's `claimed` once it was sent */
     void            *reply;      /* control ops: reply body copy */
     size_t           reply_len;
     remora_request_h req;        /* data ops: the request this chunk belongs to */

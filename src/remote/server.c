@@ -1175,6 +1175,8 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_list_init(&s->retired);
     rm_list_init(&s->cm_slots);
     rm_list_init(&s->waits);
+    rm_list_init(&s->pushq);
+    rm_list_init(&s->pushes);
     atomic_init(&s->drained, 1);
     if ((s->stage = rm_stage_pool_create(RM_STAGE_POOLED, RM_STAGE_KEEP)) == NULL) {
         st = REMORA_ERR_NO_MEMORY;

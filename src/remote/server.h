@@ -94,7 +94,13 @@ struct remora_server {
     size_t           token_len;
     int              encrypt;  /* every connection sealed (engine/seal.h) */
     rm_list_t        regions, conns, retired, cm_slots;
-    rm_list_t        waits;  /* rm_ring_wait_t, server_ring.c */
+    rm_list_t        waits;  /* rm_ring_wait_t armed for a commit, server_ring.c */
+    /* Ring pushes (server_ring.c): answers with whole slots, sent one or two
+     * at a time in arrival order, each element chosen when its send starts. */
+    rm_list_t        pushq;  /* rm_ring_wait_t whose element is there, in order */
+    rm_list_t        pushes; /* rm_ring_push_t in flight */
+    unsigned         push_active; /* pushes in flight and not stalled */
+    double           push_ns_per_byte; /* how long a push takes (moving average) */
     struct rm_stage_pool *stage; /* pinned buffers for GPU regions UCX cannot reach */
     int              destroying; /* remora_server_destroy runs: regions go all at once */
     uint32_t         next_region_id;

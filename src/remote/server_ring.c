@@ -1,20 +1,37 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Rings on the server: subscribers' waits and the notifications that answer
- * them.
+ * Rings on the server: subscribers' waits and the answers to them.
  *
  * Design notes
  * - A subscriber that has caught up sends RING_WAIT: "tell me once the ring
  *   holds element `want`". The wait is answered at once if it already does,
  *   else when the producer commits it. Each wait is answered exactly once
- *   (RING_NOTIFY), so notifications coalesce by construction: however fast
- *   the producer, a subscriber gets one message per wait it sends.
- * - A RING_NOTIFY carries the new head, and, when the subscriber allows
- *   inline bytes, the elements themselves (copied here with the seqlock
- *   check, oldest first, as many as fit). Larger elements are fetched by the
- *   subscriber in batches with one-sided reads.
- * - The producer never waits for any of this: a commit with waiters raises
- *   the ring's engine signal and returns; the progress thread answers.
+ *   (RING_NOTIFY), so answers coalesce by construction: however fast the
+ *   producer, a subscriber gets one message per wait it sends (its credit).
+ * - Small elements travel inline: the answer carries copies made here with
+ *   the seqlock check, oldest first, as many as fit. Waiters that want the
+ *   same range share one copy (one allocation per commit, not per waiter).
+ * - Large elements (a wait with RM_RING_BULK) are pushed: the answer's body
+ *   is whole slots sent straight from the ring by rendezvous. Pushes go out
+ *   in arrival order, at most RM_PUSH_ACTIVE at a time, and the element is
+ *   chosen when the send starts, not when the wait arrived: the oldest one
+ *   the producer cannot reach before the send is done (its rate and the
+ *   push time are measured here). Sending N subscribers' transfers one or
+ *   two at a time, each bound late, is what keeps a fan-out from collapsing:
+ *   N interleaved transfers each take N times as long, and past the ring's
+ *   wrap time every one of them lands overwritten (docs/ring.md, "Fan-out").
+ *   When a push has been sent, a second RING_NOTIFY (no body) carries the
+ *   verdict: the ring's `claimed` at that moment, from which the subscriber
+ *   knows which of the slots the producer may have touched meanwhile.
+ * - A push that does not complete (a stopped subscriber) stops counting
+ *   against RM_PUSH_ACTIVE after RM_PUSH_STALL_NS, so it never holds up the
+ *   others; it finishes (or fails with its connection) on its own.
+ * - The producer never waits for any of this. A commit with waiters raises
+ *   the ring's engine signal and returns; the progress thread answers. Only
+ *   with at most RM_RING_DIRECT_MAX waiters and a free lock does the
+ *   producer answer from its own thread (no thread hop on the latency path
+ *   of one or two subscribers); its cost per commit is thus bounded whatever
+ *   the number of subscribers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,31 +40,70 @@
 #include "mem/mem.h"
 #include "remote/server.h"
 #include "util/log.h"
+#include "util/time.h"
 
 #define RM_RING_WAITS_MAX   1024u      /* per connection */
 #define RM_RING_INLINE_MAX  (32u << 10)
+#define RM_PUSH_ACTIVE      2u         /* pushes on the wire at once */
+#define RM_PUSH_CHUNK       (1u << 20) /* bytes per push, at least one slot */
+#define RM_PUSH_SLACK_NS    200000u    /* scheduling between a push's end and its verdict */
+#define RM_PUSH_STALL_NS    20000000u  /* a push this old no longer holds the queue */
 
 typedef struct rm_ring_wait {
-    rm_list_t      link;   /* server->waits */
+    rm_list_t      link;   /* server->waits (armed) or server->pushq (queued) */
     rm_conn_t     *conn;
     rm_region_t   *region;
     uint64_t       req_id;
     uint64_t       want;
-    uint64_t       inline_max;
+    uint64_t       inline_max; /* bulk: the credit in bytes */
     uint8_t        mode;
+    uint8_t        bulk;
+    uint8_t        queued;
 } rm_ring_wait_t;
+
+typedef struct rm_ring_push {
+    rm_list_t        link;  /* server->pushes */
+    remora_server_h  server;
+    rm_conn_t       *conn;  /* valid while the send is: a closing conn cancels it first */
+    _Atomic uint64_t *claimed; /* the ring's header: in mem, which the push holds */
+    rm_hdr_t         hdr;   /* the push's RING_NOTIFY, for the verdict */
+    remora_mem_h     mem;
+    uint64_t         start_ns, bytes;
+    int              stalled;
+} rm_ring_push_t;
+
+static void push_pump(remora_server_h s);
 
 static void wait_free(rm_ring_wait_t *w)
 {
     rm_list_del(&w->link);
-    atomic_fetch_sub(&w->region->ring->armed, 1);
+    if (!w->queued)
+        atomic_fetch_sub(&w->region->ring->armed, 1);
     w->conn->nwaits--;
     free(w);
 }
 
-/* Answer a wait whose element is there: the head, and what fits inline. */
+/* One copy of some elements, sent to every waiter that wants just those. */
+typedef struct rm_shared_body {
+    unsigned refs;
+    uint64_t from, first, n;
+    uint8_t  data[];
+} rm_shared_body_t;
+
+static void shared_body_done(void *arg, ucs_status_t status)
+{
+    rm_shared_body_t *b = arg;
+    (void)status;
+    if (--b->refs == 0)
+        free(b);
+}
+
+/* Answer a wait whose element is there: the head, and what fits inline.
+ * *shared: the copy the previous answer of this round made, reused when
+ * this one wants the same elements (the caller drops its reference). */
 static void notify(rm_conn_t *c, rm_region_t *r, uint64_t req_id, uint64_t want,
-                   uint8_t mode, uint64_t inline_max, const rm_ring_shape_t *now)
+                   uint8_t mode, uint64_t inline_max, const rm_ring_shape_t *now,
+                   rm_shared_body_t **shared)
 {
     remora_ring_h ring = r->ring;
     uint64_t from = mode == RM_RING_LATEST ? now->head - 1 : want;
@@ -55,7 +111,7 @@ static void notify(rm_conn_t *c, rm_region_t *r, uint64_t req_id, uint64_t want,
     rm_hdr_t h = {.type = RM_MSG_RING_NOTIFY, .req_id = req_id, .region_id = r->id,
                   .size = now->head};
     rm_send_params_t sp = {0};
-    uint8_t *buf = NULL;
+    rm_shared_body_t *b = shared ? *shared : NULL;
 
     if (from < oldest)
         from = oldest;
@@ -63,16 +119,191 @@ static void notify(rm_conn_t *c, rm_region_t *r, uint64_t req_id, uint64_t want,
         n = inline_max / elem;
     if (n > now->head - from)
         n = now->head - from;
-    if (n && (buf = malloc(n * elem)) != NULL) {
-        uint64_t first = rm_ring_copy_range(ring, from, from + n, buf);
-        h.offset = first;
-        h.length = from + n - first;
-        sp.body = sp.body_free = buf;
+    if (n && !(b && b->from == from && b->n == n)) {
+        if (shared && *shared)
+            shared_body_done(*shared, UCS_OK);
+        if ((b = malloc(sizeof(*b) + n * elem)) != NULL) {
+            b->refs  = 1; /* the round's */
+            b->from  = from;
+            b->n     = n;
+            b->first = rm_ring_copy_range(ring, from, from + n, b->data);
+        }
+        if (shared)
+            *shared = b;
+    }
+    if (n && b) {
+        h.offset    = b->first; /* copied from here on, at b->data */
+        h.length    = from + n - b->first;
+        sp.body     = b->data;
         sp.body_len = h.length * elem;
+        sp.done     = shared_body_done;
+        sp.arg      = b;
+        b->refs++;
+        if (!shared)
+            b->refs--; /* no round: this send holds the only reference */
     } else {
         h.offset = from;
     }
     rm_conn_send(c, &h, &sp);
+}
+
+/* ------------------------------------------------------------ pushes */
+
+/* The producer's rate, from the head seen now and before (elements/s). */
+static double ring_rate(remora_ring_h ring, uint64_t head, uint64_t now_ns)
+{
+    if (ring->rate_ns == 0 || head < ring->rate_head) {
+        ring->rate_ns   = now_ns;
+        ring->rate_head = head;
+    } else if (now_ns - ring->rate_ns >= 2000000u) {
+        double inst = (double)(head - ring->rate_head) * 1e9 / (double)(now_ns - ring->rate_ns);
+        ring->rate_eps  = ring->rate_eps > 0 ? 0.7 * ring->rate_eps + 0.3 * inst : inst;
+        ring->rate_ns   = now_ns;
+        ring->rate_head = head;
+    }
+    return ring->rate_eps;
+}
+
+static void push_done(void *arg, ucs_status_t status)
+{
+    rm_ring_push_t *p = arg;
+    remora_server_h s = p->server;
+
+    if (s == NULL) { /* its connection went first (rm_server_ring_conn_gone) */
+        rm_mem_unref(p->mem);
+        free(p);
+        return;
+    }
+    if (status == UCS_OK) {
+        /* The verdict: the slots are out of the ring; whatever the producer
+         * claims from now on cannot touch the copy. The subscriber delivers
+         * the elements above claimed - capacity. */
+        rm_hdr_t v = p->hdr;
+        v.length = 0;
+        v.size   = atomic_load_explicit(p->claimed, memory_order_acquire);
+        rm_send_params_t vp = {0};
+        rm_conn_send(p->conn, &v, &vp);
+    }
+    if (!p->stalled) {
+        s->push_active--;
+        if (status == UCS_OK && p->bytes) {
+            double per = (double)(rm_now_ns() - p->start_ns) / (double)p->bytes;
+            s->push_ns_per_byte = s->push_ns_per_byte > 0 ? 0.8 * s->push_ns_per_byte + 0.2 * per
+                                                          : per;
+        }
+    }
+    rm_list_del(&p->link);
+    rm_mem_unref(p->mem);
+    free(p);
+    push_pump(s);
+}
+
+/*
+ * Send a queued wait its answer: whole slots from the oldest element the
+ * producer cannot overwrite before the push has landed and been checked,
+ * to the newest, within the subscriber's credit and RM_PUSH_CHUNK, never
+ * across the ring's end (one contiguous zero-copy send).
+ */
+static void push_start(remora_server_h s, rm_ring_wait_t *w)
+{
+    rm_region_t *r = w->region;
+    remora_ring_h ring = r->ring;
+    rm_ring_shape_t now;
+    uint64_t t = rm_now_ns();
+
+    rm_ring_snapshot(ring, &now);
+    uint64_t cap = now.capacity, stride = now.stride, head = now.head;
+    uint64_t nmax = RM_PUSH_CHUNK / stride, credit = w->inline_max / stride;
+    if (nmax > credit)
+        nmax = credit;
+    if (nmax == 0)
+        nmax = 1;
+    /* Elements the producer commits while this push travels, twice over. */
+    double rate = ring_rate(ring, head, t);
+    double per  = s->push_ns_per_byte > 0 ? s->push_ns_per_byte : 1.0; /* 1 GB/s until known */
+    double d_ns = 2.0 * per * (double)(nmax * stride) + RM_PUSH_SLACK_NS;
+    double m    = (double)(uint64_t)(rate * d_ns / 1e9) + 2; /* rounded up, plus one */
+    uint64_t margin = m >= (double)cap ? cap - 1 : (uint64_t)m;
+    uint64_t safe = head > cap - margin ? head - (cap - margin) : 0; /* oldest safe */
+    uint64_t oldest = rm_ring_oldest_seq(&now);
+    uint64_t from = w->mode == RM_RING_LATEST ? head - 1 : w->want;
+    if (from < safe)
+        from = safe;
+    if (from < oldest)
+        from = oldest;
+    if (from >= head)
+        from = head - 1; /* want < head when queued; a margin of cap - 1 lands here */
+    uint64_t n = head - from;
+    if (n > nmax)
+        n = nmax;
+    if (n > cap - from % cap)
+        n = cap - from % cap;
+
+    rm_hdr_t h = {.type = RM_MSG_RING_NOTIFY, .req_id = w->req_id, .region_id = r->id,
+                  .size = head, .offset = from, .length = n};
+    rm_ring_push_t *p = calloc(1, sizeof(*p));
+    rm_conn_t *c = w->conn;
+    wait_free(w);
+    if (p == NULL) {
+        rm_conn_reply(c, RM_MSG_RING_NOTIFY, h.req_id, REMORA_ERR_NO_MEMORY, NULL);
+        return;
+    }
+    p->server   = s;
+    p->conn     = c;
+    p->claimed  = ring->hdr_claimed;
+    p->hdr      = h;
+    p->mem      = ring->mem;
+    p->start_ns = t;
+    p->bytes    = n * stride;
+    rm_mem_ref(p->mem);
+    rm_list_push_back(&s->pushes, &p->link);
+    s->push_active++;
+    rm_send_params_t sp = {.body = ring->base + rm_ring_slot_offset(&now, from),
+                           .body_len = n * stride, .memh = ring->mem->memh, .bulk = 1,
+                           .done = push_done, .arg = p};
+    if (rm_conn_send(c, &h, &sp) != REMORA_OK) {
+        s->push_active--;
+        rm_list_del(&p->link);
+        rm_mem_unref(p->mem);
+        free(p);
+    }
+}
+
+/* Start queued pushes while fewer than RM_PUSH_ACTIVE are on the wire. */
+static void push_pump(remora_server_h s)
+{
+    rm_list_t *pos, *tmp;
+    uint64_t t = rm_now_ns();
+
+    if (s->destroying)
+        return;
+    rm_list_for_each_safe(pos, tmp, &s->pushes) {
+        rm_ring_push_t *p = rm_container_of(pos, rm_ring_push_t, link);
+        double expect = 8.0 * s->push_ns_per_byte * (double)p->bytes;
+        if (!p->stalled && t - p->start_ns > (expect > RM_PUSH_STALL_NS ? expect : RM_PUSH_STALL_NS)) {
+            p->stalled = 1; /* a stopped or slow subscriber: stop waiting for it */
+            s->push_active--;
+        }
+    }
+    while (s->push_active < RM_PUSH_ACTIVE && !rm_list_empty(&s->pushq))
+        push_start(s, rm_container_of(s->pushq.next, rm_ring_wait_t, link));
+}
+
+/* A wait whose element is there: answered now, or queued for a push. */
+static void answer(remora_server_h s, rm_ring_wait_t *w, const rm_ring_shape_t *now,
+                   rm_shared_body_t **shared)
+{
+    if (w->bulk) {
+        if (!w->queued) {
+            rm_list_del(&w->link);
+            atomic_fetch_sub(&w->region->ring->armed, 1);
+            w->queued = 1;
+            rm_list_push_back(&s->pushq, &w->link);
+        }
+        return;
+    }
+    notify(w->conn, w->region, w->req_id, w->want, w->mode, w->inline_max, now, shared);
+    wait_free(w);
 }
 
 /* Answer the waits on this ring that its head now satisfies. */
@@ -80,6 +311,7 @@ static void ring_fire(remora_server_h s, remora_ring_h ring)
 {
     rm_list_t *pos, *tmp;
     rm_ring_shape_t now;
+    rm_shared_body_t *shared = NULL;
 
     /* Pairs with the producer's store of head then load of armed. */
     atomic_thread_fence(memory_order_seq_cst);
@@ -88,9 +320,11 @@ static void ring_fire(remora_server_h s, remora_ring_h ring)
         rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
         if (w->region->ring != ring || now.head <= w->want)
             continue;
-        notify(w->conn, w->region, w->req_id, w->want, w->mode, w->inline_max, &now);
-        wait_free(w);
+        answer(s, w, &now, &shared);
     }
+    if (shared)
+        shared_body_done(shared, UCS_OK);
+    push_pump(s);
 }
 
 static void ring_signaled(rm_signal_t *sig)
@@ -103,33 +337,40 @@ static void ring_signaled(rm_signal_t *sig)
 /* A connection at its limit of waits: answer (CANCELED) and drop its oldest. */
 static void evict_oldest_wait(rm_conn_t *c)
 {
-    rm_list_t *pos, *tmp;
+    rm_list_t *lists[2] = {&c->server->pushq, &c->server->waits}, *pos, *tmp;
 
-    rm_list_for_each_safe(pos, tmp, &c->server->waits) {
-        rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
-        if (w->conn != c)
-            continue;
-        rm_conn_reply(c, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_CANCELED, NULL);
-        wait_free(w);
-        return;
+    for (int i = 0; i < 2; i++) {
+        rm_list_for_each_safe(pos, tmp, lists[i]) {
+            rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
+            if (w->conn != c)
+                continue;
+            rm_conn_reply(c, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_CANCELED, NULL);
+            wait_free(w);
+            return;
+        }
     }
 }
 
 void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
 {
     rm_region_t *r = rm_server_region_by_id(c->server, hdr->region_id);
+    int bulk = (hdr->kind & RM_RING_BULK) != 0;
     uint64_t inline_max = hdr->length < RM_RING_INLINE_MAX ? hdr->length : RM_RING_INLINE_MAX;
     rm_ring_shape_t now;
     rm_ring_wait_t *w;
 
-    if (r == NULL || r->ring == NULL) {
+    if (r == NULL || r->ring == NULL || (bulk && r->ring->data_mem)) {
         rm_conn_reply(c, RM_MSG_RING_NOTIFY, hdr->req_id,
                       r ? REMORA_ERR_INVALID_PARAM : REMORA_ERR_NOT_FOUND, NULL);
         return;
     }
     rm_ring_snapshot(r->ring, &now);
-    if (now.head > hdr->offset) {
-        notify(c, r, hdr->req_id, hdr->offset, hdr->kind, inline_max, &now);
+    if (bulk && hdr->length < now.stride)
+        inline_max = now.stride; /* a push is one slot at least */
+    else if (bulk)
+        inline_max = hdr->length;
+    if (!bulk && now.head > hdr->offset) {
+        notify(c, r, hdr->req_id, hdr->offset, RM_RING_MODE(hdr->kind), inline_max, &now, NULL);
         return;
     }
     if (c->nwaits >= RM_RING_WAITS_MAX)
@@ -143,7 +384,8 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
     w->req_id     = hdr->req_id;
     w->want       = hdr->offset;
     w->inline_max = inline_max;
-    w->mode       = hdr->kind;
+    w->mode       = RM_RING_MODE(hdr->kind);
+    w->bulk       = (uint8_t)bulk;
     c->nwaits++;
     rm_list_push_back(&c->server->waits, &w->link);
     /* Arm, then look again: a commit between the first look and the arm
@@ -154,27 +396,45 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
 
 void rm_server_ring_conn_gone(rm_conn_t *c)
 {
-    rm_list_t *pos, *tmp;
+    remora_server_h s = c->server;
+    rm_list_t *lists[2] = {&s->waits, &s->pushq}, *pos, *tmp;
 
-    rm_list_for_each_safe(pos, tmp, &c->server->waits) {
-        rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
-        if (w->conn == c)
-            wait_free(w);
+    for (int i = 0; i < 2; i++) {
+        rm_list_for_each_safe(pos, tmp, lists[i]) {
+            rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
+            if (w->conn == c)
+                wait_free(w);
+        }
     }
+    /* Its pushes may call back long after the connection (and even the
+     * server) is gone: detach them, so that they touch only themselves. */
+    rm_list_for_each_safe(pos, tmp, &s->pushes) {
+        rm_ring_push_t *p = rm_container_of(pos, rm_ring_push_t, link);
+        if (p->conn != c)
+            continue;
+        rm_list_del(&p->link);
+        if (!p->stalled)
+            s->push_active--;
+        p->conn   = NULL;
+        p->server = NULL;
+    }
+    push_pump(s);
 }
 
 void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r)
 {
-    rm_list_t *pos, *tmp;
+    rm_list_t *lists[2] = {&s->waits, &s->pushq}, *pos, *tmp;
 
     if (r->ring == NULL)
         return;
-    rm_list_for_each_safe(pos, tmp, &s->waits) {
-        rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
-        if (w->region != r)
-            continue;
-        rm_conn_reply(w->conn, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_NOT_FOUND, NULL);
-        wait_free(w);
+    for (int i = 0; i < 2; i++) {
+        rm_list_for_each_safe(pos, tmp, lists[i]) {
+            rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
+            if (w->region != r)
+                continue;
+            rm_conn_reply(w->conn, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_NOT_FOUND, NULL);
+            wait_free(w);
+        }
     }
     remora_ring_h ring = r->ring;
     rm_engine_remove_signal(s->ctx, &ring->sig);

@@ -12,6 +12,15 @@
  *   producer may have touched meanwhile; those are counted as drops, never
  *   delivered. While the consumer works through one batch the next is
  *   already in flight (two buffers).
+ * - Over the `am` path (unencrypted) large elements are pushed instead: the
+ *   RING_WAIT carries RM_RING_BULK and a credit, the server answers with
+ *   whole slots sent from the ring (rendezvous into a buffer the wait op
+ *   owns, lent by the subscription and reused) and then a verdict, the
+ *   ring's `claimed` once the push was out; batch_check discards what the
+ *   producer may have touched, as for a fetch. The next wait goes out before
+ *   the pushed elements are delivered (docs/ring.md, "Fan-out").
+ * - Waiting for an answer spins only while answers come within 2 ms; longer
+ *   waits sleep, leaving the CPU to whoever produces the answer.
  * - A subscriber asks the server (RING_WAIT) only when it has nothing left to
  *   fetch; it never polls the ring over the network.
  * - Drops: every gap between consecutive delivered sequence numbers is added
@@ -39,6 +48,7 @@
 #define RM_SUB_BATCH_DEFAULT (8u << 20)
 #define RM_SUB_INLINE_MAX    (32u << 10)
 #define RM_SUB_CB_POLL_MS    100
+#define RM_SUB_SPIN_MAX_NS   2000000u /* = the engine's driver idle time */
 
 typedef enum { FETCH_IDLE, FETCH_DATA, FETCH_HDR } rm_fetch_stage_t;
 
@@ -60,6 +70,14 @@ struct remora_sub {
     uint32_t          region_id;   /* the ring's region, as first seen */
     uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
+    int               use_push;    /* larger ones too, as whole slots (RM_RING_BULK) */
+    uint8_t          *push_body;   /* a push's slots, awaiting their check */
+    int               inline_push; /* inline_body is a push buffer (push_cap bytes) */
+    int               push_body_full; /* push_body holds push_cap bytes */
+    uint8_t          *spare;       /* a push buffer to lend the next wait (push_cap bytes) */
+    size_t            push_cap;    /* bytes a push may bring: the credit */
+    uint64_t          discarded;   /* copies that arrived overwritten (remora_sub_discarded) */
+    uint64_t          wait_avg_ns; /* how long answers keep us waiting (moving average) */
     uint64_t          next;        /* next sequence wanted */
     uint64_t          known_head;
     uint64_t          drops;
@@ -98,6 +116,20 @@ static int ms_left(uint64_t deadline)
     return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
+static void fetch_cancel(remora_sub_h sub);
+static void batch_check(remora_sub_h sub, uint64_t claimed);
+
+/* The batch in hand is done with: a push buffer is kept for the next wait. */
+static void sub_body_release(remora_sub_h sub)
+{
+    if (sub->inline_push && sub->spare == NULL)
+        sub->spare = sub->inline_body;
+    else
+        free(sub->inline_body);
+    sub->inline_body = NULL;
+    sub->inline_push = 0;
+}
+
 /* ------------------------------------------------------------ waits */
 
 static remora_status_t wait_send(remora_sub_h sub)
@@ -124,11 +156,23 @@ static remora_status_t wait_send(remora_sub_h sub)
                       .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
                       .offset = sub->next,
                       .length = sub->use_inline ? sub->inline_max : 0};
+        if (sub->use_push) {
+            h.kind  |= RM_RING_BULK;
+            h.length = sub->push_cap;
+        }
         rm_send_params_t sp = {0};
         if ((op = rm_client_op_send(c, &h, RM_MSG_RING_NOTIFY, &sp)) == NULL) {
             st = REMORA_ERR_NO_MEMORY;
         } else {
             op->sub_owned = 1;
+            op->push_req  = sub->use_push;
+            if (sub->use_push) {
+                /* Lend the op a buffer for the slots (faulted in once, not
+                 * per push); the op owns it until the answer is taken. */
+                op->reply = sub->spare ? sub->spare : malloc(sub->push_cap);
+                op->len   = op->reply ? sub->push_cap : 0;
+                sub->spare = NULL;
+            }
             if (++c->nsubops == c->nops) /* it never holds up a disconnect */
                 rm_engine_complete(c->ctx, &c->drained);
             sub->wait_op = op;
@@ -144,12 +188,26 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
 {
     remora_client_h c = sub->client;
     rm_op_t *op = sub->wait_op;
+    uint64_t t0 = rm_now_ns();
 
-    if (rm_engine_wait(c->ctx, &op->done, deadline) != REMORA_OK)
+    /* Spin for an answer only while answers come soon (a steady stream of
+     * small elements: no sleep/wake on the latency path); answers that take
+     * longer (a busy server sharing its pushes among many subscribers) are
+     * slept for, leaving the CPU to the processes that produce them. */
+    uint64_t spin = 2 * sub->wait_avg_ns;
+    if (spin > RM_SUB_SPIN_MAX_NS)
+        spin = (uint64_t)c->ctx->spin_us * 1000u;
+    if (spin < (uint64_t)c->ctx->spin_us * 1000u)
+        spin = (uint64_t)c->ctx->spin_us * 1000u;
+    if (rm_engine_wait_spin(c->ctx, &op->done, deadline, spin) != REMORA_OK)
         return REMORA_ERR_TIMED_OUT; /* still armed; the next call goes on waiting */
+    uint64_t took = rm_now_ns() - t0;
+    sub->wait_avg_ns = sub->wait_avg_ns ? (sub->wait_avg_ns * 7 + took) / 8 : took;
     rm_engine_lock(c->ctx);
     remora_status_t st = op->status;
     rm_hdr_t h = op->reply_hdr;
+    uint64_t claimed = op->push_claimed;
+    size_t body_cap = op->len; /* a push's buffer: what it holds */
     uint8_t *body = op->reply;
     size_t len = op->reply_len;
     op->reply = NULL;
@@ -157,9 +215,10 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     rm_engine_unlock(c->ctx);
     sub->wait_op = NULL;
 
+    int push = sub->use_push && h.length && len == h.length * sub->shape.stride;
     if (st == REMORA_OK && (h.length > sub->shape.capacity || h.size >= (1ull << 62) ||
-                            len != h.length * sub->shape.elem_size || h.offset > h.size ||
-                            h.length > h.size - h.offset))
+                            (len != h.length * sub->shape.elem_size && !push) ||
+                            h.offset > h.size || h.length > h.size - h.offset))
         st = REMORA_ERR_PROTOCOL;
     if (st != REMORA_OK) {
         free(body);
@@ -167,8 +226,26 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     }
     if (h.size > sub->known_head)
         sub->known_head = h.size;
+    if (push) {
+        /* Whole slots, sent from the ring, and the server's verdict: the
+         * ring's `claimed` once they were out. The slots it may have touched
+         * meanwhile are discarded, as for a fetch. The next wait goes out
+         * before delivery, so the server can push again meanwhile. */
+        free(sub->push_body);
+        sub->push_body = body;
+        sub->push_body_full = body_cap >= sub->push_cap; /* reusable as a spare */
+        sub->f_first   = h.offset;
+        sub->f_count   = h.length;
+        batch_check(sub, claimed);
+        uint64_t saved = sub->next;
+        sub->next = h.offset + h.length;
+        if (wait_send(sub) != REMORA_OK)
+            sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
+        sub->next = saved;
+        return REMORA_OK;
+    }
     if (h.length) {
-        free(sub->inline_body);
+        sub_body_release(sub);
         sub->inline_body = body;
         sub->cur = (rm_batch_t){.data = body, .pitch = sub->shape.elem_size,
                                 .first = h.offset, .count = h.length};
@@ -184,6 +261,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
                 sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
             sub->next = saved;
         }
+    } else if (sub->use_push && sub->spare == NULL && body && body_cap >= sub->push_cap) {
+        sub->spare = body; /* a lent buffer that came back empty */
     } else {
         free(body);
     }
@@ -222,6 +301,8 @@ static void fetch_cancel(remora_sub_h sub)
         remora_request_release(sub->f_req[i]);
         sub->f_req[i] = NULL;
     }
+    free(sub->push_body);
+    sub->push_body = NULL;
     sub->stage = FETCH_IDLE;
 }
 
@@ -307,28 +388,45 @@ static void batch_adapt(remora_sub_h sub, uint64_t fetched, uint64_t intact)
 static remora_status_t fetch_validate(remora_sub_h sub)
 {
     const rm_ring_shape_t *s = &sub->shape;
-    uint8_t *buf = sub->fbuf[!sub->fcur];
     rm_ring_shape_t now;
-    uint64_t end = sub->f_first + sub->f_count, lo = sub->f_first;
 
     if (rm_ring_hdr_parse_live(sub->f_hdr, RM_RING_HDR_LEN, sub->region_size, &now) != 0 ||
         now.elem_size != s->elem_size || now.capacity != s->capacity)
         return REMORA_ERR_PROTOCOL;
     if (now.head > sub->known_head)
         sub->known_head = now.head;
-    if (now.claimed > s->capacity && now.claimed - s->capacity > lo)
-        lo = now.claimed - s->capacity < end ? now.claimed - s->capacity : end;
+    batch_check(sub, now.claimed);
+    return REMORA_OK;
+}
+
+/* Which copied elements are intact, given the ring's `claimed` after the
+ * copy; the intact ones become the batch in hand. */
+static void batch_check(remora_sub_h sub, uint64_t claimed)
+{
+    const rm_ring_shape_t *s = &sub->shape;
+    uint8_t *buf = sub->push_body ? sub->push_body : sub->fbuf[!sub->fcur];
+    uint64_t end = sub->f_first + sub->f_count, lo = sub->f_first;
+
+    if (claimed > s->capacity && claimed - s->capacity > lo)
+        lo = claimed - s->capacity < end ? claimed - s->capacity : end;
     const uint8_t *stamps = s->data_stride ? sub->f_stamps : buf;
     size_t stamp_pitch    = s->data_stride ? RM_RING_STAMP_LEN : s->stride;
     for (uint64_t seq = lo; seq < end; seq++) /* belt and braces: the stamps agree */
         if (rm_ring_get64(stamps + (seq - sub->f_first) * stamp_pitch) != rm_ring_stamp_done(seq))
             lo = seq + 1;
-    batch_adapt(sub, sub->f_count, end - lo);
-    sub->fcur = !sub->fcur;
+    sub->discarded += lo - sub->f_first;
+    if (sub->push_body) { /* the slots become the batch in hand */
+        sub_body_release(sub);
+        sub->inline_body = sub->push_body;
+        sub->inline_push = sub->push_body_full;
+        sub->push_body   = NULL;
+    } else {
+        batch_adapt(sub, sub->f_count, end - lo);
+        sub->fcur = !sub->fcur;
+    }
     size_t skip = s->data_stride ? 0 : RM_RING_STAMP_LEN;
     sub->cur  = (rm_batch_t){.data  = buf + (lo - sub->f_first) * sub_pitch(sub) + skip,
                              .pitch = sub_pitch(sub), .first = lo, .count = end - lo};
-    return REMORA_OK;
 }
 
 static remora_status_t fetch_finish(remora_sub_h sub, uint64_t deadline)
@@ -505,7 +603,8 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
     for (;;) {
         if (batch_take(sub, elem_p, info)) {
             /* Keep the pipe full: the next batch travels while this one is consumed. */
-            if (!sub->use_inline && sub->stage == FETCH_IDLE && sub->mode == REMORA_SUB_EVERY &&
+            if (!sub->use_inline && !sub->use_push && sub->stage == FETCH_IDLE &&
+                sub->mode == REMORA_SUB_EVERY &&
                 sub->known_head > sub->cur.first + sub->cur.count &&
                 fetch_more(sub, sub->cur.first + sub->cur.count) == REMORA_OK)
                 rm_engine_hand_off(sub->client->ctx); /* it moves while we deliver */
@@ -520,7 +619,8 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
             goto check;
         }
         if (sub->wait_op == NULL) {
-            if (!sub->use_inline && sub->mode == REMORA_SUB_EVERY && sub->known_head > sub->next) {
+            if (!sub->use_inline && !sub->use_push && sub->mode == REMORA_SUB_EVERY &&
+                sub->known_head > sub->next) {
                 st = fetch_more(sub, sub->next);
                 goto check;
             }
@@ -530,7 +630,7 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
         if ((st = wait_finish(sub, deadline)) != REMORA_OK)
             goto check;
         /* Nothing came inline (too large, or lost while the server copied it). */
-        if (sub->cur.pos >= sub->cur.count && sub->known_head > sub->next &&
+        if (!sub->use_push && sub->cur.pos >= sub->cur.count && sub->known_head > sub->next &&
             sub->stage == FETCH_IDLE)
             st = fetch_more(sub, sub->next);
 check:
@@ -688,6 +788,28 @@ static remora_status_t sub_apply_params(remora_sub_h sub, const remora_sub_param
     return REMORA_OK;
 }
 
+/*
+ * Elements too large to come inline are pushed by the server (whole slots,
+ * in turn with the other subscribers, each chosen when its send starts)
+ * where reads are active messages anyway: the `am` path, unencrypted.
+ * Same-host mappings and one-sided lanes keep fetching (no server CPU).
+ * REMORA_RING_PUSH=0 forces fetches (tests, comparisons).
+ */
+static void sub_choose_push(remora_sub_h sub)
+{
+    remora_client_h c = sub->client;
+    remora_path_t path = REMORA_PATH_AUTO;
+    const char *env = getenv("REMORA_RING_PUSH");
+
+    if (sub->use_inline || sub->shape.data_stride || (env && strcmp(env, "0") == 0) ||
+        remora_client_region_path(c, sub->name, &path) != REMORA_OK || path != REMORA_PATH_AM)
+        return;
+    rm_engine_lock(c->ctx);
+    sub->use_push = c->peer.seal == NULL;
+    rm_engine_unlock(c->ctx);
+    sub->push_cap = sub->batch_max * sub->shape.stride;
+}
+
 remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
                                         const remora_sub_params_t *params, remora_sub_h *sub_p)
 {
@@ -710,6 +832,7 @@ remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
     if ((st = ring_header(c, name, &sub->region_size, &sub->shape)) != REMORA_OK ||
         (st = sub_apply_params(sub, params)) != REMORA_OK)
         goto err;
+    sub_choose_push(sub);
     /* Follow from now on. */
     sub->next = sub->known_head = sub->shape.head;
     rm_client_sub_attach(c);
@@ -732,6 +855,8 @@ err:
 
 size_t remora_sub_elem_size(remora_sub_h sub) { return sub ? sub->shape.elem_size : 0; }
 
+uint64_t remora_sub_discarded(remora_sub_h sub) { return sub ? sub->discarded : 0; }
+
 void remora_sub_destroy(remora_sub_h sub)
 {
     if (sub == NULL)
@@ -748,6 +873,8 @@ void remora_sub_destroy(remora_sub_h sub)
     }
     rm_client_sub_detach(sub->client); /* may free a client already disconnected */
     free(sub->inline_body);
+    free(sub->push_body);
+    free(sub->spare);
     free(sub->f_stamps);
     for (int i = 0; i < sub->pinned; i++)
         rm_cuda_host_unregister(sub->fbuf[i]);

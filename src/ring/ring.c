@@ -202,14 +202,18 @@ static uint8_t *claim(remora_ring_h r)
 }
 
 /*
- * Someone waits for this element. When the context lock is free, answer from
- * here (a send on a non-blocking endpoint: a few microseconds, and no thread
- * hop on the latency path); otherwise leave it to the progress thread. Never
- * waits for the lock.
+ * Someone waits for this element. With one or two waiters and the context
+ * lock free, answer from here (a send on a non-blocking endpoint: a few
+ * microseconds, and no thread hop on the latency path); otherwise leave it
+ * to the progress thread, so that a commit costs the producer the same
+ * whatever the number of subscribers (docs/ring.md, "Fan-out"). Never waits
+ * for the lock.
  */
-static void notify_waiters(remora_ring_h r)
+#define RM_RING_DIRECT_MAX 2
+
+static void notify_waiters(remora_ring_h r, int armed)
 {
-    if (pthread_mutex_trylock(&r->ctx->lock) == 0) {
+    if (armed <= RM_RING_DIRECT_MAX && pthread_mutex_trylock(&r->ctx->lock) == 0) {
         atomic_store(&r->sig.pending, 0);
         r->sig.fn(&r->sig);
         rm_engine_unlock(r->ctx);
@@ -229,8 +233,9 @@ static uint64_t publish(remora_ring_h r)
     atomic_store_explicit(rm_ring_stamp(r, seq), rm_ring_stamp_done(seq), memory_order_release);
     atomic_store_explicit(r->hdr_head, seq + 1, memory_order_seq_cst);
     /* Pairs with the server's arm-then-recheck: one of us sees the other. */
-    if (atomic_load_explicit(&r->armed, memory_order_seq_cst) > 0)
-        notify_waiters(r);
+    int armed = atomic_load_explicit(&r->armed, memory_order_seq_cst);
+    if (armed > 0)
+        notify_waiters(r, armed);
     return seq;
 }
 

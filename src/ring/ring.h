@@ -45,6 +45,9 @@ struct remora_ring {
     char              name[REMORA_NAME_MAX + 1];
     atomic_int        armed;     /* subscribers waiting for the next commit */
     rm_signal_t       sig;       /* raised by a commit while armed > 0 */
+    /* The producer's rate as the server sees it (server_ring.c, lock held). */
+    uint64_t          rate_ns, rate_head;
+    double            rate_eps;  /* elements per second, moving average */
 };
 
 static inline _Atomic uint64_t *rm_ring_stamp(remora_ring_h r, uint64_t seq)

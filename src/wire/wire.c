@@ -125,8 +125,8 @@ int rm_hdr_decode(const void *data, size_t len, rm_hdr_t *hdr)
         hdr->length    = get64(buf + 32);
         if (hdr->type == RM_MSG_RING_NOTIFY)
             hdr->size = get64(buf + 40);
-        if (hdr->type == RM_MSG_RING_WAIT && hdr->kind != RM_RING_EVERY &&
-            hdr->kind != RM_RING_LATEST)
+        if (hdr->type == RM_MSG_RING_WAIT && RM_RING_MODE(hdr->kind) != RM_RING_EVERY &&
+            RM_RING_MODE(hdr->kind) != RM_RING_LATEST)
             return -1;
         break;
     case RM_MSG_EVENT:

@@ -127,6 +127,11 @@ int  rm_sig_desc_decode(const void *buf, size_t len, rm_sig_desc_t *d);
 
 /* Subscription modes carried by RING_WAIT (kind). */
 enum { RM_RING_EVERY = 0, RM_RING_LATEST = 1 };
+/* RING_WAIT kind flag: the subscriber takes elements of any size in the
+ * answer, as whole slots (stamp, element, padding) sent from the ring by
+ * rendezvous; `length` is then its credit in bytes (docs/ring.md, "Fan-out"). */
+#define RM_RING_BULK 0x80u
+#define RM_RING_MODE(kind) ((kind) & 0x7fu)
 
 /* The fixed part of a message; which fields travel depends on the type. */
 typedef struct rm_hdr {

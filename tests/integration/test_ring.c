@@ -3,7 +3,8 @@
  * Rings end to end: `remora stream serve` processes, `remora stream read`
  * processes and library subscribers in this process, over real UCX.
  * CTest runs it under several environments (default paths, TCP only, TCP
- * with inline notifications off so every element comes by batched fetch).
+ * with inline notifications off so every element is pushed by the server,
+ * and the same with pushes off so every element comes by batched fetch).
  */
 #include <math.h>
 #include <pthread.h>

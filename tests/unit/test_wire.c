@@ -148,6 +148,28 @@ static void test_hdr_round_trip_every_type(void **state)
     }
 }
 
+/* RING_WAIT: bit 7 of the mode asks for a push (docs/ring.md, "Fan-out");
+ * the mode itself must still be every or latest. */
+static void test_ring_wait_push_bit(void **state)
+{
+    rm_hdr_t h = full_hdr(RM_MSG_RING_WAIT), out;
+    uint8_t buf[RM_HDR_MAX + 8];
+    size_t len;
+    (void)state;
+
+    h.kind = RM_RING_LATEST | RM_RING_BULK;
+    len = rm_hdr_encode(&h, buf);
+    assert_int_equal(hdr_decode_exact(buf, len, &out), 0);
+    assert_int_equal(out.kind, RM_RING_LATEST | RM_RING_BULK);
+    assert_int_equal(RM_RING_MODE(out.kind), RM_RING_LATEST);
+    h.kind = 2 | RM_RING_BULK;
+    len = rm_hdr_encode(&h, buf);
+    assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
+    h.kind = 0x40;
+    len = rm_hdr_encode(&h, buf);
+    assert_int_equal(hdr_decode_exact(buf, len, &out), -1);
+}
+
 /* SIGNAL: an op other than SET or ADD is refused; WRITE_SIGNAL's signal
  * descriptor round-trips and rejects what is short or malformed. */
 static void test_signal_wire(void **state)
@@ -1458,6 +1480,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hdr_round_trip_every_type),
         cmocka_unit_test(test_signal_wire),
+        cmocka_unit_test(test_ring_wait_push_bit),
         cmocka_unit_test(test_hdr_read_layout_literal),
         cmocka_unit_test(test_hdr_event_layout_literal),
         cmocka_unit_test(test_hdr_rejects_every_truncation),
