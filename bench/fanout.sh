@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Rings under real load (issue 16): many subscribers, producers faster than
 # the network, the latency tail. Every row runs `remora stream serve` and N
 # `remora stream read --json` processes at once over TCP loopback, and

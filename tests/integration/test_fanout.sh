@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Rings under real load (issue 16, docs/ring.md "Fan-out"), with real
 # processes over TCP loopback: one `remora stream serve`, many `remora stream
 # read --json --verify`.
