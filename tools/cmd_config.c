@@ -38,6 +38,8 @@ static const cli_config_var_t cli_config_vars[] = {
     {"REMORA_SPIN_US", "50", "progress thread: busy-poll this long before sleeping"},
     {"REMORA_RING_INLINE", "32768",
      "ring subscribers: largest element carried inline in notifications (0: never)"},
+    {"REMORA_RING_PUSH", "1",
+     "0: ring subscribers always fetch; else the server pushes large elements on the am path"},
     {"REMORA_STREAM_COPY", "stream",
      "proxy: small GPU sources of stream operations are copied by the proxy thread"},
     {"REMORA_GPUNET_SPIN_US", "2000", "GPU socket proxy: busy-poll this long before sleeping"},
