@@ -134,10 +134,11 @@ static int spec_hdr_reserved(unsigned type, size_t i)
 {
     if (i == 3)
         return 1;
-    if (type == RM_MSG_READ || type == RM_MSG_WRITE || type == RM_MSG_WRITE_SIGNAL ||
-        type == RM_MSG_RING_NOTIFY)
+    if (type == RM_MSG_RING_NOTIFY)
         return i >= 20 && i < 24;
-    if (type == RM_MSG_EVENT || type == RM_MSG_RING_WAIT || type == RM_MSG_SIGNAL ||
+    /* byte 20 is the kind: READ/WRITE's RM_RW_STAGED, an event's, a mode... */
+    if (type == RM_MSG_READ || type == RM_MSG_WRITE || type == RM_MSG_WRITE_SIGNAL ||
+        type == RM_MSG_EVENT || type == RM_MSG_RING_WAIT || type == RM_MSG_SIGNAL ||
         RM_MSG_IS_SOCK(type))
         return i >= 21 && i < 24;
     return 0;
@@ -150,7 +151,9 @@ static int spec_hdr_valid(const uint8_t *in, size_t n)
         return 0;
     if (in[0] == RM_MSG_EVENT && in[20] != RM_EVENT_CHANGED && in[20] != RM_EVENT_REMOVED)
         return 0;
-    if (in[0] == RM_MSG_RING_WAIT && in[20] != RM_RING_EVERY && in[20] != RM_RING_LATEST)
+    /* a ring wait's mode byte: the mode in the low 7 bits, bit 7 asks for pushes */
+    if (in[0] == RM_MSG_RING_WAIT && (in[20] & 0x7f) != RM_RING_EVERY &&
+        (in[20] & 0x7f) != RM_RING_LATEST)
         return 0;
     if (in[0] == RM_MSG_SIGNAL && in[20] != RM_SIG_SET && in[20] != RM_SIG_ADD)
         return 0;
