@@ -196,8 +196,7 @@ static int walk_ifaces(cursor_t *c, entry_t *e, unsigned *count, entry_fn fn, vo
 }
 
 /* Walks a whole address, calling fn for every transport entry; 0 or -1. */
-static int walk(const void *addr, size_t len, entry_fn fn, void *arg, int *hdr_flags,
-                const char **why)
+static int walk(const void *addr, size_t len, entry_fn fn, void *arg, const char **why)
 {
     cursor_t c = {addr, (const uint8_t *)addr + len};
     entry_t e  = {0};
@@ -207,7 +206,7 @@ static int walk(const void *addr, size_t len, entry_fn fn, void *arg, int *hdr_f
     size_t md;
 
     *why = "truncated address";
-    if ((*hdr_flags = walk_header(&c, &e.version, why)) < 0)
+    if (walk_header(&c, &e.version, why) < 0)
         return -1;
     if (c.p == c.end)
         return -1;
@@ -303,17 +302,15 @@ static int learn_entry(void *arg, const entry_t *e, const char **why)
 int rm_ucx_addr_learn(rm_ucx_addr_shape_t *shape, const void *own, size_t len)
 {
     const char *why;
-    int flags;
 
     memset(shape, 0, sizeof(*shape));
-    if (len == 0 || walk(own, len, learn_entry, shape, &flags, &why) != 0) {
+    if (len == 0 || walk(own, len, learn_entry, shape, &why) != 0) {
         memset(shape, 0, sizeof(*shape));
         if (len > 0)
             shape->header = *(const uint8_t *)own;
         return -1;
     }
     shape->header = *(const uint8_t *)own;
-    shape->flags  = (uint8_t)flags;
     shape->known  = 1;
     return 0;
 }
@@ -422,8 +419,6 @@ static int check_entry(void *arg, const entry_t *e, const char **why)
 int rm_ucx_addr_check(const rm_ucx_addr_shape_t *shape, const void *addr, size_t len,
                       const char **why)
 {
-    int flags;
-
     *why = "empty address";
     if (len == 0)
         return -1;
@@ -434,7 +429,7 @@ int rm_ucx_addr_check(const rm_ucx_addr_shape_t *shape, const void *addr, size_t
     }
     if (!shape->known)
         return 0;
-    return walk(addr, len, check_entry, (void *)shape, &flags, why);
+    return walk(addr, len, check_entry, (void *)shape, why);
 }
 
 uint16_t rm_ucx_tl_csum(const char *name)

@@ -45,7 +45,6 @@ typedef struct {
 typedef struct {
     int               known; /* 0: own address did not parse; checks fall back */
     uint8_t           header; /* first byte: format version and (v1) flags */
-    uint8_t           flags;  /* header flags */
     unsigned          num_tls;
     rm_ucx_tl_shape_t tls[RM_UCX_ADDR_MAX_TLS];
 } rm_ucx_addr_shape_t;
