@@ -7,7 +7,8 @@
  * the bytes and fills the answer, which goes back the same way. Byte-exact,
  * every round; no host thread touches the data path.
  *
- *   stream_pingpong RANK LISTEN_PORT PEER_PORT [ITERS] [SIZE] [--raw]
+ *   stream_pingpong RANK LISTEN_PORT PEER_PORT [ITERS] [SIZE] [--raw|--raw-local]
+ *                   [--local] [--bare]
  *
  * Both processes run on one host (127.0.0.1); the path is the client's
  * (REMORA_PATH, UCX_TLS): same-host GPU regions take CUDA IPC with the
@@ -20,12 +21,21 @@
  * streams of one context; RANK and the ports are ignored): the same GPU
  * work without the GPU switching between two processes' contexts, which
  * is what most of a two-process round trip on one GPU is (docs/stream.md).
+ * --local runs both remora ranks in this one process, each on a thread of
+ * its own with its own contexts, server and client (RANK is ignored; rank 0
+ * listens on LISTEN_PORT, rank 1 on PEER_PORT): the same remora path between
+ * two streams of one GPU context, so the round trip is the path's and not
+ * the GPU switching between two processes.
+ * --bare leaves the kernels out of the loop (each round is a stream wait and
+ * a put_signal; the bytes are filled once and checked once at the end):
+ * the round trip of the operations themselves.
  * RANK 0 prints "rtt_us=..." (mean round trip) and "PASSED" or "FAILED".
  * Exit: 0 passed, 1 failed, 77 no GPU (skipped).
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,10 +84,43 @@ __global__ void bump(uint64_t *round) { ++*round; }
 
 static int run_raw(int rank, int iters, size_t size);
 static int run_raw_local(int iters, size_t size);
+static int run_rank(int rank, const char *lport, const char *pport, int iters, size_t size,
+                    int bare);
+
+static int g_local; /* --local: the ranks are threads of this process */
+
+struct local_rank {
+    int         rank, iters, bare, rc;
+    size_t      size;
+    const char *lport, *pport;
+};
+
+static void *local_main(void *arg)
+{
+    struct local_rank *r = (struct local_rank *)arg;
+    CK(cudaSetDevice(0));
+    r->rc = run_rank(r->rank, r->lport, r->pport, r->iters, r->size, r->bare);
+    return NULL;
+}
+
+/* Both ranks in this process, a thread each (--local). */
+static int run_local(const char *p0, const char *p1, int iters, size_t size, int bare)
+{
+    struct local_rank r[2] = {{0, iters, bare, 1, size, p0, p1}, {1, iters, bare, 1, size, p1, p0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, local_main, &r[i]) != 0) {
+            fprintf(stderr, "cannot start rank %d's thread\n", i);
+            return 1;
+        }
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    return r[0].rc || r[1].rc;
+}
 
 int main(int argc, char **argv)
 {
-    int ndev = 0, raw = 0, raw_local = 0;
+    int ndev = 0, raw = 0, raw_local = 0, local = 0, bare = 0;
     if (argc < 4) {
         fprintf(stderr, "usage: %s RANK LISTEN_PORT PEER_PORT [ITERS] [SIZE] [--raw]\n", argv[0]);
         return 2;
@@ -88,6 +131,8 @@ int main(int argc, char **argv)
     for (int i = 4; i < argc; i++) {
         raw |= strcmp(argv[i], "--raw") == 0;
         raw_local |= strcmp(argv[i], "--raw-local") == 0;
+        local |= strcmp(argv[i], "--local") == 0;
+        bare |= strcmp(argv[i], "--bare") == 0;
     }
     /* Kernels loaded with the module, not at their first launch (see the
      * comment before the loop); measured: with lazy loading the TCP
@@ -104,10 +149,19 @@ int main(int argc, char **argv)
         return run_raw_local(iters, size);
     if (raw)
         return run_raw(rank, iters, size);
+    g_local = local;
+    if (local)
+        return run_local(argv[2], argv[3], iters, size, bare);
+    return run_rank(rank, argv[2], argv[3], iters, size, bare);
+}
 
+/* One remora rank: a server of "buf" and "sig", a client of the peer's. */
+static int run_rank(int rank, const char *lport, const char *pport, int iters, size_t size,
+                    int bare)
+{
     char listen[64], peer[64];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%s", argv[2]);
-    snprintf(peer, sizeof(peer), "127.0.0.1:%s", argv[3]);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%s", lport);
+    snprintf(peer, sizeof(peer), "127.0.0.1:%s", pport);
     remora_context_h sctx, cctx;
     remora_server_h server;
     remora_client_h client = NULL;
@@ -166,7 +220,11 @@ int main(int argc, char **argv)
     CK(cudaStreamSynchronize(st));
     CK(cudaMemset(round, 0, sizeof(uint64_t)));
     CK(cudaMemset(errors, 0, sizeof(*errors)));
-    CK(cudaDeviceSynchronize());
+    if (bare) { /* round 1's bytes, sent every round */
+        bump<<<1, 1, 0, st>>>(round);
+        fill<<<blocks, 256, 0, st>>>(src, size, round, rank);
+    }
+    CK(cudaStreamSynchronize(st));
 
     /* Rank 0 sends, rank 1 answers; both count rounds on the stream. */
     double t0 = 0;
@@ -175,29 +233,38 @@ int main(int argc, char **argv)
             CK(cudaStreamSynchronize(st));
             t0 = now_us();
         }
-        bump<<<1, 1, 0, st>>>(round);
+        if (!bare)
+            bump<<<1, 1, 0, st>>>(round);
         if (rank == 1) {
             RK(remora_stream_wait(sig, 0, REMORA_CMP_GEQ, (uint64_t)i, st));
-            verify<<<blocks, 256, 0, st>>>(local, size, round, 0, errors);
+            if (!bare)
+                verify<<<blocks, 256, 0, st>>>(local, size, round, 0, errors);
         }
-        fill<<<blocks, 256, 0, st>>>(src, size, round, rank);
+        if (!bare)
+            fill<<<blocks, 256, 0, st>>>(src, size, round, rank);
         RK(remora_stream_put_signal(client, "buf", 0, src, size, "sig", 0, REMORA_SIGNAL_SET,
                                     (uint64_t)i, st));
         if (rank == 0) {
             RK(remora_stream_wait(sig, 0, REMORA_CMP_GEQ, (uint64_t)i, st));
-            verify<<<blocks, 256, 0, st>>>(local, size, round, 1, errors);
+            if (!bare)
+                verify<<<blocks, 256, 0, st>>>(local, size, round, 1, errors);
         }
     }
     CK(cudaStreamSynchronize(st));
     double t1 = now_us();
+    if (bare) { /* the peer's round 1 bytes, checked once */
+        RK(remora_stream_wait(sig, 0, REMORA_CMP_GEQ, (uint64_t)iters + 1, st));
+        verify<<<blocks, 256, 0, st>>>(local, size, round, 1 - rank, errors);
+    }
     RK(remora_stream_flush(client, st));
     CK(cudaStreamSynchronize(st));
     CK(cudaMemcpy(&herr, errors, sizeof(herr), cudaMemcpyDeviceToHost));
     remora_status_t serr = remora_stream_error(client, st);
     int ok = herr == 0 && serr == REMORA_OK;
     if (rank == 0)
-        printf("path=%s size=%zu iters=%d rtt_us=%.2f mismatched_bytes=%llu stream_error=%s %s\n",
-               remora_path_string(path), size, iters, (t1 - t0) / iters, herr,
+        printf("path=%s%s%s size=%zu iters=%d rtt_us=%.2f mismatched_bytes=%llu stream_error=%s %s\n",
+               remora_path_string(path), bare ? " bare" : "", g_local ? " local" : "", size, iters,
+               (t1 - t0) / iters, herr,
                remora_status_string(serr), ok ? "PASSED" : "FAILED");
     else
         printf("rank1 mismatched_bytes=%llu %s\n", herr, ok ? "PASSED" : "FAILED");

@@ -116,7 +116,7 @@ step() {
 
 # 1. Functional: one process through the proxy (staging over TCP).
 step test_stream_staging 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/test_stream"
-grep -E "^(dead peer|sizes|graph|signals|wait|bad args|two gpus|SKIPPED|FAILED)" "$out/test_stream_staging.log" | sed 's/^/    /' | tee -a "$summary"
+grep -E "^(dead peer|sizes|ring|graph|signals|wait|bad args|two gpus|SKIPPED|FAILED)" "$out/test_stream_staging.log" | sed 's/^/    /' | tee -a "$summary"
 
 # 2. Ping-pongs between two processes on GPU 0, 10,000 round trips, 64 B.
 step pingpong_ipc 130 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
@@ -124,6 +124,12 @@ step pingpong_raw 130 -- "$0" --pingpong "$gpu/stream_pingpong" raw 10000 64
 step pingpong_raw_local 60 -- "$gpu/stream_pingpong" 0 0 0 64 64 --raw-local
 step pingpong_tcp 130 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
 step pingpong_ipc_1MiB 60 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
+# The TCP ping-pong with both ranks as threads of one process (one GPU
+# context: no switching between two processes' contexts), with the kernels
+# and bare (a stream wait and a put_signal per round).
+lp=$(( 20000 + ($$ * 13) % 20000 ))
+step pingpong_tcp_local 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_pingpong" 0 "$lp" $((lp + 1)) 10000 64 --local
+step pingpong_tcp_local_bare 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_pingpong" 0 $((lp + 2)) $((lp + 3)) 10000 64 --local --bare
 
 # 3. Benchmark: TCP (staging) and the same-host default.
 step bench_tcp 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_bench"
@@ -148,12 +154,17 @@ say "  raw cuMemcpyAsync + stream memop ping-pong RTT, 64 B: ${raw:-n/a} us"
 check "ratio remora / raw" "$(ratio "$ipc" "$raw")" "<=" 1.5
 say "  the same raw round trip with both ranks in one process (no switching between"
 say "  two processes' GPU contexts), 64 B: $(val pingpong_raw_local rtt_us) us"
-say "  TCP (staging) put_signal ping-pong RTT, 64 B: ${tcp:-n/a} us; host 64 B read RTT: ${rd:-n/a} us"
-check "TCP ping-pong RTT - host read RTT (us)" "$(diff_ "$tcp" "$rd")" "<=" 10
+tcpl=$(val pingpong_tcp_local rtt_us); tcpb=$(val pingpong_tcp_local_bare rtt_us)
+say "  TCP (staging) put_signal ping-pong RTT, 64 B, two processes: ${tcp:-n/a} us; host 64 B read RTT: ${rd:-n/a} us"
+say "  the same, both ranks threads of one process: ${tcpl:-n/a} us with the kernels, ${tcpb:-n/a} us bare"
+check "TCP ping-pong RTT (one process, bare) - host read RTT (us)" "$(diff_ "$tcpb" "$rd")" "<=" 10
+check "TCP ping-pong RTT (one process, with kernels) - host read RTT (us)" "$(diff_ "$tcpl" "$rd")" "<=" 10
+check "TCP ping-pong RTT (two processes) - host read RTT (us)" "$(diff_ "$tcp" "$rd")" "<=" 10
 for b in bench_tcp bench_am; do
   say "  [$b, path $(val $b path)]"
   check "queued stream signals per second, one client" "$(val $b stream_signals_per_s)" ">=" 500000
   check "proxy added per op (stream put 64 B - host write 64 B), us" "$(val $b proxy_added_us)" "<=" 2
+  check "  the same against host writes with 64 in flight, us" "$(val $b proxy_added_nb_us)" "<=" 2
   for s in 1 16 256; do
     check "stream/host put bandwidth ${s} MiB ($(val $b stream_put_GBps_${s}MiB) / $(val $b host_put_GBps_${s}MiB) GB/s)" "$(val $b put_ratio_${s}MiB)" ">=" 0.9
   done

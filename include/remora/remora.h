@@ -1075,8 +1075,12 @@ REMORA_API remora_status_t remora_client_signal(remora_client_h client, const ch
  */
 
 /** In stream order, len bytes of src (GPU or host memory) go to the region at
- *  offset. Later work on the stream may reuse src: it waits until the bytes
- *  have left it (through the proxy: until the write completed). */
+ *  offset. Later work on the stream may reuse src at once: a source of up to
+ *  64 KiB in GPU or page-locked memory is copied by the stream into pinned
+ *  memory of remora's, and the stream goes on without waiting for the write
+ *  (its completion and any error show at the next operation that waits,
+ *  such as remora_stream_flush()); a larger or pageable source makes the
+ *  stream wait until the write completed. */
 REMORA_API remora_status_t remora_stream_put(remora_client_h client, const char *region,
                                              uint64_t offset, const void *src, size_t len,
                                              void *stream);

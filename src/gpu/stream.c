@@ -10,18 +10,21 @@
  *   signals, which need no connection). It owns a page of host memory,
  *   page-locked and mapped for the GPU, holding two 64-bit words on
  *   separate cache lines: READY (written by the stream) and DONE (written
- *   by the proxy), and a pinned inline buffer of RM_STREAM_INLINE bytes.
+ *   by the proxy), and a pinned inline ring of RM_STREAM_RING bytes.
  * - Live operations (the stream is not being captured) are numbered 1, 2,
  *   3... per channel. Enqueueing appends a descriptor to the channel's queue
- *   and puts on the stream: [a copy of a small GPU source into the inline
- *   buffer] "write READY = seq" [then, for operations later work must wait
- *   for, "wait DONE >= seq"]. Signals do not wait: a stream can queue
+ *   and puts on the stream: [a copy of a small GPU or pinned source into
+ *   the next place of the inline ring] "write READY = seq" [then, for
+ *   operations later work must wait for, "wait DONE >= seq"]. Signals and
+ *   puts whose source went to the ring do not wait: a stream can queue
  *   thousands of them, and the proxy takes all that became ready in one
- *   pass. The proxy runs descriptors whose seq <= READY on the client's
- *   ordinary data path (remora_client_write_nb / read_nb, SIGNAL and
- *   WRITE_SIGNAL messages), completes them in order and publishes the
- *   longest completed prefix in DONE. A put waits for DONE, so the inline
- *   buffer is free again before the next put's copy into it.
+ *   pass; a ring place is reused only after the stream waited for the DONE
+ *   of the put that had it (ring_take). Gets, and puts the proxy reads in
+ *   place (large or pageable sources), wait. The proxy runs descriptors
+ *   whose seq <= READY on the client's ordinary data path
+ *   (remora_client_write_nb / read_nb, SIGNAL and WRITE_SIGNAL messages),
+ *   completes them in order and publishes the longest completed prefix in
+ *   DONE.
  * - Captured operations (CUDA graph capture) cannot use sequence numbers:
  *   a replay writes the same values again. Each gets a slot of its own (a
  *   mapped page: READY flag, DONE flag, inline buffer) and the stream does
@@ -93,7 +96,9 @@
 #define RM_STREAM_PAGE      4096u
 #define RM_STREAM_READY     0u   /* word indices in a channel's or slot's page */
 #define RM_STREAM_DONE      8u
-#define RM_STREAM_INLINE    (64u << 10) /* small GPU sources: copied by the stream */
+#define RM_STREAM_INLINE    (64u << 10) /* small sources: copied by the stream */
+#define RM_STREAM_RING      (256u << 10) /* a channel's ring of such copies */
+#define RM_STREAM_USES      1024u       /* copies in the ring a channel tracks */
 #define RM_STREAM_INFLIGHT  64u
 #define RM_STREAM_SPIN_NS   2000000u
 #define RM_STREAM_NAP_NS    50000
@@ -152,6 +157,13 @@ typedef struct rm_dcache {
     void         *sig_dev;  /* ... and registered for the device */
 } rm_dcache_t;
 
+/* A place of the inline ring in use: bytes from vstart (a position that only
+ * grows; modulo RM_STREAM_RING in the buffer) until operation seq is DONE. */
+typedef struct {
+    uint64_t vstart;
+    uint64_t seq;
+} rm_ring_use_t;
+
 typedef struct rm_chan {
     rm_list_t        link;
     struct rm_stream_proxy *px;
@@ -161,6 +173,9 @@ typedef struct rm_chan {
     void            *dev;
     uint64_t         next_seq;   /* enqueued (the enqueuing thread) */
     uint64_t         fence_seq;  /* the stream waits for DONE >= this before direct ops */
+    uint64_t         ring_head;  /* enqueuing thread: the inline ring's next free place */
+    rm_ring_use_t    uses[RM_STREAM_USES]; /* enqueuing thread: places in use, oldest first */
+    unsigned         use_first, nuses;
     rm_list_t        queue;      /* live rm_sop_t not yet taken (px->mx) */
     rm_list_t        slots;      /* rm_gslot_t (px->mx) */
     rm_list_t        ready;      /* taken, not issued (proxy thread) */
@@ -231,7 +246,7 @@ static remora_status_t page_alloc(size_t len, uint64_t **words_p, void **dev_p)
  * operation, when the program's streams may be waiting on one another.
  * Channels beyond the pool register pages as before.
  */
-#define RM_STREAM_CHAN_BYTES (RM_STREAM_PAGE + RM_STREAM_INLINE)
+#define RM_STREAM_CHAN_BYTES (RM_STREAM_PAGE + RM_STREAM_RING)
 #define RM_STREAM_POOL       16u /* channel pages registered up front */
 
 static struct {
@@ -1020,6 +1035,8 @@ static void proxy_fini(remora_context_h ctx)
  * with REMORA_STREAM_COPY=proxy, by the proxy thread (rm_cuda_copy) when it
  * runs the operation: slower by a synchronous copy, but nothing of remora's
  * sits in the stream's copy queue. */
+enum { RM_INL_NONE, RM_INL_STREAM, RM_INL_PROXY };
+
 static int proxy_copies(void)
 {
     static int v = -1;
@@ -1044,48 +1061,95 @@ static rm_sop_t *sop_alloc(rm_chan_t *ch)
     return s ? s : malloc(sizeof(*s));
 }
 
-/* Put a copy of *t on the stream (see the design notes). small_dev: t->buf
- * is a GPU source of at most RM_STREAM_INLINE bytes, which the proxy copies
- * into pinned memory of the channel (or slot) when it runs the operation. */
-static remora_status_t enqueue(rm_chan_t *ch, const rm_sop_t *t, int waits, int capturing,
-                               int small_dev)
+/*
+ * A place in the channel's inline ring for len bytes the stream copies
+ * (enqueuing thread only). Places are taken one after the other, never
+ * split at the ring's end; a place is free again once the operation that
+ * used it is DONE. Returns the operation the stream must wait for before
+ * it copies (0: none), and the place's offset in *off_p. The caller
+ * records the new use (ring_note) once it has the operation's number.
+ */
+static uint64_t ring_take(rm_chan_t *ch, size_t len, size_t *off_p)
+{
+    uint64_t p = ch->ring_head, wait_seq = 0;
+
+    if (p % RM_STREAM_RING + len > RM_STREAM_RING)
+        p += RM_STREAM_RING - p % RM_STREAM_RING;
+    /* Earlier uses overlapping [p, p + len) in the buffer are the oldest
+     * ones; in-order completion makes the last of them the one to wait for. */
+    while (ch->nuses && (ch->uses[ch->use_first].vstart + RM_STREAM_RING < p + len ||
+                         ch->nuses == RM_STREAM_USES)) {
+        wait_seq = ch->uses[ch->use_first].seq;
+        ch->use_first = (ch->use_first + 1) % RM_STREAM_USES;
+        ch->nuses--;
+    }
+    ch->ring_head = p + len;
+    *off_p = (size_t)(p % RM_STREAM_RING);
+    return wait_seq;
+}
+
+static void ring_note(rm_chan_t *ch, size_t len, uint64_t seq)
+{
+    rm_ring_use_t *u = &ch->uses[(ch->use_first + ch->nuses++) % RM_STREAM_USES];
+    u->vstart = ch->ring_head - len;
+    u->seq    = seq;
+}
+
+/* A captured operation: a slot of its own, armed on every replay. */
+static remora_status_t enqueue_captured(rm_chan_t *ch, const rm_sop_t *t, int inl)
 {
     struct rm_stream_proxy *px = ch->px;
     remora_status_t st;
-    rm_sop_t *s;
+    rm_gslot_t *g = calloc(1, sizeof(*g));
 
-    if (capturing) {
-        rm_gslot_t *g = calloc(1, sizeof(*g));
-        if (g == NULL)
-            return REMORA_ERR_NO_MEMORY;
-        g->len = RM_STREAM_PAGE + (small_dev ? RM_STREAM_INLINE : 0);
-        if ((st = page_alloc(g->len, &g->words, &g->dev)) != REMORA_OK) {
-            free(g);
-            return st;
-        }
-        g->tmpl = *t;
-        void *inl = (char *)g->words + RM_STREAM_PAGE;
-        if (small_dev && proxy_copies())
-            g->tmpl.inl = inl;
-        else if (small_dev)
-            g->tmpl.buf = inl;
-        if ((!small_dev || proxy_copies() ||
-             (st = rm_cuda_raw_copy(ch->stream, inl, t->buf, t->len)) == REMORA_OK) &&
-            (st = rm_cuda_raw_write64(ch->stream, dev_word(g->dev, RM_STREAM_READY), 1)) == REMORA_OK &&
-            (st = rm_cuda_raw_wait64(ch->stream, dev_word(g->dev, RM_STREAM_DONE), 1, 1)) == REMORA_OK)
-            st = rm_cuda_raw_write64(ch->stream, dev_word(g->dev, RM_STREAM_DONE), 0);
-        if (st != REMORA_OK) { /* the capture is broken anyway; the slot is not armed */
-            page_free(g->words);
-            free(g);
-            return st;
-        }
-        pthread_mutex_lock(&px->mx);
-        rm_list_push_back(&ch->slots, &g->link);
-        pthread_cond_signal(&px->cv);
-        pthread_mutex_unlock(&px->mx);
-        return REMORA_OK;
+    if (g == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    g->len = RM_STREAM_PAGE + (inl ? RM_STREAM_INLINE : 0);
+    if ((st = page_alloc(g->len, &g->words, &g->dev)) != REMORA_OK) {
+        free(g);
+        return st;
     }
-    uint64_t seq;
+    g->tmpl = *t;
+    void *place = (char *)g->words + RM_STREAM_PAGE;
+    if (inl == RM_INL_PROXY)
+        g->tmpl.inl = place;
+    else if (inl == RM_INL_STREAM)
+        g->tmpl.buf = place;
+    if ((inl != RM_INL_STREAM || (st = rm_cuda_raw_copy(ch->stream, place, t->buf, t->len)) ==
+                                     REMORA_OK) &&
+        (st = rm_cuda_raw_write64(ch->stream, dev_word(g->dev, RM_STREAM_READY), 1)) == REMORA_OK &&
+        (st = rm_cuda_raw_wait64(ch->stream, dev_word(g->dev, RM_STREAM_DONE), 1, 1)) == REMORA_OK)
+        st = rm_cuda_raw_write64(ch->stream, dev_word(g->dev, RM_STREAM_DONE), 0);
+    if (st != REMORA_OK) { /* the capture is broken anyway; the slot is not armed */
+        page_free(g->words);
+        free(g);
+        return st;
+    }
+    pthread_mutex_lock(&px->mx);
+    rm_list_push_back(&ch->slots, &g->link);
+    pthread_cond_signal(&px->cv);
+    pthread_mutex_unlock(&px->mx);
+    return REMORA_OK;
+}
+
+/* Put a copy of *t on the stream (see the design notes). waits: later work
+ * on the stream waits for its DONE. inl: t->buf is a small source that the
+ * stream copies into the channel's inline ring (RM_INL_STREAM; the stream
+ * then need not wait for the proxy to read it) or that the proxy copies into
+ * the channel's inline buffer when it runs the operation (RM_INL_PROXY). */
+static remora_status_t enqueue(rm_chan_t *ch, const rm_sop_t *t, int waits, int capturing, int inl)
+{
+    struct rm_stream_proxy *px = ch->px;
+    remora_status_t st = REMORA_OK;
+    rm_sop_t *s;
+    size_t off = 0;
+    uint64_t seq, ring_wait = 0;
+
+    if (capturing)
+        return enqueue_captured(ch, t, inl);
+    if (inl == RM_INL_STREAM)
+        ring_wait = ring_take(ch, t->len, &off);
+    void *place = (char *)ch->words + RM_STREAM_PAGE + off;
     /* Once queued, s is the proxy's (it may run it as soon as READY covers it). */
     pthread_mutex_lock(&px->mx);
     if ((s = sop_alloc(ch)) == NULL) {
@@ -1093,22 +1157,25 @@ static remora_status_t enqueue(rm_chan_t *ch, const rm_sop_t *t, int waits, int 
         return REMORA_ERR_NO_MEMORY;
     }
     *s = *t;
-    void *inl = (char *)ch->words + RM_STREAM_PAGE;
-    if (small_dev && proxy_copies())
-        s->inl = inl;
-    else if (small_dev)
-        s->buf = inl;
+    if (inl == RM_INL_PROXY)
+        s->inl = place;
+    else if (inl == RM_INL_STREAM)
+        s->buf = place;
     seq = s->seq = s->last_seq = ++ch->next_seq;
     rm_list_push_back(&ch->queue, &s->link);
     if (px->idle) /* asleep on px->cv; else it looks at READY by itself */
         pthread_cond_signal(&px->cv);
     pthread_mutex_unlock(&px->mx);
+    if (inl == RM_INL_STREAM)
+        ring_note(ch, t->len, seq);
     /* Not under px->mx: enqueueing blocks when the stream's queue is full. */
-    if ((!small_dev || proxy_copies() || (st = rm_cuda_raw_copy(ch->stream, inl, t->buf, t->len)) ==
-                                              REMORA_OK) &&
-        (st = rm_cuda_raw_write64(ch->stream, dev_word(ch->dev, RM_STREAM_READY), seq)) ==
-            REMORA_OK &&
-        waits)
+    if (ring_wait && word_load(ch->words, RM_STREAM_DONE) < ring_wait)
+        st = rm_cuda_raw_wait64(ch->stream, dev_word(ch->dev, RM_STREAM_DONE), ring_wait, 0);
+    if (st == REMORA_OK && inl == RM_INL_STREAM)
+        st = rm_cuda_raw_copy(ch->stream, place, t->buf, t->len);
+    if (st == REMORA_OK)
+        st = rm_cuda_raw_write64(ch->stream, dev_word(ch->dev, RM_STREAM_READY), seq);
+    if (st == REMORA_OK && waits)
         st = rm_cuda_raw_wait64(ch->stream, dev_word(ch->dev, RM_STREAM_DONE), seq, 0);
     if (waits && st == REMORA_OK)
         ch->fence_seq = seq;
@@ -1376,7 +1443,15 @@ static remora_status_t data_op(remora_client_h c, const char *region, uint64_t o
     s.index  = index;
     s.op     = op;
     s.value  = value;
-    return enqueue(ch, &s, 1, capturing, write && len && len <= RM_STREAM_INLINE && buf_dev >= 0);
+    /* A small source in GPU or pinned memory is copied by the stream into
+     * the channel's ring: the source is free for later work at once, and a
+     * put need not wait for the proxy (a get must, and a source the proxy
+     * reads in place must be left alone until it has). */
+    int small = write && len && len <= RM_STREAM_INLINE && kind != RM_PTR_HOST;
+    int inl = !small ? RM_INL_NONE : !proxy_copies() ? RM_INL_STREAM
+                                   : buf_dev >= 0   ? RM_INL_PROXY : RM_INL_NONE;
+    int waits = !write || (len && inl != RM_INL_STREAM);
+    return enqueue(ch, &s, waits, capturing, inl);
 }
 
 /* ------------------------------------------------------------ public API */

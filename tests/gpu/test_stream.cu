@@ -7,6 +7,10 @@
  * examples/stream_pingpong (scripts/gpu-stream.sh). Cases:
  *   sizes      put then get of 0, 1, 3, 63, 4097, 65537, 1 MiB + 7 and 1 GiB
  *              bytes at an unaligned offset, byte-exact;
+ *   ring       3,000 puts of 1 B to 20 KB that do not wait for the proxy,
+ *              from a GPU and a pinned host source a kernel refills before
+ *              each (the channel's inline ring wraps dozens of times), then a
+ *              flush: every byte at the target is the one of its put;
  *   graph      fill, put_signal ADD, get, check captured once and replayed
  *              300 times: the signal counts every replay, data exact;
  *   signals    100,000 queued stream signals ADD 1: exactly 100,000;
@@ -150,6 +154,50 @@ static void test_sizes(pair_t *p, cudaStream_t st, size_t cap)
         EXPECT(remora_stream_error(p->client, st) == REMORA_OK);
     }
     CK(cudaFree(src));
+    CK(cudaFree(dst));
+}
+
+static void test_ring(pair_t *p, cudaStream_t st, size_t cap)
+{
+    const int n_ops = 3000;
+    const size_t max_n = 20000;
+    uint8_t *src_dev, *src_host, *dst;
+    size_t total = 0;
+    for (int i = 0; i < n_ops; i++)
+        total += 1 + ((size_t)i * 7919u) % max_n;
+    if (total > cap) {
+        printf("ring: skipped, region of %zu bytes too small\n", cap);
+        return;
+    }
+    CK(cudaMalloc(&src_dev, max_n));
+    CK(cudaHostAlloc((void **)&src_host, max_n, cudaHostAllocMapped));
+    CK(cudaMalloc(&dst, total));
+    double t0 = now_us();
+    size_t off = 0;
+    for (int i = 0; i < n_ops; i++) {
+        size_t n = 1 + ((size_t)i * 7919u) % max_n;
+        uint8_t *src = i % 2 ? src_host : src_dev;
+        k_fill<<<grid_for(n), 256, 0, st>>>(src, n, 1000 + (uint64_t)i, NULL);
+        RK(remora_stream_put(p->client, "buf", off, src, n, st));
+        off += n;
+    }
+    RK(remora_stream_flush(p->client, st));
+    double us = (now_us() - t0) / n_ops;
+    RK(remora_stream_get(p->client, "buf", 0, dst, total, st));
+    off = 0;
+    for (int i = 0; i < n_ops; i++) {
+        size_t n = 1 + ((size_t)i * 7919u) % max_n;
+        k_check<<<grid_for(n), 256, 0, st>>>(dst + off, n, 1000 + (uint64_t)i, NULL, d_bad);
+        off += n;
+    }
+    CK(cudaStreamSynchronize(st));
+    unsigned long long bad = take_bad();
+    printf("ring: %d puts (%zu bytes, GPU and pinned sources refilled each time), %.1f us each, "
+           "%llu mismatched\n", n_ops, total, us, bad);
+    EXPECT(bad == 0);
+    EXPECT(remora_stream_error(p->client, st) == REMORA_OK);
+    CK(cudaFree(src_dev));
+    CK(cudaFreeHost(src_host));
     CK(cudaFree(dst));
 }
 
@@ -347,6 +395,7 @@ int main(void)
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     test_sizes(&p, st, cap);
+    test_ring(&p, st, cap);
     test_graph(&p, st);
     test_signals(&p, st);
     test_wait(&p, st);
