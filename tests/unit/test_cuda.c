@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "engine/engine.h"
 #include "mem/cuda.h"
 #include "mem/mem.h"
 
@@ -341,7 +342,18 @@ static void test_mem_create(void **state)
     assert_true(mem->has_ipc);
     assert_int_equal(mem->ipc_offset, 0);
     assert_int_equal(mem->memh != NULL, ucx_cuda);
-    assert_int_equal(mem->rkey_len != 0, ucx_cuda);
+    /* Remote keys are packed when a peer first needs one, and only with RMA
+     * on (REMORA_RMA=1): none yet, and asking gives one exactly then. */
+    assert_int_equal(mem->rkey_len, 0);
+    const void *rkey = NULL;
+    size_t rkey_len = 0;
+    remora_status_t rs = rm_mem_rkey(mem, 1, &rkey, &rkey_len);
+    if (ucx_cuda && ctx->rma) {
+        assert_int_equal(rs, REMORA_OK);
+        assert_true(rkey_len > 0);
+    } else {
+        assert_int_equal(rs, REMORA_ERR_UNSUPPORTED);
+    }
     remora_mem_destroy(mem);
 
     /* an unknown device */
