@@ -747,7 +747,16 @@ REMORA_API remora_status_t remora_client_unmap(remora_client_h client, const voi
 /** The data path reads and writes of this region use now. */
 REMORA_API remora_status_t remora_client_region_path(remora_client_h client, const char *name,
                                                      remora_path_t *path_p);
+/** The name of a path: "auto", "am", "rma", "map", "ipc" or "staging"; "?"
+ *  for a value that is none. */
 REMORA_API const char *remora_path_string(remora_path_t path);
+/**
+ * The path named `name` (one of the names remora_path_string gives, exact
+ * and lower-case): the one parser of path names, used for REMORA_PATH, the
+ * CLI's --path and the Python binding. REMORA_ERR_INVALID_PARAM (and *path_p
+ * untouched) for NULL or any other name.
+ */
+REMORA_API remora_status_t remora_path_parse(const char *name, remora_path_t *path_p);
 
 /** Connections this client spreads large transfers over, itself included
  *  (1 without lanes). */

@@ -228,7 +228,6 @@ static PyObject *rp_client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_EVENT_CB};
     rp_client_t           *self = NULL;
     remora_status_t        st;
-    static const char     *paths[] = {"auto", "am", "rma", "map", "ipc", "staging"};
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|$z*OzI", kwlist, &rp_ContextType, &ctx,
                                      &addr, &token, &tobj, &path, &lanes))
@@ -246,18 +245,12 @@ static PyObject *rp_client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         p.field_mask |= REMORA_CLIENT_FIELD_TIMEOUT;
     }
     if (path != NULL) {
-        size_t i;
-        for (i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-            if (strcmp(path, paths[i]) == 0)
-                break;
-        }
-        if (i == sizeof(paths) / sizeof(paths[0])) {
+        if (remora_path_parse(path, &p.path) != REMORA_OK) {
             PyErr_Format(PyExc_ValueError, "path must be one of auto, am, rma, map, ipc, "
                                            "staging; not %s", path);
             goto fail;
         }
         p.field_mask |= REMORA_CLIENT_FIELD_PATH;
-        p.path = (remora_path_t)i;
     }
     if (lanes != 0) {
         p.field_mask |= REMORA_CLIENT_FIELD_LANES;

@@ -1164,16 +1164,11 @@ static remora_path_t path_from_env(void)
 {
     const char *v = getenv("REMORA_PATH");
 
-    if (v == NULL)
-        return REMORA_PATH_AUTO;
-    if (strcmp(v, "am") == 0)  return REMORA_PATH_AM;
-    if (strcmp(v, "rma") == 0) return REMORA_PATH_RMA;
-    if (strcmp(v, "map") == 0) return REMORA_PATH_MAP;
-    if (strcmp(v, "ipc") == 0) return REMORA_PATH_IPC;
-    if (strcmp(v, "staging") == 0) return REMORA_PATH_STAGING;
-    if (strcmp(v, "auto") != 0)
+    remora_path_t path = REMORA_PATH_AUTO;
+
+    if (v != NULL && remora_path_parse(v, &path) != REMORA_OK)
         rm_warn("REMORA_PATH=%s not understood; using auto", v);
-    return REMORA_PATH_AUTO;
+    return path;
 }
 
 static size_t size_from_env(const char *name, size_t dflt, size_t min, size_t max)
@@ -1520,19 +1515,6 @@ remora_status_t remora_client_region_path(remora_client_h c, const char *name,
     *path_p = r->path;
     rm_engine_unlock(c->ctx);
     return REMORA_OK;
-}
-
-const char *remora_path_string(remora_path_t path)
-{
-    switch (path) {
-    case REMORA_PATH_AUTO: return "auto";
-    case REMORA_PATH_AM:   return "am";
-    case REMORA_PATH_RMA:  return "rma";
-    case REMORA_PATH_MAP:  return "map";
-    case REMORA_PATH_IPC:  return "ipc";
-    case REMORA_PATH_STAGING: return "staging";
-    }
-    return "?";
 }
 
 /* ------------------------------------------------------------ lanes */
