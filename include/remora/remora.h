@@ -16,9 +16,39 @@
  * - Every params struct starts with field_mask; a field is read only when its
  *   bit is set, so new fields never break old callers. Unset fields take the
  *   documented default; a NULL params pointer means "all defaults".
- * - Threading: every call is thread-safe. Event callbacks run on the
- *   context's progress thread; they may call any remora function, but the
- *   progress thread delivers nothing else while a callback runs, so keep them short.
+ * - Every output struct the caller allocates (remora_context_attr_t,
+ *   remora_region_info_t, remora_elem_info_t, remora_cuda_attr_t,
+ *   remora_cuda_device_attr_t) starts with field_mask too, as UCX's attr
+ *   structs do, so it can grow without breaking callers:
+ *   - in: the fields wanted, one *_FIELD_* bit each. Only those are written;
+ *     every other field is left as the caller had it.
+ *   - 0 asks for the fields the struct had when field_mask was added to it
+ *     (all of this version's). Zero-initialised structs (`= {0}`) of callers
+ *     written before the mask existed keep working, and 0 never grows: once
+ *     a field is added, asking for it takes its bit, so a caller built
+ *     against an older header is never written past the end of its smaller
+ *     struct.
+ *   - a bit this library does not know: REMORA_ERR_INVALID_PARAM, nothing
+ *     written (a caller built against a newer header learns at once that a
+ *     field it counts on is not there, rather than reading stale memory).
+ *   - out, on REMORA_OK: the fields written (the bits asked for; for 0, the
+ *     bits that 0 stands for).
+ *   Structs the library allocates or hands to a callback (remora_client_list's
+ *   array, a subscription callback's remora_elem_info_t) come with every field
+ *   written and field_mask saying so. The statistics structs
+ *   (remora_server_stats_t, remora_conn_stats_t) differ, as a remote server
+ *   of another version fills them: bits it does not know are dropped from
+ *   the returned mask rather than refused, and 0 asks for nothing.
+ * - Threading, the default for every function unless its comment says
+ *   otherwise: any thread may call it at any time, also concurrently with
+ *   other calls on the same handle, except that a handle must not be used
+ *   while or after it is destroyed (destroying is the caller's to order
+ *   after every other use). Blocking calls block only the calling thread.
+ *   Callbacks (events, connection events, subscriptions, log lines) say
+ *   on which thread they run and what they may call. Event callbacks run on
+ *   the context's progress thread; they may call any remora function, but the
+ *   progress thread delivers nothing else while a callback runs, so keep them
+ *   short.
  * - Every blocking call is bounded by a timeout (REMORA_DEFAULT_TIMEOUT_MS
  *   unless the caller gives one).
  */
@@ -161,6 +191,8 @@ typedef struct remora_context_params {
  */
 REMORA_API remora_status_t remora_context_create(const remora_context_params_t *params,
                                                  remora_context_h *context_p);
+/** Threading: the last call on the context; nothing made from it may be
+ *  in use or alive (from any thread), and not from one of its callbacks. */
 REMORA_API void remora_context_destroy(remora_context_h context);
 
 /** Memory types a region can live in. */
@@ -169,7 +201,17 @@ typedef enum remora_mem_type {
     REMORA_MEM_CUDA = 1
 } remora_mem_type_t;
 
+/** Fields of remora_context_attr_t (field_mask; see the conventions at the top). */
+enum remora_context_attr_field {
+    REMORA_CONTEXT_ATTR_FIELD_UCX_VERSION   = 1u << 0, /**< ucx_major, ucx_minor, ucx_release */
+    REMORA_CONTEXT_ATTR_FIELD_UCX_MEM_TYPES = 1u << 1,
+    REMORA_CONTEXT_ATTR_FIELD_TRANSPORTS    = 1u << 2
+};
+
 typedef struct remora_context_attr {
+    /** In: the fields wanted (REMORA_CONTEXT_ATTR_FIELD_*, 0: all of them);
+     *  out: the fields written. */
+    uint64_t field_mask;
     unsigned ucx_major, ucx_minor, ucx_release; /**< version of the loaded UCX */
     /** Bit (1 << remora_mem_type_t) for each memory type the loaded UCX handles itself. */
     uint64_t ucx_mem_types;
@@ -177,6 +219,8 @@ typedef struct remora_context_attr {
     char     transports[256];
 } remora_context_attr_t;
 
+/** Fill the fields of *attr named in attr->field_mask. REMORA_ERR_INVALID_PARAM
+ *  for a bit not in remora_context_attr_field. */
 REMORA_API remora_status_t remora_context_query(remora_context_h context,
                                                 remora_context_attr_t *attr);
 
@@ -245,7 +289,8 @@ REMORA_API int remora_mem_device(remora_mem_h mem);
  * What the CUDA driver offers here, for diagnostics (`remora doctor`). The
  * driver is loaded at run time; without one these calls still work and say
  * so. They need no context and are thread-safe. As in every attr struct, the
- * caller sets field_mask to the fields it wants; only those are written.
+ * caller sets field_mask to the fields it wants (0: all); only those are
+ * written.
  * @{
  */
 enum remora_cuda_attr_field {
@@ -256,6 +301,8 @@ enum remora_cuda_attr_field {
 };
 
 typedef struct remora_cuda_attr {
+    /** In: the fields wanted (REMORA_CUDA_ATTR_FIELD_*, 0: all of them);
+     *  out: the fields written. */
     uint64_t field_mask;
     int      available;      /**< 1 when GPU memory can be used */
     int      driver_version; /**< e.g. 13000 for CUDA 13.0; 0 without a driver */
@@ -263,7 +310,9 @@ typedef struct remora_cuda_attr {
     char     reason[256];    /**< why not available; "" when it is */
 } remora_cuda_attr_t;
 
-/** Always REMORA_OK unless attr is NULL: an absent driver is an answer, not an error. */
+/** REMORA_OK unless attr is NULL or field_mask has a bit not in
+ *  remora_cuda_attr_field (REMORA_ERR_INVALID_PARAM): an absent driver is an
+ *  answer, not an error. */
 REMORA_API remora_status_t remora_cuda_query(remora_cuda_attr_t *attr);
 
 enum remora_cuda_device_field {
@@ -283,6 +332,8 @@ enum remora_cuda_feature {
 };
 
 typedef struct remora_cuda_device_attr {
+    /** In: the fields wanted (REMORA_CUDA_DEVICE_FIELD_*, 0: all of them);
+     *  out: the fields written. */
     uint64_t field_mask;
     char     name[256];
     char     pci_bus_id[32];     /**< "0000:3b:00.0" */
@@ -299,7 +350,8 @@ typedef struct remora_cuda_device_attr {
 REMORA_API remora_status_t remora_copy(void *dst, const void *src, size_t len);
 
 /** One device, by ordinal. REMORA_ERR_UNSUPPORTED without CUDA,
- *  REMORA_ERR_INVALID_PARAM for an ordinal out of range. */
+ *  REMORA_ERR_INVALID_PARAM for an ordinal out of range or a field_mask bit
+ *  not in remora_cuda_device_field. */
 REMORA_API remora_status_t remora_cuda_device_query(int device, remora_cuda_device_attr_t *attr);
 /** *can = 1 when device can map memory of peer (always so for device == peer). */
 REMORA_API remora_status_t remora_cuda_can_access_peer(int device, int peer, int *can);
@@ -664,7 +716,21 @@ typedef enum remora_region_kind {
     REMORA_REGION_SIGNALS = 2 /**< an array of 64-bit signals (remora_server_expose_signals) */
 } remora_region_kind_t;
 
+/** Fields of remora_region_info_t (field_mask; see the conventions at the top). */
+enum remora_region_info_field {
+    REMORA_REGION_INFO_FIELD_NAME       = 1u << 0,
+    REMORA_REGION_INFO_FIELD_SIZE       = 1u << 1,
+    REMORA_REGION_INFO_FIELD_MEM_TYPE   = 1u << 2,
+    REMORA_REGION_INFO_FIELD_ACCESS     = 1u << 3,
+    REMORA_REGION_INFO_FIELD_GENERATION = 1u << 4,
+    REMORA_REGION_INFO_FIELD_KIND       = 1u << 5
+};
+
 typedef struct remora_region_info {
+    /** In (remora_client_lookup): the fields wanted
+     *  (REMORA_REGION_INFO_FIELD_*, 0: all of them); out: the fields written.
+     *  remora_client_list writes every field and sets all their bits. */
+    uint64_t          field_mask;
     char              name[REMORA_NAME_MAX + 1];
     uint64_t          size;
     remora_mem_type_t mem_type;
@@ -677,7 +743,9 @@ typedef struct remora_region_info {
 REMORA_API remora_status_t remora_client_list(remora_client_h client,
                                               remora_region_info_t **infos_p, size_t *count_p);
 REMORA_API void remora_region_info_free(remora_region_info_t *infos);
-/** Look one region up by name (always asks the server). */
+/** Look one region up by name (always asks the server) and fill the fields
+ *  of *info named in info->field_mask. REMORA_ERR_INVALID_PARAM (before any
+ *  message is sent) for a bit not in remora_region_info_field. */
 REMORA_API remora_status_t remora_client_lookup(remora_client_h client, const char *name,
                                                 remora_region_info_t *info);
 
@@ -875,7 +943,18 @@ typedef enum remora_sub_mode {
     REMORA_SUB_LATEST = 1
 } remora_sub_mode_t;
 
+/** Fields of remora_elem_info_t (field_mask; see the conventions at the top). */
+enum remora_elem_info_field {
+    REMORA_ELEM_INFO_FIELD_SEQ   = 1u << 0,
+    REMORA_ELEM_INFO_FIELD_DROPS = 1u << 1,
+    REMORA_ELEM_INFO_FIELD_SIZE  = 1u << 2
+};
+
 typedef struct remora_elem_info {
+    /** In (remora_sub_next, remora_sub_next_ref): the fields wanted
+     *  (REMORA_ELEM_INFO_FIELD_*, 0: all of them); out: the fields written.
+     *  A callback's info has every field written and all their bits set. */
+    uint64_t field_mask;
     uint64_t seq;   /**< sequence number of the element */
     uint64_t drops; /**< elements skipped so far on this subscription */
     size_t   size;  /**< element size in bytes */
@@ -915,7 +994,9 @@ REMORA_API remora_status_t remora_client_subscribe(remora_client_h client, const
  * Wait up to timeout_ms (< 0: the client's timeout) for the next element and
  * copy it into buf (len >= element size). REMORA_ERR_TIMED_OUT when none came;
  * REMORA_ERR_DISCONNECTED when the server went away (subscribe again after
- * reconnecting). Not for subscriptions with a callback.
+ * reconnecting). Not for subscriptions with a callback. info may be NULL;
+ * otherwise REMORA_ERR_INVALID_PARAM (nothing consumed) for a bit of
+ * info->field_mask not in remora_elem_info_field.
  *
  * On a reconnecting client a subscription outlives the connection: while the
  * client reconnects, remora_sub_next waits (up to its timeout: TIMED_OUT, the

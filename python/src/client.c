@@ -373,7 +373,7 @@ static int rp_lookup(rp_client_t *self, const char *name, remora_region_info_t *
 static PyObject *rp_client_lookup(rp_client_t *self, PyObject *args)
 {
     const char          *name;
-    remora_region_info_t ri;
+    remora_region_info_t ri = {.field_mask = 0}; /* every field */
 
     if (!PyArg_ParseTuple(args, "s", &name) || rp_client_open(self) < 0)
         return NULL;
@@ -385,7 +385,7 @@ static PyObject *rp_client_lookup(rp_client_t *self, PyObject *args)
 /* The bytes from offset to the region's end, for reads without a length. */
 static int rp_rest_of_region(rp_client_t *self, const char *name, uint64_t off, size_t *len)
 {
-    remora_region_info_t ri;
+    remora_region_info_t ri = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE};
 
     if (rp_lookup(self, name, &ri) < 0)
         return -1;

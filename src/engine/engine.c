@@ -20,6 +20,7 @@
 
 #include "engine/seal.h"
 #include "mem/cuda.h"
+#include "util/fields.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -967,17 +968,25 @@ static int context_has_shm(remora_context_h ctx)
 remora_status_t remora_context_query(remora_context_h ctx, remora_context_attr_t *attr)
 {
     ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    uint64_t want;
 
-    if (ctx == NULL || attr == NULL)
+    if (ctx == NULL || attr == NULL ||
+        rm_fields_wanted(attr->field_mask, RM_CONTEXT_ATTR_FIELDS, RM_CONTEXT_ATTR_FIELDS,
+                         &want) != REMORA_OK)
         return REMORA_ERR_INVALID_PARAM;
-    memset(attr, 0, sizeof(*attr));
-    ucp_get_version(&attr->ucx_major, &attr->ucx_minor, &attr->ucx_release);
-    if (ucp_context_query(ctx->ucp, &ca) == UCS_OK) {
-        if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_HOST))
-            attr->ucx_mem_types |= 1u << REMORA_MEM_HOST;
-        if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
-            attr->ucx_mem_types |= 1u << REMORA_MEM_CUDA;
+    if (want & REMORA_CONTEXT_ATTR_FIELD_UCX_VERSION)
+        ucp_get_version(&attr->ucx_major, &attr->ucx_minor, &attr->ucx_release);
+    if (want & REMORA_CONTEXT_ATTR_FIELD_UCX_MEM_TYPES) {
+        attr->ucx_mem_types = 0;
+        if (ucp_context_query(ctx->ucp, &ca) == UCS_OK) {
+            if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_HOST))
+                attr->ucx_mem_types |= 1u << REMORA_MEM_HOST;
+            if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
+                attr->ucx_mem_types |= 1u << REMORA_MEM_CUDA;
+        }
     }
-    query_transports(ctx, attr->transports, sizeof(attr->transports));
+    if (want & REMORA_CONTEXT_ATTR_FIELD_TRANSPORTS)
+        query_transports(ctx, attr->transports, sizeof(attr->transports));
+    attr->field_mask = want;
     return REMORA_OK;
 }
