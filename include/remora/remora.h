@@ -145,8 +145,34 @@ enum remora_context_field {
     REMORA_CONTEXT_FIELD_SPIN_US   = 1u << 1,
     REMORA_CONTEXT_FIELD_HEARTBEAT = 1u << 2,
     REMORA_CONTEXT_FIELD_BIND_HOST = 1u << 3,
-    REMORA_CONTEXT_FIELD_RMA       = 1u << 4
+    REMORA_CONTEXT_FIELD_RMA       = 1u << 4,
+    REMORA_CONTEXT_FIELD_LOG_CB    = 1u << 5
 };
+
+/** Severity of a log line; REMORA_LOG (error, warn, info, debug; default
+ *  warn) names the least severe that is logged at all. */
+typedef enum remora_log_level {
+    REMORA_LOG_ERROR = 0, /**< a call failed, or something was lost */
+    REMORA_LOG_WARN  = 1, /**< unexpected, and handled */
+    REMORA_LOG_INFO  = 2, /**< worth knowing once: a connection, a choice made */
+    REMORA_LOG_DEBUG = 3  /**< for developers of remora */
+} remora_log_level_t;
+
+/**
+ * Receives the library's log lines instead of stderr (see
+ * remora_context_params_t.log_cb). `where` is the source location
+ * ("client.c:1173"), `msg` the line without a trailing newline; both live
+ * until the callback returns.
+ *
+ * Threading: called from any thread of the process (the caller's, a progress
+ * thread, a subscription or reconnect thread), but never twice at once: the
+ * calls are serialised by a lock of the logger, so the callback needs no lock
+ * of its own for its own state. It must not call any remora function (that
+ * may log, and would deadlock) and should return quickly: every thread that
+ * logs waits for it.
+ */
+typedef void (*remora_log_cb_t)(remora_log_level_t level, const char *where, const char *msg,
+                                void *arg);
 
 /** One-sided access (the `rma` data path); see docs/security.md. */
 typedef enum remora_rma_mode {
@@ -183,6 +209,24 @@ typedef struct remora_context_params {
     const char *bind_host;
     /** Default REMORA_RMA_OFF (env REMORA_RMA=0|1|unsafe). */
     remora_rma_mode_t rma;
+    /**
+     * Where the library's log lines go while this context exists. Default
+     * (field not set, or NULL): stderr, one line each, "remora[PID] L
+     * file.c:N message". Which lines are logged at all is still REMORA_LOG's
+     * choice; lines it filters out are never formatted nor passed on.
+     *
+     * Log lines are the process's, not the context's: the library's code
+     * logs without knowing for which context. So the callback of the context
+     * created last among those alive that set one receives every line of the
+     * process (lines of other contexts, and of calls that have no context,
+     * included), as UCX's ucs_log_push_handler works. Lines logged while no
+     * such context exists (before the first, after the last is destroyed) go
+     * to stderr. It receives the lines of its own remora_context_create()
+     * too, a failing one included, and is never called once
+     * remora_context_destroy() (or a failed create) returned.
+     */
+    remora_log_cb_t log_cb;
+    void           *log_arg;
 } remora_context_params_t;
 
 /**

@@ -842,7 +842,7 @@ static remora_status_t context_apply_params(remora_context_h ctx,
     return REMORA_OK;
 }
 
-remora_status_t remora_context_create(const remora_context_params_t *params,
+static remora_status_t context_create(const remora_context_params_t *params,
                                       remora_context_h *context_p)
 {
     remora_context_h ctx;
@@ -885,10 +885,31 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
     return REMORA_OK;
 }
 
+remora_status_t remora_context_create(const remora_context_params_t *params,
+                                      remora_context_h *context_p)
+{
+    rm_log_sink_t *sink = NULL;
+    remora_status_t status;
+
+    /* First, so that the lines of this very call reach the callback too. */
+    if (params && (params->field_mask & REMORA_CONTEXT_FIELD_LOG_CB) && params->log_cb &&
+        (sink = rm_log_sink_push(params->log_cb, params->log_arg)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    if ((status = context_create(params, context_p)) != REMORA_OK) {
+        rm_log_sink_remove(sink);
+        return status;
+    }
+    (*context_p)->log_sink = sink;
+    return REMORA_OK;
+}
+
 void remora_context_destroy(remora_context_h ctx)
 {
+    rm_log_sink_t *sink;
+
     if (ctx == NULL)
         return;
+    sink = ctx->log_sink;
     if (ctx->stream_fini)
         ctx->stream_fini(ctx);
     atomic_store(&ctx->stop, 1);
@@ -909,6 +930,7 @@ void remora_context_destroy(remora_context_h ctx)
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->peers);
     free(ctx);
+    rm_log_sink_remove(sink);
 }
 
 /* ------------------------------------------------------------ query */
