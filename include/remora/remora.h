@@ -468,7 +468,9 @@ typedef struct remora_server_params {
 REMORA_API remora_status_t remora_server_create(remora_context_h context,
                                                 const remora_server_params_t *params,
                                                 remora_server_h *server_p);
-/** Closes the listener and every connection; frees regions not otherwise referenced. */
+/** Closes the listener and every connection; frees regions not otherwise referenced.
+ *  Threading: not from the server's own conn_cb (it waits for the callbacks
+ *  queued on the progress thread). */
 REMORA_API void remora_server_destroy(remora_server_h server);
 
 /** The address actually bound, "HOST:PORT" (port resolved when 0 was asked for). */
@@ -744,7 +746,9 @@ REMORA_API remora_status_t remora_client_connect(remora_context_h context, const
                                                  const remora_client_params_t *params,
                                                  remora_client_h *client_p);
 /** Close the connection. Requests still in flight complete with REMORA_ERR_CANCELED;
- *  they must still be released with remora_request_release(). */
+ *  they must still be released with remora_request_release().
+ *  Threading: not from this client's own event callback (it waits until no
+ *  event of the client is being delivered). */
 REMORA_API void remora_client_disconnect(remora_client_h client);
 
 /** Region access as a client sees it. */
@@ -826,6 +830,7 @@ REMORA_API remora_status_t remora_request_wait(remora_request_h req, int timeout
  * Release a request. One still in flight is waited for first (bounded by the
  * client's timeout; past that the connection is closed so that the buffer is
  * provably no longer touched).
+ * Threading: once per request, when no other thread tests or waits on it.
  */
 REMORA_API void remora_request_release(remora_request_h req);
 
@@ -922,6 +927,8 @@ REMORA_API remora_status_t remora_ring_create(remora_context_h context,
 REMORA_API void remora_ring_destroy(remora_ring_h ring);
 
 /** Copy one element in (len <= elem_size; the rest of the slot is zeroed).
+ *  Threading: push, reserve and commit are the producer's: one thread at a
+ *  time per ring (readers may run alongside).
  *  Returns its sequence number in *seq_p (may be NULL). Never blocks.
  *  Buffers given to a host ring's push/get/newest/oldest are host memory; a
  *  GPU ring's may be host or GPU memory. (Subscriptions take either.) */
@@ -931,7 +938,8 @@ REMORA_API remora_status_t remora_ring_push(remora_ring_h ring, const void *elem
  * Zero-copy push: *slot_p points at the next slot's element bytes (elem_size
  * of them), to be filled in place and published with remora_ring_commit().
  * Readers never see a reserved element before its commit. Only one
- * reservation at a time; REMORA_ERR_BUSY otherwise.
+ * reservation at a time; REMORA_ERR_BUSY otherwise. Threading: the
+ * producer's thread only, as push.
  */
 REMORA_API remora_status_t remora_ring_reserve(remora_ring_h ring, void **slot_p);
 REMORA_API remora_status_t remora_ring_commit(remora_ring_h ring, uint64_t *seq_p);
@@ -1058,6 +1066,9 @@ REMORA_API remora_status_t remora_client_subscribe(remora_client_h client, const
  * - The ring gone, or another shape under its name: REMORA_ERR_NOT_FOUND.
  * - The client gave up reconnecting: REMORA_ERR_DISCONNECTED.
  * A callback subscription rides through the same way (its thread waits).
+ *
+ * Threading: one thread at a time per subscription (with
+ * remora_sub_next_ref and remora_sub_discarded).
  */
 REMORA_API remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
                                            remora_elem_info_t *info, int timeout_ms);
@@ -1079,7 +1090,8 @@ REMORA_API size_t remora_sub_elem_size(remora_sub_h sub);
  * Call from the consumer's thread (or the callback).
  */
 REMORA_API uint64_t remora_sub_discarded(remora_sub_h sub);
-/** End a subscription (joins the callback thread; call it from another thread).
+/** End a subscription. Threading: not from its own callback (it joins the
+ *  callback's thread), and not while another thread is in remora_sub_next.
  *  A client may be disconnected first: its subscriptions then fail with
  *  REMORA_ERR_CANCELED, and the client's memory goes with the last of them. */
 REMORA_API void remora_sub_destroy(remora_sub_h sub);
@@ -1309,6 +1321,8 @@ REMORA_API remora_status_t remora_sock_accept(remora_sock_listener_h listener, i
  *  nothing listens under that name. */
 REMORA_API remora_status_t remora_sock_connect(remora_client_h client, const char *service,
                                                int timeout_ms, remora_sock_h *sock_p);
+/** Threading: one sender and one receiver may work on a socket at once (see
+ *  the group's notes). */
 REMORA_API int64_t remora_sock_send(remora_sock_h sock, const void *buf, size_t len,
                                     int timeout_ms);
 REMORA_API int64_t remora_sock_recv(remora_sock_h sock, void *buf, size_t len, int timeout_ms);
