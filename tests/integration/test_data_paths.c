@@ -354,6 +354,7 @@ static void test_lookup_fields(void **state)
     (void)state;
 
     memset(&info, 0xFF, sizeof(info));
+    info.field_mask = 0; /* every field */
     it_assert_ok(remora_client_lookup(g_c.client, "a", &info));
     assert_string_equal(info.name, "a");
     assert_int_equal(info.size, A_SIZE);
