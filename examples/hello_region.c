@@ -25,7 +25,8 @@
 static void read_and_show(remora_context_h ctx, const char *addr, const char *name)
 {
     remora_client_h client;
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE |
+                                               REMORA_REGION_INFO_FIELD_GENERATION};
     remora_path_t path;
     char buf[64] = {0};
     double rtt;

@@ -131,7 +131,7 @@ enum cli_opt_code {
     "  --encrypt         encrypt the connection, keyed from the token (needs\n"          \
     "                    --token-file; the server must use --encrypt too)\n"            \
     "  --timeout MS      bound on connecting and on every request (default 10000)\n"        \
-    "  --path P          data path: auto, am, rma or map ($REMORA_PATH, else auto)\n"     \
+    "  --path P          data path: auto, am, rma, map, ipc or staging ($REMORA_PATH)\n"\
     "  --lanes N         spread large transfers over N connections to a server\n"       \
     "                    serving lanes (1..8; $REMORA_LANES, else 1)\n"                 \
     "  -h, --help        show this help\n"

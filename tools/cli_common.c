@@ -127,18 +127,14 @@ int cli_load_token(const cli_command_t *cmd, const char *path, cli_token_t *toke
 
 static int cli_parse_path(const cli_command_t *cmd, const char *arg, remora_path_t *path)
 {
-    static const struct { const char *name; remora_path_t path; } paths[] = {
-        {"auto", REMORA_PATH_AUTO}, {"am", REMORA_PATH_AM},
-        {"rma", REMORA_PATH_RMA},   {"map", REMORA_PATH_MAP},
-    };
+    char names[64] = "";
 
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        if (strcmp(arg, paths[i].name) == 0) {
-            *path = paths[i].path;
-            return CLI_CONTINUE;
-        }
-    }
-    return cli_usage_error(cmd, "bad --path '%s': expected auto, am, rma or map", arg);
+    if (remora_path_parse(arg, path) == REMORA_OK)
+        return CLI_CONTINUE;
+    for (int p = REMORA_PATH_AUTO; p <= REMORA_PATH_STAGING; p++)
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                 p == REMORA_PATH_AUTO ? "" : ", ", remora_path_string((remora_path_t)p));
+    return cli_usage_error(cmd, "bad --path '%s': expected one of %s", arg, names);
 }
 
 /* Handle an option every client command takes; 0 when opt is not one of them. */

@@ -355,7 +355,7 @@ static int cli_bench_check_sizes(const cli_session_t *s, const cli_bench_opts_t 
 
 static int cli_bench_all(const cli_session_t *s, const cli_bench_opts_t *o)
 {
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE};
     cli_bench_result_t res;
     const char *path = NULL;
     int rc = cli_session_lookup(s, &info);

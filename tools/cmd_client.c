@@ -298,7 +298,7 @@ static int cli_info_run(const cli_command_t *cmd, int argc, char **argv)
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0}};
     cli_info_opts_t o = {0};
     cli_parser_t parser = {"", longopts, cli_info_option, &o, NULL};
-    remora_context_attr_t attr;
+    remora_context_attr_t attr = {.field_mask = 0}; /* every field */
     remora_status_t status;
     cli_session_t s;
     int rc;

@@ -22,7 +22,8 @@ typedef struct cli_config_var {
 } cli_config_var_t;
 
 static const cli_config_var_t cli_config_vars[] = {
-    {"REMORA_LOG", "warn", "log level on stderr: error, warn, info or debug"},
+    {"REMORA_LOG", "warn",
+     "log level: error, warn, info or debug (to stderr, or a context's log_cb)"},
     {"REMORA_PATH", "auto",
      "force the client's data path: auto, am, rma, map, ipc or staging"},
     {"REMORA_RMA", "0",

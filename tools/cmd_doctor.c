@@ -133,6 +133,8 @@ static void doctor_probe_ucx(doctor_t *d)
 
     if (remora_context_create(&params, &ctx) != REMORA_OK)
         return;
+    d->ucx.field_mask = REMORA_CONTEXT_ATTR_FIELD_UCX_VERSION |
+                        REMORA_CONTEXT_ATTR_FIELD_UCX_MEM_TYPES | REMORA_CONTEXT_ATTR_FIELD_TRANSPORTS;
     d->have_ucx = remora_context_query(ctx, &d->ucx) == REMORA_OK;
     remora_context_destroy(ctx);
 }

@@ -730,7 +730,7 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
 {
     remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_MODE, .mode = o->mode};
     remora_sub_h sub;
-    remora_elem_info_t info;
+    remora_elem_info_t info = {.field_mask = 0}; /* every field */
     remora_status_t rs;
     uint64_t last_n = 0, last_b = 0;
     bool tty = isatty(STDERR_FILENO), show = tty || o->progress;
@@ -746,7 +746,7 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
            o->client.reconnect && atomic_load(&g_stream_lost) == 0 && cli_now() < give_up)
         usleep(20000);
     if (rs != REMORA_OK) {
-        remora_region_info_t ri;
+        remora_region_info_t ri = {.field_mask = REMORA_REGION_INFO_FIELD_KIND};
         if (rs == REMORA_ERR_INVALID_PARAM &&
             remora_client_lookup(s->client, s->target.name, &ri) == REMORA_OK &&
             ri.kind != REMORA_REGION_RING)

@@ -194,7 +194,7 @@ static int cli_range_check(const cli_command_t *cmd, const cli_range_opts_t *ran
 /* Without --length, the range runs to the end of the region: ask its size. */
 static int cli_range_resolve(const cli_session_t *s, cli_range_opts_t *range)
 {
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE};
     int rc;
 
     if (range->length_set) {

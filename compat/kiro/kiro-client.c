@@ -114,7 +114,7 @@ int kiro_client_connect (KiroClient *client, const char *dest_addr, const char *
 {
     g_return_val_if_fail (KIRO_IS_CLIENT (client), -1);
     KiroClientPrivate *p = client->priv;
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE};
     remora_status_t st;
     int ret = -1;
 
@@ -214,7 +214,7 @@ int kiro_client_sync_partial (KiroClient *client, gulong remote_offset, gulong s
 {
     g_return_val_if_fail (KIRO_IS_CLIENT (client), -1);
     KiroClientPrivate *p = client->priv;
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE};
     remora_status_t st;
     int ret = -1;
 

@@ -410,7 +410,7 @@ gboolean kiro_sb_clone (KiroSb *sb, const gchar *address, const gchar *port)
     KiroSbPrivate *p = PRIV (sb);
     KiroClient *client = NULL;
     KiroTrb *trb = NULL;
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_KIND};
 
     g_mutex_lock (&p->lock);
     if (p->mode != SB_IDLE) {

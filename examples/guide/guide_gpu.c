@@ -55,7 +55,8 @@ int main(int argc, char **argv)
     /* The client side: a context of its own, as another process would have. */
     remora_context_h cctx;
     remora_client_h client;
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE |
+                                               REMORA_REGION_INFO_FIELD_MEM_TYPE};
     remora_path_t path;
     remora_mem_h landing; /* GPU memory to read into */
 

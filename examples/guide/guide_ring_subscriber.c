@@ -17,7 +17,7 @@ int main(int argc, char **argv)
     remora_context_h ctx;
     remora_client_h client;
     remora_sub_h sub;
-    remora_elem_info_t info;
+    remora_elem_info_t info = {.field_mask = REMORA_ELEM_INFO_FIELD_SEQ};
     uint64_t count = argc > 2 ? strtoull(argv[2], NULL, 10) : 1000, bad = 0, first = 0;
 
     if (argc < 2 || count == 0) {

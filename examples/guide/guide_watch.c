@@ -41,7 +41,8 @@ int main(int argc, char **argv)
                                  .event_arg  = (void *)name};
     remora_context_h ctx;
     remora_client_h client;
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE |
+                                               REMORA_REGION_INFO_FIELD_GENERATION};
     char text[128] = {0};
 
     if (argc < 2) {

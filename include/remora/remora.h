@@ -16,9 +16,39 @@
  * - Every params struct starts with field_mask; a field is read only when its
  *   bit is set, so new fields never break old callers. Unset fields take the
  *   documented default; a NULL params pointer means "all defaults".
- * - Threading: every call is thread-safe. Event callbacks run on the
- *   context's progress thread; they may call any remora function, but the
- *   progress thread delivers nothing else while a callback runs, so keep them short.
+ * - Every output struct the caller allocates (remora_context_attr_t,
+ *   remora_region_info_t, remora_elem_info_t, remora_cuda_attr_t,
+ *   remora_cuda_device_attr_t) starts with field_mask too, as UCX's attr
+ *   structs do, so it can grow without breaking callers:
+ *   - in: the fields wanted, one *_FIELD_* bit each. Only those are written;
+ *     every other field is left as the caller had it.
+ *   - 0 asks for the fields the struct had when field_mask was added to it
+ *     (all of this version's). Zero-initialised structs (`= {0}`) of callers
+ *     written before the mask existed keep working, and 0 never grows: once
+ *     a field is added, asking for it takes its bit, so a caller built
+ *     against an older header is never written past the end of its smaller
+ *     struct.
+ *   - a bit this library does not know: REMORA_ERR_INVALID_PARAM, nothing
+ *     written (a caller built against a newer header learns at once that a
+ *     field it counts on is not there, rather than reading stale memory).
+ *   - out, on REMORA_OK: the fields written (the bits asked for; for 0, the
+ *     bits that 0 stands for).
+ *   Structs the library allocates or hands to a callback (remora_client_list's
+ *   array, a subscription callback's remora_elem_info_t) come with every field
+ *   written and field_mask saying so. The statistics structs
+ *   (remora_server_stats_t, remora_conn_stats_t) differ, as a remote server
+ *   of another version fills them: bits it does not know are dropped from
+ *   the returned mask rather than refused, and 0 asks for nothing.
+ * - Threading, the default for every function unless its comment says
+ *   otherwise: any thread may call it at any time, also concurrently with
+ *   other calls on the same handle, except that a handle must not be used
+ *   while or after it is destroyed (destroying is the caller's to order
+ *   after every other use). Blocking calls block only the calling thread.
+ *   Callbacks (events, connection events, subscriptions, log lines) say
+ *   on which thread they run and what they may call. Event callbacks run on
+ *   the context's progress thread; they may call any remora function, but the
+ *   progress thread delivers nothing else while a callback runs, so keep them
+ *   short.
  * - Every blocking call is bounded by a timeout (REMORA_DEFAULT_TIMEOUT_MS
  *   unless the caller gives one).
  */
@@ -115,8 +145,34 @@ enum remora_context_field {
     REMORA_CONTEXT_FIELD_SPIN_US   = 1u << 1,
     REMORA_CONTEXT_FIELD_HEARTBEAT = 1u << 2,
     REMORA_CONTEXT_FIELD_BIND_HOST = 1u << 3,
-    REMORA_CONTEXT_FIELD_RMA       = 1u << 4
+    REMORA_CONTEXT_FIELD_RMA       = 1u << 4,
+    REMORA_CONTEXT_FIELD_LOG_CB    = 1u << 5
 };
+
+/** Severity of a log line; REMORA_LOG (error, warn, info, debug; default
+ *  warn) names the least severe that is logged at all. */
+typedef enum remora_log_level {
+    REMORA_LOG_ERROR = 0, /**< a call failed, or something was lost */
+    REMORA_LOG_WARN  = 1, /**< unexpected, and handled */
+    REMORA_LOG_INFO  = 2, /**< worth knowing once: a connection, a choice made */
+    REMORA_LOG_DEBUG = 3  /**< for developers of remora */
+} remora_log_level_t;
+
+/**
+ * Receives the library's log lines instead of stderr (see
+ * remora_context_params_t.log_cb). `where` is the source location
+ * ("client.c:1173"), `msg` the line without a trailing newline; both live
+ * until the callback returns.
+ *
+ * Threading: called from any thread of the process (the caller's, a progress
+ * thread, a subscription or reconnect thread), but never twice at once: the
+ * calls are serialised by a lock of the logger, so the callback needs no lock
+ * of its own for its own state. It must not call any remora function (that
+ * may log, and would deadlock) and should return quickly: every thread that
+ * logs waits for it.
+ */
+typedef void (*remora_log_cb_t)(remora_log_level_t level, const char *where, const char *msg,
+                                void *arg);
 
 /** One-sided access (the `rma` data path); see docs/security.md. */
 typedef enum remora_rma_mode {
@@ -155,6 +211,24 @@ typedef struct remora_context_params {
     const char *bind_host;
     /** Default REMORA_RMA_OFF (env REMORA_RMA=0|1|unsafe). */
     remora_rma_mode_t rma;
+    /**
+     * Where the library's log lines go while this context exists. Default
+     * (field not set, or NULL): stderr, one line each, "remora[PID] L
+     * file.c:N message". Which lines are logged at all is still REMORA_LOG's
+     * choice; lines it filters out are never formatted nor passed on.
+     *
+     * Log lines are the process's, not the context's: the library's code
+     * logs without knowing for which context. So the callback of the context
+     * created last among those alive that set one receives every line of the
+     * process (lines of other contexts, and of calls that have no context,
+     * included), as UCX's ucs_log_push_handler works. Lines logged while no
+     * such context exists (before the first, after the last is destroyed) go
+     * to stderr. It receives the lines of its own remora_context_create()
+     * too, a failing one included, and is never called once
+     * remora_context_destroy() (or a failed create) returned.
+     */
+    remora_log_cb_t log_cb;
+    void           *log_arg;
 } remora_context_params_t;
 
 /**
@@ -163,6 +237,8 @@ typedef struct remora_context_params {
  */
 REMORA_API remora_status_t remora_context_create(const remora_context_params_t *params,
                                                  remora_context_h *context_p);
+/** Threading: the last call on the context; nothing made from it may be
+ *  in use or alive (from any thread), and not from one of its callbacks. */
 REMORA_API void remora_context_destroy(remora_context_h context);
 
 /** Memory types a region can live in. */
@@ -171,7 +247,17 @@ typedef enum remora_mem_type {
     REMORA_MEM_CUDA = 1
 } remora_mem_type_t;
 
+/** Fields of remora_context_attr_t (field_mask; see the conventions at the top). */
+enum remora_context_attr_field {
+    REMORA_CONTEXT_ATTR_FIELD_UCX_VERSION   = 1u << 0, /**< ucx_major, ucx_minor, ucx_release */
+    REMORA_CONTEXT_ATTR_FIELD_UCX_MEM_TYPES = 1u << 1,
+    REMORA_CONTEXT_ATTR_FIELD_TRANSPORTS    = 1u << 2
+};
+
 typedef struct remora_context_attr {
+    /** In: the fields wanted (REMORA_CONTEXT_ATTR_FIELD_*, 0: all of them);
+     *  out: the fields written. */
+    uint64_t field_mask;
     unsigned ucx_major, ucx_minor, ucx_release; /**< version of the loaded UCX */
     /** Bit (1 << remora_mem_type_t) for each memory type the loaded UCX handles itself. */
     uint64_t ucx_mem_types;
@@ -179,6 +265,8 @@ typedef struct remora_context_attr {
     char     transports[256];
 } remora_context_attr_t;
 
+/** Fill the fields of *attr named in attr->field_mask. REMORA_ERR_INVALID_PARAM
+ *  for a bit not in remora_context_attr_field. */
 REMORA_API remora_status_t remora_context_query(remora_context_h context,
                                                 remora_context_attr_t *attr);
 
@@ -247,7 +335,8 @@ REMORA_API int remora_mem_device(remora_mem_h mem);
  * What the CUDA driver offers here, for diagnostics (`remora doctor`). The
  * driver is loaded at run time; without one these calls still work and say
  * so. They need no context and are thread-safe. As in every attr struct, the
- * caller sets field_mask to the fields it wants; only those are written.
+ * caller sets field_mask to the fields it wants (0: all); only those are
+ * written.
  * @{
  */
 enum remora_cuda_attr_field {
@@ -258,6 +347,8 @@ enum remora_cuda_attr_field {
 };
 
 typedef struct remora_cuda_attr {
+    /** In: the fields wanted (REMORA_CUDA_ATTR_FIELD_*, 0: all of them);
+     *  out: the fields written. */
     uint64_t field_mask;
     int      available;      /**< 1 when GPU memory can be used */
     int      driver_version; /**< e.g. 13000 for CUDA 13.0; 0 without a driver */
@@ -265,7 +356,9 @@ typedef struct remora_cuda_attr {
     char     reason[256];    /**< why not available; "" when it is */
 } remora_cuda_attr_t;
 
-/** Always REMORA_OK unless attr is NULL: an absent driver is an answer, not an error. */
+/** REMORA_OK unless attr is NULL or field_mask has a bit not in
+ *  remora_cuda_attr_field (REMORA_ERR_INVALID_PARAM): an absent driver is an
+ *  answer, not an error. */
 REMORA_API remora_status_t remora_cuda_query(remora_cuda_attr_t *attr);
 
 enum remora_cuda_device_field {
@@ -285,6 +378,8 @@ enum remora_cuda_feature {
 };
 
 typedef struct remora_cuda_device_attr {
+    /** In: the fields wanted (REMORA_CUDA_DEVICE_FIELD_*, 0: all of them);
+     *  out: the fields written. */
     uint64_t field_mask;
     char     name[256];
     char     pci_bus_id[32];     /**< "0000:3b:00.0" */
@@ -301,7 +396,8 @@ typedef struct remora_cuda_device_attr {
 REMORA_API remora_status_t remora_copy(void *dst, const void *src, size_t len);
 
 /** One device, by ordinal. REMORA_ERR_UNSUPPORTED without CUDA,
- *  REMORA_ERR_INVALID_PARAM for an ordinal out of range. */
+ *  REMORA_ERR_INVALID_PARAM for an ordinal out of range or a field_mask bit
+ *  not in remora_cuda_device_field. */
 REMORA_API remora_status_t remora_cuda_device_query(int device, remora_cuda_device_attr_t *attr);
 /** *can = 1 when device can map memory of peer (always so for device == peer). */
 REMORA_API remora_status_t remora_cuda_can_access_peer(int device, int peer, int *can);
@@ -374,7 +470,9 @@ typedef struct remora_server_params {
 REMORA_API remora_status_t remora_server_create(remora_context_h context,
                                                 const remora_server_params_t *params,
                                                 remora_server_h *server_p);
-/** Closes the listener and every connection; frees regions not otherwise referenced. */
+/** Closes the listener and every connection; frees regions not otherwise referenced.
+ *  Threading: not from the server's own conn_cb (it waits for the callbacks
+ *  queued on the progress thread). */
 REMORA_API void remora_server_destroy(remora_server_h server);
 
 /** The address actually bound, "HOST:PORT" (port resolved when 0 was asked for). */
@@ -650,7 +748,9 @@ REMORA_API remora_status_t remora_client_connect(remora_context_h context, const
                                                  const remora_client_params_t *params,
                                                  remora_client_h *client_p);
 /** Close the connection. Requests still in flight complete with REMORA_ERR_CANCELED;
- *  they must still be released with remora_request_release(). */
+ *  they must still be released with remora_request_release().
+ *  Threading: not from this client's own event callback (it waits until no
+ *  event of the client is being delivered). */
 REMORA_API void remora_client_disconnect(remora_client_h client);
 
 /** Region access as a client sees it. */
@@ -666,7 +766,21 @@ typedef enum remora_region_kind {
     REMORA_REGION_SIGNALS = 2 /**< an array of 64-bit signals (remora_server_expose_signals) */
 } remora_region_kind_t;
 
+/** Fields of remora_region_info_t (field_mask; see the conventions at the top). */
+enum remora_region_info_field {
+    REMORA_REGION_INFO_FIELD_NAME       = 1u << 0,
+    REMORA_REGION_INFO_FIELD_SIZE       = 1u << 1,
+    REMORA_REGION_INFO_FIELD_MEM_TYPE   = 1u << 2,
+    REMORA_REGION_INFO_FIELD_ACCESS     = 1u << 3,
+    REMORA_REGION_INFO_FIELD_GENERATION = 1u << 4,
+    REMORA_REGION_INFO_FIELD_KIND       = 1u << 5
+};
+
 typedef struct remora_region_info {
+    /** In (remora_client_lookup): the fields wanted
+     *  (REMORA_REGION_INFO_FIELD_*, 0: all of them); out: the fields written.
+     *  remora_client_list writes every field and sets all their bits. */
+    uint64_t          field_mask;
     char              name[REMORA_NAME_MAX + 1];
     uint64_t          size;
     remora_mem_type_t mem_type;
@@ -679,7 +793,9 @@ typedef struct remora_region_info {
 REMORA_API remora_status_t remora_client_list(remora_client_h client,
                                               remora_region_info_t **infos_p, size_t *count_p);
 REMORA_API void remora_region_info_free(remora_region_info_t *infos);
-/** Look one region up by name (always asks the server). */
+/** Look one region up by name (always asks the server) and fill the fields
+ *  of *info named in info->field_mask. REMORA_ERR_INVALID_PARAM (before any
+ *  message is sent) for a bit not in remora_region_info_field. */
 REMORA_API remora_status_t remora_client_lookup(remora_client_h client, const char *name,
                                                 remora_region_info_t *info);
 
@@ -716,6 +832,7 @@ REMORA_API remora_status_t remora_request_wait(remora_request_h req, int timeout
  * Release a request. One still in flight is waited for first (bounded by the
  * client's timeout; past that the connection is closed so that the buffer is
  * provably no longer touched).
+ * Threading: once per request, when no other thread tests or waits on it.
  */
 REMORA_API void remora_request_release(remora_request_h req);
 
@@ -749,7 +866,16 @@ REMORA_API remora_status_t remora_client_unmap(remora_client_h client, const voi
 /** The data path reads and writes of this region use now. */
 REMORA_API remora_status_t remora_client_region_path(remora_client_h client, const char *name,
                                                      remora_path_t *path_p);
+/** The name of a path: "auto", "am", "rma", "map", "ipc" or "staging"; "?"
+ *  for a value that is none. */
 REMORA_API const char *remora_path_string(remora_path_t path);
+/**
+ * The path named `name` (one of the names remora_path_string gives, exact
+ * and lower-case): the one parser of path names, used for REMORA_PATH, the
+ * CLI's --path and the Python binding. REMORA_ERR_INVALID_PARAM (and *path_p
+ * untouched) for NULL or any other name.
+ */
+REMORA_API remora_status_t remora_path_parse(const char *name, remora_path_t *path_p);
 
 /** Connections this client spreads large transfers over, itself included
  *  (1 without lanes). */
@@ -803,6 +929,8 @@ REMORA_API remora_status_t remora_ring_create(remora_context_h context,
 REMORA_API void remora_ring_destroy(remora_ring_h ring);
 
 /** Copy one element in (len <= elem_size; the rest of the slot is zeroed).
+ *  Threading: push, reserve and commit are the producer's: one thread at a
+ *  time per ring (readers may run alongside).
  *  Returns its sequence number in *seq_p (may be NULL). Never blocks.
  *  Buffers given to a host ring's push/get/newest/oldest are host memory; a
  *  GPU ring's may be host or GPU memory. (Subscriptions take either.) */
@@ -812,7 +940,8 @@ REMORA_API remora_status_t remora_ring_push(remora_ring_h ring, const void *elem
  * Zero-copy push: *slot_p points at the next slot's element bytes (elem_size
  * of them), to be filled in place and published with remora_ring_commit().
  * Readers never see a reserved element before its commit. Only one
- * reservation at a time; REMORA_ERR_BUSY otherwise.
+ * reservation at a time; REMORA_ERR_BUSY otherwise. Threading: the
+ * producer's thread only, as push.
  */
 REMORA_API remora_status_t remora_ring_reserve(remora_ring_h ring, void **slot_p);
 REMORA_API remora_status_t remora_ring_commit(remora_ring_h ring, uint64_t *seq_p);
@@ -868,7 +997,18 @@ typedef enum remora_sub_mode {
     REMORA_SUB_LATEST = 1
 } remora_sub_mode_t;
 
+/** Fields of remora_elem_info_t (field_mask; see the conventions at the top). */
+enum remora_elem_info_field {
+    REMORA_ELEM_INFO_FIELD_SEQ   = 1u << 0,
+    REMORA_ELEM_INFO_FIELD_DROPS = 1u << 1,
+    REMORA_ELEM_INFO_FIELD_SIZE  = 1u << 2
+};
+
 typedef struct remora_elem_info {
+    /** In (remora_sub_next, remora_sub_next_ref): the fields wanted
+     *  (REMORA_ELEM_INFO_FIELD_*, 0: all of them); out: the fields written.
+     *  A callback's info has every field written and all their bits set. */
+    uint64_t field_mask;
     uint64_t seq;   /**< sequence number of the element */
     uint64_t drops; /**< elements skipped so far on this subscription */
     size_t   size;  /**< element size in bytes */
@@ -908,7 +1048,9 @@ REMORA_API remora_status_t remora_client_subscribe(remora_client_h client, const
  * Wait up to timeout_ms (< 0: the client's timeout) for the next element and
  * copy it into buf (len >= element size). REMORA_ERR_TIMED_OUT when none came;
  * REMORA_ERR_DISCONNECTED when the server went away (subscribe again after
- * reconnecting). Not for subscriptions with a callback.
+ * reconnecting). Not for subscriptions with a callback. info may be NULL;
+ * otherwise REMORA_ERR_INVALID_PARAM (nothing consumed) for a bit of
+ * info->field_mask not in remora_elem_info_field.
  *
  * On a reconnecting client a subscription outlives the connection: while the
  * client reconnects, remora_sub_next waits (up to its timeout: TIMED_OUT, the
@@ -926,6 +1068,9 @@ REMORA_API remora_status_t remora_client_subscribe(remora_client_h client, const
  * - The ring gone, or another shape under its name: REMORA_ERR_NOT_FOUND.
  * - The client gave up reconnecting: REMORA_ERR_DISCONNECTED.
  * A callback subscription rides through the same way (its thread waits).
+ *
+ * Threading: one thread at a time per subscription (with
+ * remora_sub_next_ref and remora_sub_discarded).
  */
 REMORA_API remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
                                            remora_elem_info_t *info, int timeout_ms);
@@ -947,7 +1092,8 @@ REMORA_API size_t remora_sub_elem_size(remora_sub_h sub);
  * Call from the consumer's thread (or the callback).
  */
 REMORA_API uint64_t remora_sub_discarded(remora_sub_h sub);
-/** End a subscription (joins the callback thread; call it from another thread).
+/** End a subscription. Threading: not from its own callback (it joins the
+ *  callback's thread), and not while another thread is in remora_sub_next.
  *  A client may be disconnected first: its subscriptions then fail with
  *  REMORA_ERR_CANCELED, and the client's memory goes with the last of them. */
 REMORA_API void remora_sub_destroy(remora_sub_h sub);
@@ -1181,6 +1327,8 @@ REMORA_API remora_status_t remora_sock_accept(remora_sock_listener_h listener, i
  *  nothing listens under that name. */
 REMORA_API remora_status_t remora_sock_connect(remora_client_h client, const char *service,
                                                int timeout_ms, remora_sock_h *sock_p);
+/** Threading: one sender and one receiver may work on a socket at once (see
+ *  the group's notes). */
 REMORA_API int64_t remora_sock_send(remora_sock_h sock, const void *buf, size_t len,
                                     int timeout_ms);
 REMORA_API int64_t remora_sock_recv(remora_sock_h sock, void *buf, size_t len, int timeout_ms);

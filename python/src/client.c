@@ -228,7 +228,6 @@ static PyObject *rp_client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_EVENT_CB};
     rp_client_t           *self = NULL;
     remora_status_t        st;
-    static const char     *paths[] = {"auto", "am", "rma", "map", "ipc", "staging"};
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|$z*OzI", kwlist, &rp_ContextType, &ctx,
                                      &addr, &token, &tobj, &path, &lanes))
@@ -246,18 +245,12 @@ static PyObject *rp_client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         p.field_mask |= REMORA_CLIENT_FIELD_TIMEOUT;
     }
     if (path != NULL) {
-        size_t i;
-        for (i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-            if (strcmp(path, paths[i]) == 0)
-                break;
-        }
-        if (i == sizeof(paths) / sizeof(paths[0])) {
+        if (remora_path_parse(path, &p.path) != REMORA_OK) {
             PyErr_Format(PyExc_ValueError, "path must be one of auto, am, rma, map, ipc, "
                                            "staging; not %s", path);
             goto fail;
         }
         p.field_mask |= REMORA_CLIENT_FIELD_PATH;
-        p.path = (remora_path_t)i;
     }
     if (lanes != 0) {
         p.field_mask |= REMORA_CLIENT_FIELD_LANES;
@@ -380,7 +373,7 @@ static int rp_lookup(rp_client_t *self, const char *name, remora_region_info_t *
 static PyObject *rp_client_lookup(rp_client_t *self, PyObject *args)
 {
     const char          *name;
-    remora_region_info_t ri;
+    remora_region_info_t ri = {.field_mask = 0}; /* every field */
 
     if (!PyArg_ParseTuple(args, "s", &name) || rp_client_open(self) < 0)
         return NULL;
@@ -392,7 +385,7 @@ static PyObject *rp_client_lookup(rp_client_t *self, PyObject *args)
 /* The bytes from offset to the region's end, for reads without a length. */
 static int rp_rest_of_region(rp_client_t *self, const char *name, uint64_t off, size_t *len)
 {
-    remora_region_info_t ri;
+    remora_region_info_t ri = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE};
 
     if (rp_lookup(self, name, &ri) < 0)
         return -1;

@@ -272,7 +272,7 @@ static PyObject *rp_context_exit(rp_context_t *self, PyObject *args)
 
 static PyObject *rp_context_info(rp_context_t *self, PyObject *unused)
 {
-    remora_context_attr_t a;
+    remora_context_attr_t a = {.field_mask = 0}; /* every field */
     remora_status_t       st;
 
     if (rp_check_open(&self->base, "Context") < 0)

@@ -789,7 +789,7 @@ static PyObject *rp_sub_take(rp_sub_t *self, int ms, PyObject *out)
     rp_buf_t           b = {0};
     void              *dst;
     size_t             len;
-    remora_elem_info_t info = {0};
+    remora_elem_info_t info = {.field_mask = 0}; /* every field */
     remora_status_t    st;
     remora_sub_h       h;
 

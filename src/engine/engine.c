@@ -20,6 +20,7 @@
 
 #include "engine/seal.h"
 #include "mem/cuda.h"
+#include "util/fields.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -856,7 +857,7 @@ static remora_status_t context_apply_params(remora_context_h ctx,
     return REMORA_OK;
 }
 
-remora_status_t remora_context_create(const remora_context_params_t *params,
+static remora_status_t context_create(const remora_context_params_t *params,
                                       remora_context_h *context_p)
 {
     remora_context_h ctx;
@@ -899,10 +900,31 @@ remora_status_t remora_context_create(const remora_context_params_t *params,
     return REMORA_OK;
 }
 
+remora_status_t remora_context_create(const remora_context_params_t *params,
+                                      remora_context_h *context_p)
+{
+    rm_log_sink_t *sink = NULL;
+    remora_status_t status;
+
+    /* First, so that the lines of this very call reach the callback too. */
+    if (params && (params->field_mask & REMORA_CONTEXT_FIELD_LOG_CB) && params->log_cb &&
+        (sink = rm_log_sink_push(params->log_cb, params->log_arg)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    if ((status = context_create(params, context_p)) != REMORA_OK) {
+        rm_log_sink_remove(sink);
+        return status;
+    }
+    (*context_p)->log_sink = sink;
+    return REMORA_OK;
+}
+
 void remora_context_destroy(remora_context_h ctx)
 {
+    rm_log_sink_t *sink;
+
     if (ctx == NULL)
         return;
+    sink = ctx->log_sink;
     if (ctx->stream_fini)
         ctx->stream_fini(ctx);
     atomic_store(&ctx->stop, 1);
@@ -923,6 +945,7 @@ void remora_context_destroy(remora_context_h ctx)
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->peers);
     free(ctx);
+    rm_log_sink_remove(sink);
 }
 
 /* ------------------------------------------------------------ query */
@@ -982,17 +1005,25 @@ static int context_has_shm(remora_context_h ctx)
 remora_status_t remora_context_query(remora_context_h ctx, remora_context_attr_t *attr)
 {
     ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    uint64_t want;
 
-    if (ctx == NULL || attr == NULL)
+    if (ctx == NULL || attr == NULL ||
+        rm_fields_wanted(attr->field_mask, RM_CONTEXT_ATTR_FIELDS, RM_CONTEXT_ATTR_FIELDS,
+                         &want) != REMORA_OK)
         return REMORA_ERR_INVALID_PARAM;
-    memset(attr, 0, sizeof(*attr));
-    ucp_get_version(&attr->ucx_major, &attr->ucx_minor, &attr->ucx_release);
-    if (ucp_context_query(ctx->ucp, &ca) == UCS_OK) {
-        if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_HOST))
-            attr->ucx_mem_types |= 1u << REMORA_MEM_HOST;
-        if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
-            attr->ucx_mem_types |= 1u << REMORA_MEM_CUDA;
+    if (want & REMORA_CONTEXT_ATTR_FIELD_UCX_VERSION)
+        ucp_get_version(&attr->ucx_major, &attr->ucx_minor, &attr->ucx_release);
+    if (want & REMORA_CONTEXT_ATTR_FIELD_UCX_MEM_TYPES) {
+        attr->ucx_mem_types = 0;
+        if (ucp_context_query(ctx->ucp, &ca) == UCS_OK) {
+            if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_HOST))
+                attr->ucx_mem_types |= 1u << REMORA_MEM_HOST;
+            if (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))
+                attr->ucx_mem_types |= 1u << REMORA_MEM_CUDA;
+        }
     }
-    query_transports(ctx, attr->transports, sizeof(attr->transports));
+    if (want & REMORA_CONTEXT_ATTR_FIELD_TRANSPORTS)
+        query_transports(ctx, attr->transports, sizeof(attr->transports));
+    attr->field_mask = want;
     return REMORA_OK;
 }

@@ -146,6 +146,8 @@ struct remora_context {
     void (*stream_client_hook)(struct remora_client *client, int phase);
     /* remora_context_destroy, first thing. */
     void (*stream_fini)(remora_context_h ctx);
+    /* remora_context_params_t.log_cb on the logger's stack (util/log.h). */
+    struct rm_log_sink *log_sink;
 };
 
 /*

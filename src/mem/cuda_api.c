@@ -4,23 +4,28 @@
 #include <string.h>
 
 #include "mem/cuda.h"
+#include "util/fields.h"
 
 remora_status_t remora_cuda_query(remora_cuda_attr_t *attr)
 {
     int available, version = 0;
+    uint64_t fm;
 
-    if (attr == NULL)
+    if (attr == NULL ||
+        rm_fields_wanted(attr->field_mask, RM_CUDA_ATTR_FIELDS, RM_CUDA_ATTR_FIELDS, &fm) !=
+            REMORA_OK)
         return REMORA_ERR_INVALID_PARAM;
     available = rm_cuda_init() == REMORA_OK;
     rm_cuda_driver_version(&version);
-    if (attr->field_mask & REMORA_CUDA_ATTR_FIELD_AVAILABLE)
+    if (fm & REMORA_CUDA_ATTR_FIELD_AVAILABLE)
         attr->available = available;
-    if (attr->field_mask & REMORA_CUDA_ATTR_FIELD_DRIVER_VERSION)
+    if (fm & REMORA_CUDA_ATTR_FIELD_DRIVER_VERSION)
         attr->driver_version = version;
-    if (attr->field_mask & REMORA_CUDA_ATTR_FIELD_DEVICE_COUNT)
+    if (fm & REMORA_CUDA_ATTR_FIELD_DEVICE_COUNT)
         attr->device_count = rm_cuda_device_count();
-    if (attr->field_mask & REMORA_CUDA_ATTR_FIELD_REASON)
+    if (fm & REMORA_CUDA_ATTR_FIELD_REASON)
         snprintf(attr->reason, sizeof(attr->reason), "%s", rm_cuda_unavailable_reason());
+    attr->field_mask = fm;
     return REMORA_OK;
 }
 
@@ -38,11 +43,12 @@ remora_status_t remora_cuda_device_query(int device, remora_cuda_device_attr_t *
     remora_status_t status;
     uint64_t fm;
 
-    if (attr == NULL)
+    if (attr == NULL ||
+        rm_fields_wanted(attr->field_mask, RM_CUDA_DEVICE_FIELDS, RM_CUDA_DEVICE_FIELDS, &fm) !=
+            REMORA_OK)
         return REMORA_ERR_INVALID_PARAM;
     if ((status = rm_cuda_device_info(device, &in)) != REMORA_OK)
         return status;
-    fm = attr->field_mask;
     if (fm & REMORA_CUDA_DEVICE_FIELD_NAME)
         snprintf(attr->name, sizeof(attr->name), "%s", in.name);
     if (fm & REMORA_CUDA_DEVICE_FIELD_PCI_BUS_ID)
@@ -55,6 +61,7 @@ remora_status_t remora_cuda_device_query(int device, remora_cuda_device_attr_t *
     }
     if (fm & REMORA_CUDA_DEVICE_FIELD_FEATURES)
         attr->features = device_features(&in);
+    attr->field_mask = fm;
     return REMORA_OK;
 }
 

@@ -39,6 +39,7 @@
 #include "mem/shm.h"
 #include "remote/client.h"
 #include "remote/sock.h"
+#include "util/fields.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -1164,16 +1165,11 @@ static remora_path_t path_from_env(void)
 {
     const char *v = getenv("REMORA_PATH");
 
-    if (v == NULL)
-        return REMORA_PATH_AUTO;
-    if (strcmp(v, "am") == 0)  return REMORA_PATH_AM;
-    if (strcmp(v, "rma") == 0) return REMORA_PATH_RMA;
-    if (strcmp(v, "map") == 0) return REMORA_PATH_MAP;
-    if (strcmp(v, "ipc") == 0) return REMORA_PATH_IPC;
-    if (strcmp(v, "staging") == 0) return REMORA_PATH_STAGING;
-    if (strcmp(v, "auto") != 0)
+    remora_path_t path = REMORA_PATH_AUTO;
+
+    if (v != NULL && remora_path_parse(v, &path) != REMORA_OK)
         rm_warn("REMORA_PATH=%s not understood; using auto", v);
-    return REMORA_PATH_AUTO;
+    return path;
 }
 
 static size_t size_from_env(const char *name, size_t dflt, size_t min, size_t max)
@@ -1385,6 +1381,26 @@ void rm_client_sub_detach(remora_client_h c)
         client_free(c);
 }
 
+/* The fields of *info named in want, from a region descriptor off the wire. */
+static void region_info_fill(remora_region_info_t *info, uint64_t want, const rm_region_desc_t *d)
+{
+    if (want & REMORA_REGION_INFO_FIELD_NAME)
+        snprintf(info->name, sizeof(info->name), "%s", d->name);
+    if (want & REMORA_REGION_INFO_FIELD_SIZE)
+        info->size = d->size;
+    if (want & REMORA_REGION_INFO_FIELD_MEM_TYPE)
+        info->mem_type = (remora_mem_type_t)d->mem_type;
+    if (want & REMORA_REGION_INFO_FIELD_ACCESS)
+        info->access = d->access;
+    if (want & REMORA_REGION_INFO_FIELD_GENERATION)
+        info->generation = d->generation;
+    if (want & REMORA_REGION_INFO_FIELD_KIND)
+        info->kind = (d->flags & RM_REGION_WIRE_RING)      ? REMORA_REGION_RING
+                     : (d->flags & RM_REGION_WIRE_SIGNALS) ? REMORA_REGION_SIGNALS
+                                                           : REMORA_REGION_PLAIN;
+    info->field_mask = want;
+}
+
 remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **infos_p,
                                    size_t *count_p)
 {
@@ -1406,16 +1422,8 @@ remora_status_t remora_client_list(remora_client_h c, remora_region_info_t **inf
         st = REMORA_ERR_NO_MEMORY;
         goto out;
     }
-    for (size_t i = 0; i < count; i++) {
-        snprintf(infos[i].name, sizeof(infos[i].name), "%s", descs[i].name);
-        infos[i].size       = descs[i].size;
-        infos[i].mem_type   = (remora_mem_type_t)descs[i].mem_type;
-        infos[i].access     = descs[i].access;
-        infos[i].generation = descs[i].generation;
-        infos[i].kind       = (descs[i].flags & RM_REGION_WIRE_RING) ? REMORA_REGION_RING
-                            : (descs[i].flags & RM_REGION_WIRE_SIGNALS) ? REMORA_REGION_SIGNALS
-                                                                          : REMORA_REGION_PLAIN;
-    }
+    for (size_t i = 0; i < count; i++)
+        region_info_fill(&infos[i], RM_REGION_INFO_FIELDS, &descs[i]);
     *infos_p = infos;
     *count_p = count;
 out:
@@ -1434,8 +1442,11 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     rm_rbuf_t rb;
     rm_region_desc_t d;
     remora_status_t st, cached;
+    uint64_t want;
 
-    if (c == NULL || info == NULL)
+    if (c == NULL || info == NULL ||
+        rm_fields_wanted(info->field_mask, RM_REGION_INFO_FIELDS, RM_REGION_INFO_FIELDS,
+                         &want) != REMORA_OK)
         return REMORA_ERR_INVALID_PARAM;
     /* Also refreshes the cache with what we learn. */
     if ((st = lookup_and_cache(c, name, rm_deadline_ns(c->timeout_ms), &body, &len, &cached)) != REMORA_OK)
@@ -1445,15 +1456,7 @@ remora_status_t remora_client_lookup(remora_client_h c, const char *name,
     free(body);
     if (rb.failed || rb.left != 0)
         return REMORA_ERR_PROTOCOL;
-    memset(info, 0, sizeof(*info));
-    snprintf(info->name, sizeof(info->name), "%s", d.name);
-    info->size       = d.size;
-    info->mem_type   = (remora_mem_type_t)d.mem_type;
-    info->access     = d.access;
-    info->generation = d.generation;
-    info->kind       = (d.flags & RM_REGION_WIRE_RING)      ? REMORA_REGION_RING
-                       : (d.flags & RM_REGION_WIRE_SIGNALS) ? REMORA_REGION_SIGNALS
-                                                            : REMORA_REGION_PLAIN;
+    region_info_fill(info, want, &d);
     return REMORA_OK;
 }
 
@@ -1520,19 +1523,6 @@ remora_status_t remora_client_region_path(remora_client_h c, const char *name,
     *path_p = r->path;
     rm_engine_unlock(c->ctx);
     return REMORA_OK;
-}
-
-const char *remora_path_string(remora_path_t path)
-{
-    switch (path) {
-    case REMORA_PATH_AUTO: return "auto";
-    case REMORA_PATH_AM:   return "am";
-    case REMORA_PATH_RMA:  return "rma";
-    case REMORA_PATH_MAP:  return "map";
-    case REMORA_PATH_IPC:  return "ipc";
-    case REMORA_PATH_STAGING: return "staging";
-    }
-    return "?";
 }
 
 /* ------------------------------------------------------------ lanes */

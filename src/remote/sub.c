@@ -42,6 +42,7 @@
 #include "mem/cuda.h"
 #include "remote/client.h"
 #include "ring/ring.h"
+#include "util/fields.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -494,9 +495,10 @@ static int batch_take(remora_sub_h sub, const void **elem_p, remora_elem_info_t 
     sub->next = seq + 1;
     *elem_p = b->data + b->pos * b->pitch;
     b->pos++;
-    info->seq   = seq;
-    info->drops = sub->drops;
-    info->size  = sub->shape.elem_size;
+    info->field_mask = RM_ELEM_INFO_FIELDS;
+    info->seq        = seq;
+    info->drops      = sub->drops;
+    info->size       = sub->shape.elem_size;
     return 1;
 }
 
@@ -677,22 +679,45 @@ static remora_status_t sub_copy_out(remora_sub_h sub, void *buf, const void *ele
     return rm_cuda_copy(buf, elem, sub->shape.elem_size);
 }
 
+/* The fields of the caller's *info that it asked for (info may be NULL). */
+static void elem_info_out(remora_elem_info_t *info, uint64_t want, const remora_elem_info_t *mine)
+{
+    if (info == NULL)
+        return;
+    if (want & REMORA_ELEM_INFO_FIELD_SEQ)
+        info->seq = mine->seq;
+    if (want & REMORA_ELEM_INFO_FIELD_DROPS)
+        info->drops = mine->drops;
+    if (want & REMORA_ELEM_INFO_FIELD_SIZE)
+        info->size = mine->size;
+    info->field_mask = want;
+}
+
+static remora_status_t elem_info_wanted(const remora_elem_info_t *info, uint64_t *want_p)
+{
+    *want_p = 0;
+    return info == NULL ? REMORA_OK
+                        : rm_fields_wanted(info->field_mask, RM_ELEM_INFO_FIELDS,
+                                           RM_ELEM_INFO_FIELDS, want_p);
+}
+
 remora_status_t remora_sub_next(remora_sub_h sub, void *buf, size_t len,
                                 remora_elem_info_t *info, int timeout_ms)
 {
     remora_elem_info_t mine;
     const void *elem;
     remora_status_t st;
+    uint64_t want;
 
-    if (sub == NULL || buf == NULL || len < sub->shape.elem_size || sub->cb)
+    if (sub == NULL || buf == NULL || len < sub->shape.elem_size || sub->cb ||
+        elem_info_wanted(info, &want) != REMORA_OK)
         return REMORA_ERR_INVALID_PARAM;
     uint64_t deadline = rm_deadline_ns(timeout_ms < 0 ? sub->client->timeout_ms : timeout_ms);
     if ((st = sub_take(sub, &elem, &mine, deadline)) != REMORA_OK)
         return st;
     if ((st = sub_copy_out(sub, buf, elem)) != REMORA_OK)
         return st;
-    if (info)
-        *info = mine;
+    elem_info_out(info, want, &mine);
     return REMORA_OK;
 }
 
@@ -701,12 +726,13 @@ remora_status_t remora_sub_next_ref(remora_sub_h sub, const void **elem_p,
 {
     remora_elem_info_t mine;
     remora_status_t st;
+    uint64_t want;
 
-    if (sub == NULL || elem_p == NULL || sub->cb)
+    if (sub == NULL || elem_p == NULL || sub->cb || elem_info_wanted(info, &want) != REMORA_OK)
         return REMORA_ERR_INVALID_PARAM;
     uint64_t deadline = rm_deadline_ns(timeout_ms < 0 ? sub->client->timeout_ms : timeout_ms);
-    if ((st = sub_take(sub, elem_p, &mine, deadline)) == REMORA_OK && info)
-        *info = mine;
+    if ((st = sub_take(sub, elem_p, &mine, deadline)) == REMORA_OK)
+        elem_info_out(info, want, &mine);
     return st;
 }
 
@@ -734,7 +760,8 @@ static void *sub_thread(void *arg)
 static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t *size_p,
                                    rm_ring_shape_t *shape)
 {
-    remora_region_info_t info;
+    remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE |
+                                               REMORA_REGION_INFO_FIELD_KIND};
     uint8_t hdr[RM_RING_HDR_LEN];
     remora_status_t st;
 

@@ -10,6 +10,16 @@
 
 int rm_log_level_current = RM_LOG_WARN;
 
+struct rm_log_sink {
+    remora_log_cb_t cb;
+    void           *arg;
+    rm_log_sink_t  *below;
+};
+
+static pthread_mutex_t log_mx = PTHREAD_MUTEX_INITIALIZER;
+static rm_log_sink_t  *log_top; /* guarded by log_mx */
+static __thread int    log_in_sink; /* this thread runs a sink's callback */
+
 static void log_read_env(void)
 {
     static const char *names[] = {"error", "warn", "info", "debug"};
@@ -27,17 +37,58 @@ void rm_log_init(void)
     pthread_once(&once, log_read_env);
 }
 
+rm_log_sink_t *rm_log_sink_push(remora_log_cb_t cb, void *arg)
+{
+    rm_log_sink_t *sink = calloc(1, sizeof(*sink));
+
+    if (sink == NULL)
+        return NULL;
+    sink->cb  = cb;
+    sink->arg = arg;
+    pthread_mutex_lock(&log_mx);
+    sink->below = log_top;
+    log_top     = sink;
+    pthread_mutex_unlock(&log_mx);
+    return sink;
+}
+
+void rm_log_sink_remove(rm_log_sink_t *sink)
+{
+    if (sink == NULL)
+        return;
+    pthread_mutex_lock(&log_mx);
+    for (rm_log_sink_t **pp = &log_top; *pp != NULL; pp = &(*pp)->below) {
+        if (*pp == sink) {
+            *pp = sink->below;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&log_mx);
+    free(sink);
+}
+
 void rm_log_emit(rm_log_level_t level, const char *file, int line, const char *fmt, ...)
 {
     static const char tag[] = "EWID";
-    char msg[512];
+    char msg[512], where[128];
     va_list ap;
     const char *base = strrchr(file, '/');
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    snprintf(where, sizeof(where), "%s:%d", base ? base + 1 : file, line);
+    if (!log_in_sink) {
+        pthread_mutex_lock(&log_mx);
+        if (log_top != NULL) {
+            log_in_sink = 1;
+            log_top->cb((remora_log_level_t)level, where, msg, log_top->arg);
+            log_in_sink = 0;
+            pthread_mutex_unlock(&log_mx);
+            return;
+        }
+        pthread_mutex_unlock(&log_mx);
+    }
     /* One write per line so lines from several threads do not interleave. */
-    fprintf(stderr, "remora[%d] %c %s:%d %s\n", (int)getpid(), tag[level],
-            base ? base + 1 : file, line, msg);
+    fprintf(stderr, "remora[%d] %c %s %s\n", (int)getpid(), tag[level], where, msg);
 }

@@ -1,16 +1,40 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Logging: one line per event on stderr, level from REMORA_LOG (error, warn,
- * info, debug; default warn). An error is logged once, where it is found. */
+/* Logging: one line per event, level from REMORA_LOG (error, warn, info,
+ * debug; default warn). An error is logged once, where it is found.
+ *
+ * Lines go to the sink on top of a process-wide stack (a context's
+ * remora_context_params_t.log_cb, pushed by remora_context_create and removed
+ * by remora_context_destroy), or to stderr while the stack is empty. One mutex
+ * guards the stack and serialises the sinks' calls, so a sink is never called
+ * after its removal returned; a sink that logs (it must not) goes to stderr
+ * instead of deadlocking. */
 #ifndef RM_UTIL_LOG_H
 #define RM_UTIL_LOG_H
 
-typedef enum { RM_LOG_ERROR, RM_LOG_WARN, RM_LOG_INFO, RM_LOG_DEBUG } rm_log_level_t;
+#include <remora/remora.h>
+
+typedef enum {
+    RM_LOG_ERROR = REMORA_LOG_ERROR,
+    RM_LOG_WARN  = REMORA_LOG_WARN,
+    RM_LOG_INFO  = REMORA_LOG_INFO,
+    RM_LOG_DEBUG = REMORA_LOG_DEBUG
+} rm_log_level_t;
 
 extern int rm_log_level_current;
+
+typedef struct rm_log_sink rm_log_sink_t;
 
 void rm_log_init(void);
 void rm_log_emit(rm_log_level_t level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Put cb on top of the stack: it gets every line from now on, until removed
+ * or until a later sink is pushed. NULL when out of memory (lines then keep
+ * going where they went). */
+rm_log_sink_t *rm_log_sink_push(remora_log_cb_t cb, void *arg);
+/* Take a sink off the stack, wherever it is in it, and free it; once this
+ * returns its callback is never called again. NULL is ignored. */
+void rm_log_sink_remove(rm_log_sink_t *sink);
 
 #define rm_log(level, ...)                                              \
     do {                                                                \

@@ -266,7 +266,7 @@ static void test_out_of_range(void **state)
 static void test_missing_region(void **state)
 {
     uint8_t buf[8];
-    remora_region_info_t info;
+    remora_region_info_t info = {0};
     remora_path_t path;
     remora_request_h req = NULL;
     (void)state;
@@ -350,10 +350,11 @@ static void test_list_fields(void **state)
 /* lookup: the same fields for one region, and the name copied back. */
 static void test_lookup_fields(void **state)
 {
-    remora_region_info_t info;
+    remora_region_info_t info = {0};
     (void)state;
 
     memset(&info, 0xFF, sizeof(info));
+    info.field_mask = 0; /* every field */
     it_assert_ok(remora_client_lookup(g_c.client, "a", &info));
     assert_string_equal(info.name, "a");
     assert_int_equal(info.size, A_SIZE);
@@ -612,7 +613,7 @@ static void test_processes_concurrent(void **state)
 static void skip_if_no_shared_memory(void)
 {
     remora_context_h ctx;
-    remora_context_attr_t attr;
+    remora_context_attr_t attr = {0};
 
     if (expected_path() != REMORA_PATH_MAP)
         return;

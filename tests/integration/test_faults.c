@@ -89,7 +89,7 @@ static void *reader_thread(void *arg)
 static void assert_later_calls_disconnected(remora_client_h c)
 {
     uint8_t buf[64];
-    remora_region_info_t info, *infos = NULL;
+    remora_region_info_t info = {0}, *infos = NULL;
     size_t n;
     double rtt;
     remora_request_h req = NULL;

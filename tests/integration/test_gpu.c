@@ -144,7 +144,7 @@ static void test_host_region(void **state)
 static int ucx_handles_cuda(void)
 {
     remora_context_h ctx;
-    remora_context_attr_t a;
+    remora_context_attr_t a = {0};
     int yes = 0;
 
     it_assert_ok(remora_context_create(NULL, &ctx));
@@ -202,7 +202,7 @@ static void test_ring_into_gpu(void **state)
     it_server_t s;
     it_client_t c;
     remora_sub_h sub;
-    remora_elem_info_t info;
+    remora_elem_info_t info = {0};
     buf_t g;
     uint8_t *host = malloc(1 << 20);
     (void)state;
@@ -261,8 +261,8 @@ static void test_gpu_resident_ring(void **state)
         remora_client_params_t cp = {.field_mask = REMORA_CLIENT_FIELD_PATH, .path = paths[p]};
         it_client_t c;
         remora_sub_h sub;
-        remora_elem_info_t info;
-        remora_region_info_t ri;
+        remora_elem_info_t info = {0};
+        remora_region_info_t ri = {0};
         buf_t g;
         uint8_t *host = malloc(1 << 20);
 
@@ -293,7 +293,7 @@ static void test_replaced_under_ipc(void **state)
 {
     it_server_t s;
     it_client_t c;
-    remora_region_info_t info;
+    remora_region_info_t info = {0};
     buf_t b;
     (void)state;
 

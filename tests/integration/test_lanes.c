@@ -188,7 +188,7 @@ static void test_lanes_follow_replace(void **state)
     it_assert_ok(remora_server_replace(f.server, "r", bigger, NULL));
     /* Once this client sees the new size, a read past the old end that is
      * split across lanes must see the new memory on every lane. */
-    remora_region_info_t info;
+    remora_region_info_t info = {0};
     for (int i = 0; i < 200; i++) {
         it_assert_ok(remora_client_lookup(c, "r", &info));
         if (info.size == mp.length)

@@ -43,7 +43,7 @@ static volatile double g_t_stop;
 static bool ucx_1_13_wakeup_abort(const it_server_t *s)
 {
     remora_context_h ctx;
-    remora_context_attr_t a;
+    remora_context_attr_t a = {0};
     char line[1024];
     bool hit = false;
     FILE *f;
@@ -81,7 +81,7 @@ static void test_stopped_server(void **state)
     it_client_t c_read, c_write, c_sub;
     remora_sub_h sub;
     uint8_t elem[64];
-    remora_elem_info_t info;
+    remora_elem_info_t info = {0};
     pthread_t tr, tw;
     op_t r = {.c = &c_read}, w = {.c = &c_write, .write = 1};
     (void)state;

@@ -1077,7 +1077,7 @@ static void test_ring_messages(void **state)
     it_client_t c;
     remora_sub_h sub;
     uint8_t elem[64];
-    remora_elem_info_t info;
+    remora_elem_info_t info = {0};
     it_assert_ok(it_client_open(&c, s.addr, NULL));
     it_assert_ok(remora_client_subscribe(c.client, "r", NULL, &sub));
     it_assert_ok(remora_sub_next(sub, elem, sizeof(elem), &info, 5000));

@@ -183,7 +183,7 @@ static void close_span(subscriber_t *s)
 static void *sub_main(void *arg)
 {
     subscriber_t *s = arg;
-    remora_elem_info_t info;
+    remora_elem_info_t info = {0};
     const void *elem;
 
     while (!atomic_load(&s->stop)) {

@@ -69,7 +69,7 @@ static void test_region_changed_event_and_new_size(void **state)
     it_client_t c;
     remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_EVENT_CB,
                                 .event_cb = on_event, .event_arg = &g_ev};
-    remora_region_info_t info;
+    remora_region_info_t info = {0};
     uint8_t *buf = malloc(OLD_SIZE);
     uint8_t small[16];
     double t0;
@@ -203,7 +203,7 @@ static void test_reads_across_the_replace(void **state)
     it_client_t c;
     hammer_t h = {0};
     pthread_t t;
-    remora_region_info_t info;
+    remora_region_info_t info = {0};
     (void)state;
 
     it_must_start(&s, "--region", "a=16M", "--resize", "a=8M@1500", NULL);
@@ -247,7 +247,7 @@ static void test_removed_and_windowed_replace(void **state)
     remora_region_params_t window = {.field_mask = REMORA_REGION_FIELD_OFFSET |
                                                    REMORA_REGION_FIELD_LENGTH,
                                      .offset = 4096, .length = 8192};
-    remora_region_info_t info;
+    remora_region_info_t info = {0};
     char addr[IT_ADDR_MAX];
     uint8_t buf[8192];
     it_client_t c;

@@ -313,7 +313,7 @@ static void follow(remora_sub_mode_t mode, size_t elem, size_t cap, unsigned pau
     it_client_t c;
     remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_MODE, .mode = mode};
     remora_sub_h sub;
-    remora_elem_info_t info;
+    remora_elem_info_t info = {0};
     uint8_t *buf = malloc(elem);
     uint64_t start, last = 0, n = 0, gaps = 0;
 
@@ -539,7 +539,7 @@ static void test_producer_killed_then_back(void **state)
     it_server_t s;
     it_client_t c;
     remora_sub_h sub;
-    remora_elem_info_t info;
+    remora_elem_info_t info = {0};
     uint8_t buf[4096];
     char addr[IT_ADDR_MAX];
     remora_status_t st;

@@ -216,7 +216,7 @@ static void test_wait_cmp(void **state)
 
 static void test_listed_as_signals(void **state)
 {
-    remora_region_info_t *infos = NULL, info;
+    remora_region_info_t *infos = NULL, info = {0};
     size_t n = 0;
     int seen = 0;
     it_run_t r;

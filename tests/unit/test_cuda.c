@@ -318,7 +318,7 @@ static void test_ipc(void **state)
 static void test_mem_create(void **state)
 {
     remora_context_h ctx = new_context();
-    remora_context_attr_t attr;
+    remora_context_attr_t attr = {0};
     remora_mem_params_t p = {
         .field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE | REMORA_MEM_FIELD_DEVICE,
         .length     = LEN,
