@@ -364,21 +364,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_clients64, it_teardown_reap),
         cmocka_unit_test_teardown(test_cycles, it_teardown_reap),
     };
-    struct CMUnitTest one[1];
-    const struct CMUnitTest *tests = all;
-    size_t n = sizeof(all) / sizeof(all[0]);
 
     setenv("UCX_TLS", "tcp", 0); /* the path workers share the work of */
     it_init("workers_load");
-    if (argc > 1) { /* one test by name */
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(all[i].name, argv[1]) == 0)
-                one[0] = all[i], tests = one;
-        if (tests != one) {
-            fprintf(stderr, "no test %s\n", argv[1]);
-            return 2;
-        }
-        n = 1;
-    }
-    return it_finish(_cmocka_run_group_tests("workers_load", tests, n, NULL, NULL));
+    return it_finish(it_run_tests("workers_load", all, sizeof(all) / sizeof(all[0]), argc, argv));
 }
