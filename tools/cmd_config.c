@@ -33,6 +33,7 @@ static const cli_config_var_t cli_config_vars[] = {
     {"REMORA_CHUNK_SIZE", "4194304", "client chunk size in bytes (4096 .. 2^30)"},
     {"REMORA_WINDOW", "4", "client chunks in flight per request (1 .. 64)"},
     {"REMORA_LANES", "1", "connections a client spreads large transfers over (1 .. 8)"},
+    {"REMORA_WORKERS", "auto", "UCX workers a server serves on (1 .. 8; auto: by the cores)"},
     {"REMORA_RECONNECT", "0", "1: clients reconnect by themselves after a lost connection"},
     {"REMORA_HEARTBEAT_MS", "500", "heartbeat interval on the bootstrap socket (0: none)"},
     {"REMORA_PEER_TIMEOUT_MS", "2000", "a peer silent this long is taken for dead"},

@@ -66,7 +66,7 @@ typedef struct cli_serve_opts {
     const char  *listen;
     bool         writable;
     int          gpu;      /* regions in memory of this GPU; -1: host */
-    unsigned     lanes;    /* data lanes: UCX workers serving, 1..8 */
+    unsigned     lanes;    /* --workers (--lanes): UCX workers serving, 1..8; 0: the library's choice */
     cli_token_t  token;
     bool         encrypt;
     const char  *metrics;  /* --metrics HOST:PORT or PORT; NULL: off */
@@ -437,8 +437,8 @@ static void cli_wait_for_signal(cli_server_t *sv, const sigset_t *signals, sigin
 static int cli_server_start(cli_server_t *sv)
 {
     remora_server_params_t params = {
-        .field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR | REMORA_SERVER_FIELD_LANES |
-                       REMORA_SERVER_FIELD_CONN_CB,
+        .field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR | REMORA_SERVER_FIELD_CONN_CB |
+                       (sv->o->lanes ? REMORA_SERVER_FIELD_LANES : 0),
         .listen_addr = sv->o->listen,
         .lanes       = sv->o->lanes,
         .conn_cb     = cli_stats_conn_log,
@@ -517,12 +517,13 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
         {"encrypt", no_argument, NULL, CLI_OPT_ENCRYPT},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
-        {"lanes", required_argument, NULL, CLI_OPT_LANES},
+        {"workers", required_argument, NULL, CLI_OPT_LANES},
+        {"lanes", required_argument, NULL, CLI_OPT_LANES}, /* the older name */
         {"metrics", required_argument, NULL, CLI_OPT_METRICS},
         {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
-    cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN, .gpu = -1, .lanes = 1};
+    cli_serve_opts_t o = {.listen = CLI_SERVE_DEFAULT_LISTEN, .gpu = -1, .lanes = 0};
     cli_parser_t parser = {"", longopts, cli_serve_option, &o, NULL};
     cli_server_t sv = {.o = &o};
     sigset_t signals;
@@ -561,7 +562,7 @@ const cli_command_t cli_cmd_serve = {
     .usage   =
         "usage: remora serve [--listen HOST:PORT] [--region NAME=SIZE[:FILL]]...\n"
         "                    [--writable] [--token-file F [--encrypt]]\n"
-        "                    [--resize NAME=SIZE@MS]... [--gpu N] [--lanes N]\n"
+        "                    [--resize NAME=SIZE@MS]... [--gpu N] [--workers N]\n"
         "                    [--metrics HOST:PORT] [--json]\n"
         "\n"
         "Expose library-allocated regions (same-host clients can map them). When\n"
@@ -587,9 +588,11 @@ const cli_command_t cli_cmd_serve = {
         "                      repeatable\n"
         "  --gpu N             allocate every region in the memory of GPU N (filled\n"
         "                      on the host, then copied there)\n"
-        "  --lanes N           serve on N UCX workers, each with its own thread and\n"
-        "                      port, so clients with --lanes move data on several\n"
-        "                      cores at once (1..8, default 1)\n"
+        "  --workers N         serve on N UCX workers, each with its own thread, sharing\n"
+        "                      one region table; clients with --lanes spread large\n"
+        "                      transfers over them (1..8; default $REMORA_WORKERS,\n"
+        "                      else 1 up to 4 cores, 2 up to 15, 4 from 16);\n"
+        "                      --lanes N is the older name\n"
         "  --metrics HOST:PORT serve the counters (see 'remora stat') in Prometheus\n"
         "                      text format on GET /metrics at HOST:PORT; a bare PORT\n"
         "                      means 127.0.0.1:PORT (off by default); with\n"

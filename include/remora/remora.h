@@ -443,11 +443,13 @@ typedef struct remora_server_params {
      *  endpoint for them, lists a region or touches memory. The bytes are copied. */
     const void *token;
     size_t      token_len;
-    /** Data lanes, 1..8 (default 1). Each lane past the first is one more UCX
-     *  worker with its own progress thread and listener (same host, a free
-     *  port) serving the same regions, so that clients asking for lanes move
-     *  data on several cores at once. Regions exposed, replaced or removed
-     *  here are on every lane; rings only on the first. */
+    /** Workers, 1..8 (default: $REMORA_WORKERS, else by the cores: 1 up to
+     *  4, 2 up to 15, 4 from 16). Each past the first is one more UCX worker
+     *  with its own progress thread and listener (same host, a free port);
+     *  all serve one region table, so a region exposed, replaced or removed
+     *  here is seen the same way through every worker, and clients asking
+     *  for lanes move data on several cores at once. Rings, signals and
+     *  sockets are on the first worker only. */
     unsigned    lanes;
     /** Connection caps: at most max_conns connections at once (default 4096)
      *  and max_conns_per_host from one peer address (default 1024); a client

@@ -257,6 +257,29 @@ void rm_engine_signal(remora_context_h ctx, rm_signal_t *sig)
         wake_progress_thread(ctx);
 }
 
+void rm_engine_signal_now(remora_context_h ctx, rm_signal_t *sig)
+{
+    if (pthread_mutex_trylock(&ctx->lock) != 0) {
+        rm_engine_signal(ctx, sig);
+        return;
+    }
+    atomic_store(&sig->pending, 0);
+    sig->fn(sig);
+    rm_engine_unlock(ctx);
+    /* The progress thread completes the sends: make sure it looks even if
+     * it was just going to sleep (it re-checks `signaled` first). */
+    atomic_store(&ctx->signaled, 1);
+    rm_engine_kick(ctx);
+}
+
+void rm_engine_try_progress(remora_context_h ctx)
+{
+    if (pthread_mutex_trylock(&ctx->lock) == 0) {
+        ucp_worker_progress(ctx->worker);
+        pthread_mutex_unlock(&ctx->lock);
+    }
+}
+
 static void run_signals(remora_context_h ctx)
 {
     rm_list_t *pos, *tmp;

@@ -195,6 +195,14 @@ void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
 void rm_engine_add_signal(remora_context_h ctx, rm_signal_t *sig);
 void rm_engine_remove_signal(remora_context_h ctx, rm_signal_t *sig);
 void rm_engine_signal(remora_context_h ctx, rm_signal_t *sig);
+/* Signal the progress thread now, or defer if busy: when the lock is free,
+ * run sig->fn on this thread at once (then the progress thread carries on
+ * what it started); otherwise raise sig as rm_engine_signal does. Never waits
+ * for the lock. Call without the lock, from any thread. */
+void rm_engine_signal_now(remora_context_h ctx, rm_signal_t *sig);
+/* Progress the worker once if the lock is free (a thread that drives
+ * progress itself, ctx->driver claimed); nothing otherwise. */
+void rm_engine_try_progress(remora_context_h ctx);
 
 /* Watch fd for events (EPOLLIN...) / stop watching. Lock held. */
 remora_status_t rm_engine_watch(remora_context_h ctx, rm_watch_t *w, uint32_t events);

@@ -352,10 +352,7 @@ static void proxy_drive(struct rm_stream_proxy *px)
             return; /* someone else drives: the replies are seen anyway */
         px->driving = 1;
     }
-    if (pthread_mutex_trylock(&ctx->lock) == 0) {
-        ucp_worker_progress(ctx->worker);
-        pthread_mutex_unlock(&ctx->lock);
-    }
+    rm_engine_try_progress(ctx);
 }
 
 static void proxy_undrive(struct rm_stream_proxy *px)

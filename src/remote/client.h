@@ -105,9 +105,10 @@ struct remora_client {
     atomic_int        events_idle;
     atomic_int        drained;     /* nops == 0 after disconnect */
 
-    /* Lanes: connections to the server's extra lanes, each on a
-     * lane context of ctx; large AM-path requests are split across them and
-     * this connection. Lane clients are plain clients with no lanes. */
+    /* Lanes: endpoints to the server's other workers, each a connection
+     * (with its own handshake and token check) on a lane context of ctx;
+     * large AM-path requests are split across them and this connection.
+     * They carry data only: regions are looked up and cached here, once. */
     unsigned          want_lanes;
     remora_client_h   lane[RM_LANES_MAX - 1];
     remora_context_h  lane_ctx[RM_LANES_MAX - 1];
@@ -179,9 +180,11 @@ struct remora_request {
     int              flushed;
 
     /* A request split across lanes has parts (requests of their own, on
-     * the lanes' clients) and no chunks; each part points to it. */
+     * the lanes' clients) and no chunks; each part points to it and uses a
+     * copy of view, the region as this client's one cache had it. */
     remora_request_h whole;
-    uint64_t         generation;   /* the whole's view: parts see it or newer */
+    uint64_t         generation;   /* the whole's view of the region */
+    rm_rregion_t     view;
     remora_request_h part[RM_LANES_MAX];
     unsigned         nparts;
     atomic_int       parts_left;

@@ -3,8 +3,11 @@
  * The server: a listener, named regions, and one connection per client.
  *
  * Design notes
- * - All state here is guarded by the context lock; message handlers run in
- *   UCX callbacks with it held, public calls take it.
+ * - All state here is guarded by the context lock of the server's worker;
+ *   message handlers run in UCX callbacks with it held, public calls take
+ *   it. The region table is the registry's (registry.h), one for all of a
+ *   server's workers: handlers take a view of a region under its lock, and
+ *   a change is made once, then told to the connections of every worker.
  * - A connection walks HELLO -> (AUTH) -> READY. Nothing about regions is
  *   revealed or touched before READY.
  * - Every request is validated (region id, range, access, body length)
@@ -56,24 +59,12 @@
 
 static rm_region_t *region_by_name(remora_server_h s, const char *name)
 {
-    rm_list_t *pos, *tmp;
-    rm_list_for_each_safe(pos, tmp, &s->regions) {
-        rm_region_t *r = rm_container_of(pos, rm_region_t, link);
-        if (strcmp(r->name, name) == 0)
-            return r;
-    }
-    return NULL;
+    return rm_registry_by_name(s->reg, name);
 }
 
 rm_region_t *rm_server_region_by_id(remora_server_h s, uint32_t id)
 {
-    rm_list_t *pos, *tmp;
-    rm_list_for_each_safe(pos, tmp, &s->regions) {
-        rm_region_t *r = rm_container_of(pos, rm_region_t, link);
-        if (r->id == id)
-            return r;
-    }
-    return NULL;
+    return rm_registry_by_id(s->reg, id);
 }
 
 /* Describe a region to a client: its remote key only where that client may
@@ -238,21 +229,30 @@ void rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_status_t
 
 /* ------------------------------------------------------------ events to clients */
 
-static void broadcast_event(remora_server_h s, const rm_region_t *r, uint8_t kind)
+/* What a change is told as: the region as it is after it. */
+typedef struct rm_change {
+    uint32_t    id;
+    const char *name;
+    uint64_t    generation, length, epoch;
+    uint8_t     kind;
+    remora_mem_h old; /* the memory it retired */
+} rm_change_t;
+
+static void broadcast_event(remora_server_h s, const rm_change_t *ch)
 {
     rm_list_t *pos, *tmp;
 
     rm_list_for_each_safe(pos, tmp, &s->conns) {
         rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
         rm_wbuf_t w;
-        rm_hdr_t hdr = {.type = RM_MSG_EVENT, .region_id = r->id, .kind = kind,
-                        .generation = r->generation, .size = r->length, .epoch = s->epoch};
+        rm_hdr_t hdr = {.type = RM_MSG_EVENT, .region_id = ch->id, .kind = ch->kind,
+                        .generation = ch->generation, .size = ch->length, .epoch = ch->epoch};
         rm_send_params_t sp = {0};
 
         if (c->state != CONN_READY)
             continue;
         rm_wbuf_init(&w);
-        rm_wbuf_name(&w, r->name);
+        rm_wbuf_name(&w, ch->name);
         if (w.failed) {
             rm_wbuf_free(&w);
             continue;
@@ -292,19 +292,39 @@ static void retired_sweep(remora_server_h s)
     }
 }
 
-/* Drop the region's reference to its memory, keeping it for clients that may map it. */
-static void region_retire_mem(remora_server_h s, rm_region_t *r)
+/* Keep memory a change retired for this worker's clients that may map it
+ * (a reference of its own). Lock held. */
+static void region_retire_mem(remora_server_h s, remora_mem_h mem, uint64_t epoch)
 {
     rm_retired_t *t = malloc(sizeof(*t));
 
-    if (t == NULL) { /* cannot track it: clients lose nothing but a late free */
-        rm_mem_unref(r->mem);
+    if (t == NULL) /* cannot track it: clients lose nothing but a late free */
         return;
-    }
-    t->mem       = r->mem;
-    t->epoch     = s->epoch;
+    rm_mem_ref(mem);
+    t->mem       = mem;
+    t->epoch     = epoch;
     t->expire_ns = rm_now_ns() + RM_RETIRE_GRACE_NS;
     rm_list_push_back(&s->retired, &t->link);
+}
+
+/* A change made in the registry, told to one worker's connections (its lock held). */
+static void change_tell(remora_server_h s, const rm_change_t *ch)
+{
+    broadcast_event(s, ch);
+    region_retire_mem(s, ch->old, ch->epoch);
+    retired_sweep(s);
+}
+
+/* ... and to every other worker's (the first worker's lock held: it comes
+ * before theirs). Then the registry's reference to the old memory goes. */
+static void change_tell_workers(remora_server_h s, const rm_change_t *ch)
+{
+    for (unsigned i = 0; i < s->nlanes; i++) {
+        rm_engine_lock(s->lane[i]->ctx);
+        change_tell(s->lane[i], ch);
+        rm_engine_unlock(s->lane[i]->ctx);
+    }
+    rm_mem_unref(ch->old);
 }
 
 /* ------------------------------------------------------------ handlers */
@@ -315,15 +335,17 @@ static void handle_list(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_wbuf_t w;
     uint32_t count = 0;
 
-    rm_list_for_each_safe(pos, tmp, &c->server->regions)
+    rm_registry_lock(c->server->reg);
+    rm_list_for_each_safe(pos, tmp, &c->server->reg->regions)
         count++;
     rm_wbuf_init(&w);
     rm_wbuf_u32(&w, count);
-    rm_list_for_each_safe(pos, tmp, &c->server->regions) {
+    rm_list_for_each_safe(pos, tmp, &c->server->reg->regions) {
         rm_region_desc_t d;
         region_describe(c, rm_container_of(pos, rm_region_t, link), 0, &d);
         rm_region_desc_encode(&w, &d);
     }
+    rm_registry_unlock(c->server->reg);
     rm_conn_reply(c, RM_MSG_LIST_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
@@ -339,11 +361,14 @@ static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
         rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
         return;
     }
+    rm_registry_lock(c->server->reg);
     if ((r = region_by_name(c->server, name)) == NULL) {
+        rm_registry_unlock(c->server->reg);
         rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_NOT_FOUND, NULL);
         return;
     }
     region_describe(c, r, 1, &d);
+    rm_registry_unlock(c->server->reg);
     RM_SS_ADD(c->server, RM_SS_LOOKUPS, 1);
     if (d.flags & RM_REGION_WIRE_MAPPABLE)
         RM_SS_ADD(c->server, RM_SS_MAP_GRANTS, 1);
@@ -356,23 +381,15 @@ static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
     rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
-/* The region and range a READ or WRITE names, or why not. */
+/* The region and range a READ or WRITE names, or why not; on REMORA_OK
+ * *r holds a reference to its memory. */
 static remora_status_t check_access(rm_conn_t *c, const rm_hdr_t *hdr, int write,
-                                    rm_region_t **r_p)
+                                    rm_region_view_t *r)
 {
-    rm_region_t *r = rm_server_region_by_id(c->server, hdr->region_id);
-
-    if (r == NULL)
-        return REMORA_ERR_NOT_FOUND;
-    if (hdr->offset > r->length || hdr->length > r->length - hdr->offset)
-        return REMORA_ERR_OUT_OF_RANGE;
-    if (write && (!(r->flags & REMORA_REGION_WRITABLE) || r->signals))
-        return REMORA_ERR_READ_ONLY;
-    *r_p = r;
-    return REMORA_OK;
+    return rm_registry_view(c->server->reg, hdr->region_id, hdr->offset, hdr->length, write, r);
 }
 
-static void *region_ptr(const rm_region_t *r, uint64_t offset)
+static void *region_ptr(const rm_region_view_t *r, uint64_t offset)
 {
     return (char *)r->mem->addr + r->offset + offset;
 }
@@ -394,7 +411,7 @@ static void read_reply_done(void *arg, ucs_status_t status) { rm_mem_unref(arg);
 
 /* GPU memory the loaded UCX cannot touch, or that the client asked to be
  * staged: it moves through staging buffers. */
-static int region_staged(const rm_conn_t *c, const rm_region_t *r, const rm_hdr_t *hdr)
+static int region_staged(const rm_conn_t *c, const rm_region_view_t *r, const rm_hdr_t *hdr)
 {
     return r->mem->type == REMORA_MEM_CUDA &&
            (r->mem->memh == NULL || c->peer.seal != NULL || (hdr->kind & RM_RW_STAGED));
@@ -414,7 +431,7 @@ static void staged_reply_done(void *arg, ucs_status_t status)
 }
 
 /* Copy the range out of GPU memory into a pinned buffer and send that. */
-static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_t *r)
+static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_view_t *r)
 {
     rm_hdr_t rh = {.type = RM_MSG_READ_REPLY, .req_id = hdr->req_id};
     rm_staged_t *sg = NULL;
@@ -427,6 +444,7 @@ static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_t *r
         st = REMORA_ERR_NO_MEMORY;
     else
         st = rm_cuda_copy(sg->buf, region_ptr(r, hdr->offset), hdr->length);
+    rm_mem_unref(r->mem); /* copied (or not): the staging buffer goes out */
     if (st != REMORA_OK) {
         if (sg && sg->buf)
             rm_stage_put(c->server->stage, sg->buf, hdr->length);
@@ -444,8 +462,8 @@ static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_t *r
 
 static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
 {
-    rm_region_t *r = NULL;
-    remora_status_t st = check_access(c, hdr, 0, &r);
+    rm_region_view_t view, *r = &view;
+    remora_status_t st = check_access(c, hdr, 0, r);
     rm_hdr_t rh = {.type = RM_MSG_READ_REPLY, .req_id = hdr->req_id, .status = st};
 
     if (st != REMORA_OK) {
@@ -458,8 +476,7 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
         return;
     }
     /* The payload leaves straight from region memory (zero-copy rendezvous
-     * for large reads); the reference keeps it alive through a replace. */
-    rm_mem_ref(r->mem);
+     * for large reads); the view's reference keeps it alive through a replace. */
     rm_send_params_t sp = {.body = region_ptr(r, hdr->offset), .body_len = hdr->length,
                            .memh = r->mem->memh, .done = read_reply_done, .arg = r->mem,
                            .bulk = 1, .cuda = r->mem->type == REMORA_MEM_CUDA};
@@ -520,15 +537,17 @@ static void write_recv_cb(void *request, ucs_status_t status, size_t length, voi
 void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
                             const ucp_am_recv_param_t *param, const rm_sig_desc_t *sig)
 {
-    rm_region_t *r = NULL;
-    remora_status_t st = check_access(c, hdr, 1, &r);
-    rm_write_ctx_t *wc;
+    rm_region_view_t view = {0}, *r = &view;
+    remora_status_t st = check_access(c, hdr, 1, r);
+    rm_write_ctx_t *wc = NULL;
 
     if (st == REMORA_OK && len != hdr->length)
         st = REMORA_ERR_PROTOCOL;
     if (st == REMORA_OK && region_staged(c, r, hdr) && len > RM_STAGE_BUF)
         st = REMORA_ERR_OUT_OF_RANGE;
     if (st != REMORA_OK || (wc = calloc(1, sizeof(*wc))) == NULL) {
+        if (r->mem)
+            rm_mem_unref(r->mem); /* the view was taken */
         /* Returning from the handler drops a rendezvous payload unread. */
         rm_conn_reply(c, RM_MSG_WRITE_REPLY, hdr->req_id,
                    st != REMORA_OK ? st : REMORA_ERR_NO_MEMORY, NULL);
@@ -544,8 +563,7 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
         wc->has_sig = 1;
         wc->sig     = *sig;
     }
-    rm_mem_ref(r->mem);
-    c->inflight++;
+    c->inflight++; /* wc holds the view's reference */
     if (region_staged(c, r, hdr) && len && (wc->stage = rm_stage_get(c->server->stage, len)) == NULL) {
         write_finish(wc, UCS_ERR_NO_MEMORY);
         return;
@@ -594,7 +612,7 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
 
 static void handle_event_ack(rm_conn_t *c, const rm_hdr_t *hdr)
 {
-    if (hdr->epoch > c->acked_epoch && hdr->epoch <= c->server->epoch)
+    if (hdr->epoch > c->acked_epoch && hdr->epoch <= rm_registry_epoch(c->server->reg))
         c->acked_epoch = hdr->epoch;
     retired_sweep(c->server);
     rm_engine_complete(c->server->ctx, &c->server->acked); /* remora_server_sync_clients */
@@ -629,6 +647,12 @@ static void count_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
 static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
                            const ucp_am_recv_param_t *param)
 {
+    if (c->server->main != NULL && (hdr->type == RM_MSG_SIGNAL || hdr->type == RM_MSG_WRITE_SIGNAL ||
+                                    hdr->type == RM_MSG_RING_WAIT || RM_MSG_IS_SOCK(hdr->type))) {
+        /* Rings, signals and sockets live on the first worker only. */
+        rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_UNSUPPORTED, NULL);
+        return;
+    }
     switch (hdr->type) {
     case RM_MSG_LIST:      handle_list(c, hdr); break;
     case RM_MSG_LOOKUP:    handle_lookup(c, hdr, body, len); break;
@@ -757,7 +781,7 @@ static void conn_ready(rm_conn_t *c)
     c->rma_ok = ctx->rma == REMORA_RMA_UNSAFE ||
                 (ctx->rma == REMORA_RMA_VERBS && rm_peer_rma_lanes(&c->peer) == RM_RMA_LANE_VERBS);
     c->state       = CONN_READY;
-    c->acked_epoch = c->server->epoch; /* it never saw earlier regions' keys */
+    c->acked_epoch = rm_registry_epoch(c->server->reg); /* it never saw earlier regions' keys */
     rm_peer_live_start(&c->peer);
     rm_info("client %s connected", c->peer_addr);
     atomic_fetch_add_explicit(&c->server->stat[RM_SS_CONNS], 1, memory_order_relaxed);
@@ -1086,7 +1110,11 @@ static void stop_lanes(remora_server_h s)
     s->nlanes = 0;
 }
 
-/* One lane: a worker of its own and a server on it, listening on our host. */
+static remora_status_t server_create(remora_context_h ctx, const remora_server_params_t *params,
+                                     remora_server_h main, remora_server_h *server_p);
+
+/* One more worker: a context of its own and a worker server on it,
+ * listening on our host, serving our registry. */
 static remora_status_t start_lane(remora_server_h s, const remora_server_params_t *params,
                                   unsigned i)
 {
@@ -1106,7 +1134,7 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
     lp.listen_addr = addr;
     if ((st = rm_engine_lane_create(s->ctx, &s->lane_ctx[i])) != REMORA_OK)
         return st;
-    if ((st = remora_server_create(s->lane_ctx[i], &lp, &s->lane[i])) != REMORA_OK) {
+    if ((st = server_create(s->lane_ctx[i], &lp, s, &s->lane[i])) != REMORA_OK) {
         remora_context_destroy(s->lane_ctx[i]);
         return st;
     }
@@ -1121,9 +1149,30 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
     return REMORA_OK;
 }
 
+/* Workers when the params do not say: REMORA_WORKERS, else by the cores:
+ * one on a small machine (there a second worker only takes the CPU the
+ * first needs, docs/performance.md), up to 4 on a large one. */
+static unsigned default_workers(void)
+{
+    const char *env = getenv("REMORA_WORKERS");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (env != NULL && *env) {
+        char *end;
+        long n = strtol(env, &end, 10);
+        if (*end == '\0' && n >= 1 && n <= RM_LANES_MAX)
+            return (unsigned)n;
+        rm_warn("REMORA_WORKERS=%s: not 1..%d; choosing by the cores", env, RM_LANES_MAX);
+    }
+    if (cores <= 4)
+        return 1;
+    return cores >= 16 ? 4 : 2;
+}
+
 static remora_status_t start_lanes(remora_server_h s, const remora_server_params_t *params)
 {
-    unsigned lanes = params && (params->field_mask & REMORA_SERVER_FIELD_LANES) ? params->lanes : 1;
+    unsigned lanes = params && (params->field_mask & REMORA_SERVER_FIELD_LANES) ? params->lanes
+                                                                                : default_workers();
     remora_status_t st;
 
     if (lanes < 1 || lanes > RM_LANES_MAX)
@@ -1141,6 +1190,12 @@ static remora_status_t start_lanes(remora_server_h s, const remora_server_params
 remora_status_t remora_server_create(remora_context_h ctx, const remora_server_params_t *params,
                                      remora_server_h *server_p)
 {
+    return server_create(ctx, params, NULL, server_p);
+}
+
+static remora_status_t server_create(remora_context_h ctx, const remora_server_params_t *params,
+                                     remora_server_h main, remora_server_h *server_p)
+{
     const char *addr = RM_DEFAULT_LISTEN;
     remora_server_h s;
     remora_status_t st;
@@ -1152,8 +1207,7 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     if ((s = calloc(1, sizeof(*s))) == NULL)
         return REMORA_ERR_NO_MEMORY;
     s->ctx            = ctx;
-    s->next_region_id = 1;
-    s->epoch          = 1;
+    s->main           = main;
     s->instance       = rm_auth_random_u64();
     s->born_ns        = rm_now_ns();
     if (params && (params->field_mask & REMORA_SERVER_FIELD_CONN_CB)) {
@@ -1170,7 +1224,6 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
         s->max_conns          = params->max_conns;
         s->max_conns_per_host = params->max_conns_per_host;
     }
-    rm_list_init(&s->regions);
     rm_list_init(&s->conns);
     rm_list_init(&s->retired);
     rm_list_init(&s->cm_slots);
@@ -1178,6 +1231,13 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_list_init(&s->pushq);
     rm_list_init(&s->pushes);
     atomic_init(&s->drained, 1);
+    if (main != NULL) {
+        s->reg = main->reg;
+        rm_registry_ref(s->reg);
+    } else if ((s->reg = rm_registry_create()) == NULL) {
+        st = REMORA_ERR_NO_MEMORY;
+        goto err_free;
+    }
     if ((s->stage = rm_stage_pool_create(RM_STAGE_POOLED, RM_STAGE_KEEP)) == NULL) {
         st = REMORA_ERR_NO_MEMORY;
         goto err_free;
@@ -1197,7 +1257,7 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     rm_engine_unlock(ctx);
     if (st != REMORA_OK)
         goto err_free;
-    if ((st = start_lanes(s, params)) != REMORA_OK) {
+    if (main == NULL && (st = start_lanes(s, params)) != REMORA_OK) {
         remora_server_destroy(s);
         return st;
     }
@@ -1205,7 +1265,9 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     return REMORA_OK;
 
 err_free:
-    rm_stage_pool_release(s->stage);
+    if (s->stage)
+        rm_stage_pool_release(s->stage);
+    rm_registry_unref(s->reg);
     free(s->token);
     free(s);
     return st;
@@ -1243,12 +1305,17 @@ void remora_server_destroy(remora_server_h s)
 
     rm_engine_lock(s->ctx);
     cm_slots_sweep(s, 1);
-    rm_list_for_each_safe(pos, tmp, &s->regions) {
-        rm_region_t *r = rm_container_of(pos, rm_region_t, link);
-        rm_server_ring_region_gone(s, r);
-        rm_server_signals_region_gone(s, r);
-        rm_mem_unref(r->mem);
-        free(r);
+    if (s->main == NULL) { /* the table is ours; worker servers are gone by now */
+        rm_registry_lock(s->reg);
+        rm_list_for_each_safe(pos, tmp, &s->reg->regions) {
+            rm_region_t *r = rm_container_of(pos, rm_region_t, link);
+            rm_list_del(&r->link);
+            rm_server_ring_region_gone(s, r);
+            rm_server_signals_region_gone(s, r);
+            rm_mem_unref(r->mem);
+            free(r);
+        }
+        rm_registry_unlock(s->reg);
     }
     rm_list_for_each_safe(pos, tmp, &s->retired) {
         rm_retired_t *t = rm_container_of(pos, rm_retired_t, link);
@@ -1265,6 +1332,7 @@ void remora_server_destroy(remora_server_h s)
     if (atomic_load(&s->events_pending))
         rm_warn("server destroyed with connection callbacks still queued; leaking it");
     else if (s->nconns == 0) { /* else late callbacks still point here */
+        rm_registry_unref(s->reg);
         free(s->token);
         free(s);
     }
@@ -1314,19 +1382,18 @@ remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora
     r->flags      = flags;
     r->ring       = ring;
     r->ring_data  = ring_data;
-    r->generation = 1;
     rm_engine_lock(s->ctx);
+    rm_registry_lock(s->reg);
     remora_status_t st = region_by_name(s, name) != NULL ? REMORA_ERR_EXISTS : region_seal(mem, flags);
-    if (st != REMORA_OK) {
-        rm_engine_unlock(s->ctx);
-        free(r);
-        return st;
+    if (st == REMORA_OK) {
+        rm_mem_ref(mem);
+        rm_registry_insert(s->reg, r); /* served by every worker from here on */
     }
-    r->id = s->next_region_id++;
-    rm_mem_ref(mem);
-    rm_list_push_back(&s->regions, &r->link);
+    rm_registry_unlock(s->reg);
     rm_engine_unlock(s->ctx);
-    return REMORA_OK;
+    if (st != REMORA_OK)
+        free(r);
+    return st;
 }
 
 remora_status_t remora_server_expose(remora_server_h s, const char *name, remora_mem_h mem,
@@ -1340,23 +1407,22 @@ remora_status_t remora_server_expose(remora_server_h s, const char *name, remora
         return REMORA_ERR_INVALID_PARAM;
     if ((st = region_window(mem, params, 0, &off, &len, &flags)) != REMORA_OK)
         return st;
-    if ((st = rm_server_region_add(s, name, mem, off, len, flags, NULL, 0)) != REMORA_OK)
-        return st;
-    for (unsigned i = 0; i < s->nlanes; i++)
-        if (rm_server_region_add(s->lane[i], name, mem, off, len, flags, NULL, 0) != REMORA_OK)
-            rm_warn("region %s: not on lane %u", name, i + 1);
-    return REMORA_OK;
+    return rm_server_region_add(s, name, mem, off, len, flags, NULL, 0);
 }
 
-static remora_status_t region_replace(remora_server_h s, const char *name, remora_mem_h mem,
+remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,
                                       const remora_region_params_t *params)
 {
     rm_region_t *r;
     remora_status_t st;
     size_t off, len;
     unsigned flags;
+    rm_change_t ch = {.kind = RM_EVENT_CHANGED};
 
+    if (s == NULL || mem == NULL || name == NULL || mem->ctx != s->ctx)
+        return REMORA_ERR_INVALID_PARAM;
     rm_engine_lock(s->ctx);
+    rm_registry_lock(s->reg);
     if ((r = region_by_name(s, name)) == NULL) {
         st = REMORA_ERR_NOT_FOUND;
         goto out;
@@ -1368,50 +1434,53 @@ static remora_status_t region_replace(remora_server_h s, const char *name, remor
     if ((st = region_window(mem, params, r->flags, &off, &len, &flags)) != REMORA_OK ||
         (st = region_seal(mem, flags)) != REMORA_OK)
         goto out;
-    s->epoch++;
-    region_retire_mem(s, r);
+    /* One change, in the one table: every worker serves the new memory from here on. */
+    ch.old = r->mem; /* the registry's reference, dropped by change_tell_workers */
     rm_mem_ref(mem);
     r->mem    = mem;
     r->offset = off;
     r->length = len;
     r->flags  = flags;
     r->generation++;
-    broadcast_event(s, r, RM_EVENT_CHANGED);
-    retired_sweep(s);
+    ch.id         = r->id;
+    ch.name       = r->name;
+    ch.generation = r->generation;
+    ch.length     = r->length;
+    ch.epoch      = rm_registry_bump(s->reg);
+    rm_registry_unlock(s->reg);
+    change_tell(s, &ch);
+    change_tell_workers(s, &ch); /* r stays: only the first worker's lock frees it */
+    rm_engine_unlock(s->ctx);
+    return REMORA_OK;
 out:
+    rm_registry_unlock(s->reg);
     rm_engine_unlock(s->ctx);
     return st;
-}
-
-remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,
-                                      const remora_region_params_t *params)
-{
-    remora_status_t st;
-
-    if (s == NULL || mem == NULL || name == NULL || mem->ctx != s->ctx)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((st = region_replace(s, name, mem, params)) != REMORA_OK)
-        return st;
-    for (unsigned i = 0; i < s->nlanes; i++)
-        if (region_replace(s->lane[i], name, mem, params) != REMORA_OK)
-            rm_warn("region %s: not replaced on lane %u", name, i + 1);
-    return REMORA_OK;
 }
 
 /* Take a region away (lock held): clients hear REMOVED, memory is retired. */
 remora_status_t rm_server_region_drop(remora_server_h s, const char *name)
 {
-    rm_region_t *r = region_by_name(s, name);
+    rm_region_t *r;
+    rm_change_t ch = {.kind = RM_EVENT_REMOVED};
 
-    if (r == NULL)
+    rm_registry_lock(s->reg);
+    if ((r = region_by_name(s, name)) == NULL) {
+        rm_registry_unlock(s->reg);
         return REMORA_ERR_NOT_FOUND;
-    s->epoch++;
-    rm_list_del(&r->link);
+    }
+    rm_list_del(&r->link); /* no worker finds it from here on */
+    ch.epoch = rm_registry_bump(s->reg);
+    rm_registry_unlock(s->reg);
+    ch.id         = r->id;
+    ch.name       = r->name;
+    ch.generation = r->generation;
+    ch.length     = r->length;
+    ch.old        = r->mem;
     rm_server_ring_region_gone(s, r);
     rm_server_signals_region_gone(s, r);
-    broadcast_event(s, r, RM_EVENT_REMOVED);
-    region_retire_mem(s, r);
-    retired_sweep(s);
+    change_tell(s, &ch);
+    change_tell_workers(s, &ch);
     free(r);
     return REMORA_OK;
 }
@@ -1427,11 +1496,6 @@ remora_status_t remora_server_unexpose(remora_server_h s, const char *name)
     /* A GPU ring's elements go when the ring goes, not on their own. */
     st = r && r->ring_data ? REMORA_ERR_INVALID_PARAM : rm_server_region_drop(s, name);
     rm_engine_unlock(s->ctx);
-    for (unsigned i = 0; st == REMORA_OK && i < s->nlanes; i++) {
-        rm_engine_lock(s->lane[i]->ctx);
-        rm_server_region_drop(s->lane[i], name); /* a ring is not on lanes: NOT_FOUND */
-        rm_engine_unlock(s->lane[i]->ctx);
-    }
     return st;
 }
 
@@ -1459,7 +1523,7 @@ static unsigned conns_behind(remora_server_h s, uint64_t epoch, int drop)
 static unsigned sync_one(remora_server_h s, uint64_t deadline)
 {
     rm_engine_lock(s->ctx);
-    uint64_t epoch = s->epoch;
+    uint64_t epoch = rm_registry_epoch(s->reg);
     while (conns_behind(s, epoch, 0) > 0 && rm_now_ns() < deadline) {
         atomic_store(&s->acked, 0);
         rm_engine_unlock(s->ctx);

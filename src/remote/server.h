@@ -2,13 +2,25 @@
 /*
  * Server internals shared by server.c (listener, connections, regions) and
  * server_ring.c (rings: subscribers' waits and notifications). Everything
- * here is guarded by the context lock.
+ * here is guarded by the context lock of the server's worker, except the
+ * region table (registry.h), which all of a server's workers share.
+ *
+ * Workers: a server serves on 1..RM_LANES_MAX workers. The first is the
+ * context it was created on and runs the public listener, rings, signals
+ * and sockets. Each other worker is a context of its own (a UCX worker with
+ * its own progress thread and lock, rm_engine_lane_create) with a worker
+ * server on it: a listener on our host (its port goes to clients in the
+ * LANES reply, after their handshake on the first worker), connections and
+ * their retired memory, and nothing else. Every worker server points to the
+ * one registry. Lock order: the first worker's lock, then another's, then
+ * the registry's.
  */
 #ifndef RM_REMOTE_SERVER_H
 #define RM_REMOTE_SERVER_H
 
 #include "engine/engine.h"
 #include "ring/ring.h"
+#include "remote/registry.h"
 
 /* Counters: indices are the bit numbers of remora_server_stats_field and
  * remora_conn_stats_field (server_stats.c maps them to the public structs). */
@@ -28,18 +40,6 @@ enum {
 /* Bump a server counter: relaxed, no lock (any thread may read them). */
 #define RM_SS_ADD(s, i, n) atomic_fetch_add_explicit(&(s)->stat[i], (uint64_t)(n), memory_order_relaxed)
 
-typedef struct rm_region {
-    rm_list_t    link;
-    uint32_t     id;
-    char         name[REMORA_NAME_MAX + 1];
-    remora_mem_h mem;
-    size_t       offset, length;
-    unsigned     flags;
-    uint64_t     generation;
-    remora_ring_h ring;      /* a ring's memory; NULL for plain regions */
-    int          ring_data;  /* a GPU ring's elements: it comes and goes with its ring */
-    struct remora_signals *signals; /* a signal array (server_signals.c); NULL otherwise */
-} rm_region_t;
 
 typedef struct rm_retired {
     rm_list_t    link;
@@ -93,7 +93,9 @@ struct remora_server {
     uint8_t         *token;
     size_t           token_len;
     int              encrypt;  /* every connection sealed (engine/seal.h) */
-    rm_list_t        regions, conns, retired, cm_slots;
+    rm_registry_t   *reg;    /* the region table, shared by every worker */
+    remora_server_h  main;   /* a worker server: the server on the first worker; else NULL */
+    rm_list_t        conns, retired, cm_slots;
     rm_list_t        waits;  /* rm_ring_wait_t armed for a commit, server_ring.c */
     /* Ring pushes (server_ring.c): answers with whole slots, sent one or two
      * at a time in arrival order, each element chosen when its send starts. */
@@ -103,8 +105,6 @@ struct remora_server {
     double           push_ns_per_byte; /* how long a push takes (moving average) */
     struct rm_stage_pool *stage; /* pinned buffers for GPU regions UCX cannot reach */
     int              destroying; /* remora_server_destroy runs: regions go all at once */
-    uint32_t         next_region_id;
-    uint64_t         epoch;
     uint64_t         instance; /* random: tells clients this server from a restarted one */
     unsigned         max_conns, max_conns_per_host;
     int              accept_paused; /* out of fds: the listener is unwatched until a tick */
@@ -112,13 +112,13 @@ struct remora_server {
     unsigned         nconns; /* allocated, dead or alive */
     atomic_int       drained;
     atomic_int       acked;  /* an EVENT_ACK arrived (remora_server_sync_clients) */
-    /* Extra lanes: a server each, on a lane of ctx (rm_engine_lane_create),
-     * mirroring this one's plain regions. Empty on a lane's own server. */
+    /* Other workers: a worker server each, on a lane context of ctx
+     * (rm_engine_lane_create), sharing reg. Empty on a worker server. */
     remora_server_h  lane[RM_LANES_MAX - 1];
     remora_context_h lane_ctx[RM_LANES_MAX - 1];
     uint16_t         lane_port[RM_LANES_MAX - 1];
     unsigned         nlanes;
-    unsigned         lane_no;  /* a lane's own server: its number (1..); else 0 */
+    unsigned         lane_no;  /* a worker server: its worker's number (1..); else 0 */
     /* Counters (server_stats.c): relaxed atomics, by RM_SS_*. */
     _Atomic uint64_t stat[RM_SS_COUNT];
     uint64_t         born_ns;
@@ -133,6 +133,7 @@ remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t
 /* A reply of type with a status and an optional body (freed here). */
 void            rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id,
                               remora_status_t status, rm_wbuf_t *body);
+/* A region by id, for code on the first worker (its context lock held). */
 rm_region_t    *rm_server_region_by_id(remora_server_h s, uint32_t id);
 /* Add a region over [offset, offset+length) of mem (lock not held). */
 remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,

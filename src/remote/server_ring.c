@@ -447,6 +447,8 @@ void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r)
     }
 }
 
+static void ring_detach(remora_ring_h ring);
+
 remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
                                           remora_ring_h ring)
 {
@@ -467,6 +469,7 @@ remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
     ring->server = s; /* claimed; undone below on failure */
     snprintf(ring->name, sizeof(ring->name), "%s", name);
     ring->sig.fn = ring_signaled; /* before any subscriber can see the ring */
+    ring->on_destroy = ring_detach;
     rm_engine_add_signal(s->ctx, &ring->sig);
     rm_engine_unlock(s->ctx);
 
@@ -492,7 +495,8 @@ remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
     return st;
 }
 
-void rm_server_ring_detach(remora_ring_h ring)
+/* The ring's observer (on_destroy): take it out of the server exposing it, if any. */
+static void ring_detach(remora_ring_h ring)
 {
     rm_engine_lock(ring->ctx);
     if (ring->server) /* read under the lock: the server may be going too */

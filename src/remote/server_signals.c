@@ -191,11 +191,13 @@ remora_status_t remora_server_expose_signals(remora_server_h s, const char *name
     if (st != REMORA_OK) {
         sig->server = NULL;
     } else {
-        rm_list_for_each_safe(pos, tmp, &s->regions) {
+        rm_registry_lock(s->reg);
+        rm_list_for_each_safe(pos, tmp, &s->reg->regions) {
             rm_region_t *r = rm_container_of(pos, rm_region_t, link);
             if (strcmp(r->name, name) == 0)
                 r->signals = sig;
         }
+        rm_registry_unlock(s->reg);
     }
     rm_engine_unlock(s->ctx);
     return st;

@@ -416,32 +416,54 @@ static remora_request_h request_new(remora_client_h c, void *buf, uint64_t offse
 }
 
 /*
- * Split a request across this connection and its lanes: up to one part per
- * lane, none under RM_LANE_PART_MIN, starting one lane further on each time
- * so that requests smaller than two parts take turns. Lock not held.
+ * Split a request across this connection and its lanes (endpoints to the
+ * server's other workers): up to one part per lane, none under
+ * RM_LANE_PART_MIN, starting one lane further on each time so that requests
+ * smaller than two parts take turns. Every part uses the region as this
+ * client's one cache has it (r, copied here under the lock): the server's
+ * workers share one region table, so its id names the same region through
+ * each of them. Called with the lock held; returns without it. The parts
+ * complete the whole through one counter (part_done); a part whose lane
+ * fails finishes with that lane's error, so the whole fails, never hangs.
  */
-static remora_status_t split_start(remora_client_h c, const char *name, uint64_t offset,
-                                   char *buf, size_t length, int write, uint64_t generation,
+static remora_status_t split_start(remora_client_h c, const rm_rregion_t *r, uint64_t offset,
+                                   char *buf, size_t length, int write,
                                    uint64_t deadline, remora_request_h *req_p)
 {
     unsigned lanes = c->nlanes + 1, parts = (unsigned)(length / RM_LANE_PART_MIN);
     unsigned first = atomic_fetch_add(&c->lane_next, 1);
     remora_request_h req = request_new(c, buf, offset, length, write);
 
-    if (req == NULL)
+    if (req == NULL) {
+        rm_engine_unlock(c->ctx);
         return REMORA_ERR_NO_MEMORY;
+    }
+    /* Only what the active-message path needs: no key, mapping or handle. */
+    rm_list_init(&req->view.link);
+    req->view.id         = r->id;
+    req->view.size       = r->size;
+    req->view.generation = r->generation;
+    req->view.access     = r->access;
+    req->view.mem_type   = r->mem_type;
+    req->view.flags      = r->flags;
+    req->view.path       = REMORA_PATH_AM;
+    snprintf(req->view.name, sizeof(req->view.name), "%s", r->name);
+    rm_engine_unlock(c->ctx);
     parts           = parts > lanes ? lanes : parts;
     req->path       = REMORA_PATH_AM;
-    req->generation = generation;
+    req->generation = r->generation;
     atomic_init(&req->parts_left, (int)parts);
     atomic_init(&req->parts_status, REMORA_OK);
     size_t each = length / parts;
     for (unsigned i = 0; i < parts; i++) {
         size_t off = i * each, len = i + 1 == parts ? length - off : each;
         unsigned k = (first + i) % lanes;
-        remora_status_t st = request_start(k ? c->lane[k - 1] : c, name, offset + off,
+        remora_status_t st = request_start(k ? c->lane[k - 1] : c, NULL, offset + off,
                                            buf + off, len, write, req, deadline,
                                            &req->part[i]);
+        if (st != REMORA_OK && k) /* that lane is gone: this connection takes the part */
+            st = request_start(c, NULL, offset + off, buf + off, len, write, req, deadline,
+                               &req->part[i]);
         if (st != REMORA_OK && i == 0) {
             free(req);
             return st;
@@ -457,22 +479,20 @@ static remora_status_t split_start(remora_client_h c, const char *name, uint64_t
     return REMORA_OK;
 }
 
-/*
- * A lane's view of a region for a part of a split request: no older than the
- * whole's. A lane hears of a replacement from its own server, so it may not
- * have yet; then it looks again. Returns with the lock held on success.
- */
-static remora_status_t part_region(remora_client_h c, const char *name, uint64_t generation,
-                                   uint64_t deadline, rm_rregion_t **r_p)
+/* A part's own copy of the whole's view of the region: detached from any
+ * cache, freed by its request's end (rm_client_region_put). Takes the lock. */
+static remora_status_t part_region(remora_client_h c, remora_request_h whole, rm_rregion_t **r_p)
 {
-    for (int attempt = 0; attempt < 8; attempt++) {
-        remora_status_t st = rm_client_region_get(c, name, deadline, r_p);
-        if (st != REMORA_OK || (*r_p)->generation >= generation)
-            return st;
-        rm_client_region_forget(c, *r_p);
-        rm_engine_unlock(c->ctx);
-    }
-    return REMORA_ERR_BUSY;
+    rm_rregion_t *r = malloc(sizeof(*r));
+
+    if (r == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    *r = whole->view;
+    rm_list_init(&r->link);
+    r->detached = 1;
+    *r_p = r;
+    rm_engine_lock(c->ctx);
+    return REMORA_OK;
 }
 
 /* Start a request; a region lookup it needs is bounded by the deadline. */
@@ -487,8 +507,7 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
 
     if (c == NULL || req_p == NULL || (buf == NULL && length))
         return REMORA_ERR_INVALID_PARAM;
-    st = whole ? part_region(c, name, whole->generation, deadline, &r)
-               : rm_client_region_get(c, name, deadline, &r);
+    st = whole ? part_region(c, whole, &r) : rm_client_region_get(c, name, deadline, &r);
     if (st != REMORA_OK)
         return st; /* the lock is held only on success */
     if (c->disconnected)
@@ -501,15 +520,14 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     if (c->peer.seal) /* the CPU seals: every GPU buffer through staging */
         dev_buf = gpu_buf;
     if (st == REMORA_OK && whole == NULL && c->nlanes && r->path == REMORA_PATH_AM && !gpu_buf &&
-        length >= RM_LANE_PART_MIN) {
-        uint64_t generation = r->generation;
-        rm_engine_unlock(c->ctx);
-        return split_start(c, name, offset, buf, length, write, generation, deadline, req_p);
-    }
+        length >= RM_LANE_PART_MIN)
+        return split_start(c, r, offset, buf, length, write, deadline, req_p);
     if (st == REMORA_OK && (req = request_new(c, buf, offset, length, write)) == NULL)
         st = REMORA_ERR_NO_MEMORY;
     if (st != REMORA_OK) {
         rm_engine_unlock(c->ctx);
+        if (whole)
+            free(r); /* the part's copy, never used */
         return st;
     }
     req->whole      = whole;

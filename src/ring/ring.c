@@ -165,7 +165,8 @@ void remora_ring_destroy(remora_ring_h r)
 {
     if (r == NULL)
         return;
-    rm_server_ring_detach(r); /* unexposes it, if a server exposes it */
+    if (r->on_destroy) /* the observer: a server unexposes it, if it exposes it */
+        r->on_destroy(r);
     remora_mem_destroy(r->data_mem);
     remora_mem_destroy(r->mem);
     free(r);
@@ -213,17 +214,10 @@ static uint8_t *claim(remora_ring_h r)
 
 static void notify_waiters(remora_ring_h r, int armed)
 {
-    if (armed <= RM_RING_DIRECT_MAX && pthread_mutex_trylock(&r->ctx->lock) == 0) {
-        atomic_store(&r->sig.pending, 0);
-        r->sig.fn(&r->sig);
-        rm_engine_unlock(r->ctx);
-        /* The progress thread completes the sends: make sure it looks even if
-         * it was just going to sleep (it re-checks `signaled` first). */
-        atomic_store(&r->ctx->signaled, 1);
-        rm_engine_kick(r->ctx);
-    } else {
+    if (armed <= RM_RING_DIRECT_MAX)
+        rm_engine_signal_now(r->ctx, &r->sig);
+    else
         rm_engine_signal(r->ctx, &r->sig);
-    }
 }
 
 static uint64_t publish(remora_ring_h r)

@@ -6,8 +6,10 @@
  * Design notes
  * - The producer keeps its own copy of head; the header is written for
  *   readers only, so a reader (local or remote) can never disturb the producer.
- * - A server exposing the ring registers the ring's engine signal. A commit
- *   raises it only while some subscriber waits (armed > 0), so a ring nobody
+ * - The ring knows nothing of servers. Whoever exposes it observes it: a
+ *   commit raises the ring's engine signal (sig, whose fn the observer set),
+ *   and destroying the ring calls on_destroy first. A commit raises the
+ *   signal only while some subscriber waits (armed > 0), so a ring nobody
  *   waits on costs the producer one atomic load per element; raising it
  *   never blocks.
  */
@@ -23,10 +25,6 @@
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "rings store their little-endian header with native atomics: little-endian hosts only"
-/* Implemented by the server (remote/server_ring.c): take the ring out of the
- * server exposing it, if any. Any thread; takes the context lock. */
-void rm_server_ring_detach(remora_ring_h ring);
-
 #endif
 
 struct remora_ring {
@@ -45,6 +43,9 @@ struct remora_ring {
     char              name[REMORA_NAME_MAX + 1];
     atomic_int        armed;     /* subscribers waiting for the next commit */
     rm_signal_t       sig;       /* raised by a commit while armed > 0 */
+    /* The observer's: remora_ring_destroy calls it first (the server exposing
+     * it takes it out; any thread, without locks held). Set at exposure. */
+    void            (*on_destroy)(remora_ring_h ring);
     /* The producer's rate as the server sees it (server_ring.c, lock held). */
     uint64_t          rate_ns, rate_head;
     double            rate_eps;  /* elements per second, moving average */
@@ -75,8 +76,5 @@ remora_status_t rm_ring_from_image(remora_context_h ctx, const void *image, size
                                    uint64_t min_valid, uint64_t max_valid, int live,
                                    remora_ring_h *ring_p);
 
-/* Implemented by the server (remote/server_ring.c): take the ring out of the
- * server exposing it, if any. Any thread; takes the context lock. */
-void rm_server_ring_detach(remora_ring_h ring);
 
 #endif

@@ -75,9 +75,6 @@ void remora_mem_destroy(remora_mem_h m)
 
 void *remora_mem_address(remora_mem_h m) { return m->addr; }
 
-/* A ring made here is never exposed: nothing to take out of a server. */
-void rm_server_ring_detach(remora_ring_h ring) {}
-
 /* Rings made here are host rings and no CUDA driver is loaded. */
 int rm_cuda_in_process(void) { return 0; }
 remora_status_t remora_copy(void *dst, const void *src, size_t len)
@@ -88,6 +85,7 @@ remora_status_t remora_copy(void *dst, const void *src, size_t len)
 
 /* Nobody waits on a ring made here: no engine call is ever reached. */
 void rm_engine_signal(remora_context_h ctx, rm_signal_t *sig) { abort(); }
+void rm_engine_signal_now(remora_context_h ctx, rm_signal_t *sig) { abort(); }
 void rm_engine_lock(remora_context_h ctx) { abort(); }
 void rm_engine_unlock(remora_context_h ctx) { abort(); }
 void rm_engine_kick(remora_context_h ctx) { abort(); }

@@ -795,3 +795,16 @@ unsigned it_addr_port(const char *addr)
     const char *colon = strrchr(addr, ':');
     return colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
 }
+
+int it_run_tests(const char *group, const struct CMUnitTest *all, size_t n, int argc,
+                 char **argv)
+{
+    if (argc > 1) { /* one test by name */
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(all[i].name, argv[1]) == 0)
+                return _cmocka_run_group_tests(group, &all[i], 1, NULL, NULL);
+        fprintf(stderr, "no test %s\n", argv[1]);
+        return 2;
+    }
+    return _cmocka_run_group_tests(group, all, n, NULL, NULL);
+}

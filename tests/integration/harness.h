@@ -54,6 +54,11 @@ void it_init(const char *test_name);
 /** Tear down after cmocka: returns the process exit code for `failed` failures. */
 int it_finish(int failed);
 
+/** Run the group's tests, or with argv[1] only the one of that name (2 when
+ *  there is none); returns what cmocka does. */
+int it_run_tests(const char *group, const struct CMUnitTest *all, size_t n, int argc,
+                 char **argv);
+
 /** Skip the whole test program (CTest shows "Not Run (skipped)" via SKIP_RETURN_CODE 77). */
 __attribute__((noreturn)) void it_skip_all(const char *why);
 

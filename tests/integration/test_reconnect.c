@@ -481,21 +481,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_off, it_teardown_reap),
         cmocka_unit_test_teardown(test_cli_stream_read, it_teardown_reap),
     };
-    struct CMUnitTest one[1];
-    const struct CMUnitTest *tests = all;
-    size_t n = sizeof(all) / sizeof(all[0]);
 
     it_init("reconnect");
     unsetenv("REMORA_RECONNECT"); /* test 3 checks the library's default */
-    if (argc > 1) { /* one test by name */
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(all[i].name, argv[1]) == 0)
-                one[0] = all[i], tests = one;
-        if (tests != one) {
-            fprintf(stderr, "no test %s\n", argv[1]);
-            return 2;
-        }
-        n = 1;
-    }
-    return it_finish(_cmocka_run_group_tests("reconnect", tests, n, NULL, NULL));
+    return it_finish(it_run_tests("reconnect", all, sizeof(all) / sizeof(all[0]), argc, argv));
 }

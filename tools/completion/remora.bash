@@ -56,7 +56,7 @@ _remora()
             COMPREPLY=($(compgen -W "pattern fixed" -- "$cur") $(compgen -f -- "$cur"))
             return ;;
         --listen|--metrics|--region|--resize|--ring|--offset|--length|--size|--depth|\
-        --iters|--seconds|--count|-n|--gpu|--lanes|--timeout|--reconnect-for)
+        --iters|--seconds|--count|-n|--gpu|--lanes|--workers|--timeout|--reconnect-for)
             return ;;
     esac
 
@@ -68,7 +68,7 @@ _remora()
     local opts=""
     case $cmd in
         serve)
-            opts="--listen --region --writable --token-file --encrypt --resize --gpu --lanes
+            opts="--listen --region --writable --token-file --encrypt --resize --gpu --workers --lanes
                   --metrics --json --help -h" ;;
         ls|ping|stat)
             opts="$_remora_client_opts"

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * One region registry served by several workers (src/remote/registry.c),
+ * in one process over TCP loopback (two contexts, real UCX):
+ * - the registry under concurrent change: threads expose, replace and
+ *   unexpose regions while clients with an endpoint on every worker read
+ *   them and look them up through each worker; generations seen never go
+ *   backwards, whichever worker is asked; after an unexpose returns, no
+ *   worker serves the region; every part of a split read is one region
+ *   state's bytes, never garbage;
+ * - chunk spreading: a lane (an endpoint to another worker) killed while
+ *   requests spread over it are in flight fails those requests, promptly,
+ *   and never hangs them; later requests go on without it.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <cmocka.h>
+
+#include <remora/remora.h>
+
+#include "harness.h"
+#include "remote/client.h"
+
+#define WORKERS   4
+#define REGION    (4u << 20)
+#define READ_LEN  (2u << 20)      /* split into 4 parts of 512 KiB */
+#define PART      (512u << 10)
+#define MUTATORS  3
+#define READERS   2
+#define CYCLES    30
+
+typedef struct {
+    remora_context_h sctx;
+    remora_server_h  server;
+    char             addr[80];
+    atomic_int       stop;
+    atomic_uint      next_fill;  /* fill values handed out, each once (1..) */
+    atomic_int       failures;
+} world_t;
+
+static void failf(world_t *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    atomic_fetch_add(&w->failures, 1);
+}
+
+/* Fresh memory, every byte one value never used before (mod 255, never 0). */
+static remora_mem_h fresh_mem(world_t *w)
+{
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = REGION};
+    remora_mem_h mem = NULL;
+
+    if (remora_mem_create(w->sctx, &mp, &mem) != REMORA_OK)
+        return NULL;
+    memset(remora_mem_address(mem), (int)(atomic_fetch_add(&w->next_fill, 1) % 255 + 1), REGION);
+    return mem;
+}
+
+static void start_world(world_t *w)
+{
+    remora_server_params_t sp = {.field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR |
+                                                REMORA_SERVER_FIELD_LANES,
+                                 .listen_addr = "127.0.0.1:0",
+                                 .lanes       = WORKERS};
+
+    memset(w, 0, sizeof(*w));
+    atomic_init(&w->next_fill, 1);
+    it_assert_ok(remora_context_create(NULL, &w->sctx));
+    it_assert_ok(remora_server_create(w->sctx, &sp, &w->server));
+    it_assert_ok(remora_server_address(w->server, w->addr, sizeof(w->addr)));
+}
+
+static remora_client_h connect_all_workers(world_t *w, remora_context_h *ctx)
+{
+    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_LANES, .lanes = WORKERS};
+    remora_client_h c = NULL;
+
+    it_assert_ok(remora_context_create(NULL, ctx));
+    it_assert_ok(remora_client_connect(*ctx, w->addr, &p, &c));
+    assert_int_equal(remora_client_lanes(c), WORKERS);
+    return c;
+}
+
+/* Every 512 KiB part of a read holds one value, not 0 (never memory that
+ * was not a region's). */
+static int parts_sane(const uint8_t *buf, size_t len)
+{
+    for (size_t p = 0; p < len; p += PART)
+        for (size_t i = p; i < p + PART && i < len; i++)
+            if (buf[i] == 0 || buf[i] != buf[p])
+                return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------ the registry under change */
+
+typedef struct {
+    world_t         *w;
+    unsigned         no;
+    remora_context_h ctx;
+    remora_client_h  c;
+} actor_t;
+
+/* Mutator no: replaces "s<no>" (never removed) and cycles "e<no>" through
+ * expose, replaces and unexpose; after each unexpose, a read of it must
+ * fail through this client's endpoints on every worker. */
+static void *mutator(void *arg)
+{
+    actor_t *a = arg;
+    world_t *w = a->w;
+    char stable[16], cyc[16];
+    uint8_t *buf = malloc(READ_LEN);
+
+    snprintf(stable, sizeof(stable), "s%u", a->no);
+    snprintf(cyc, sizeof(cyc), "e%u", a->no);
+    for (int i = 0; i < CYCLES && buf; i++) {
+        remora_mem_h m = fresh_mem(w);
+        remora_status_t st;
+
+        if (m == NULL || remora_server_replace(w->server, stable, m, NULL) != REMORA_OK)
+            failf(w, "replace %s failed", stable);
+        remora_mem_destroy(m); /* the server holds its own reference */
+        if ((m = fresh_mem(w)) == NULL ||
+            remora_server_expose(w->server, cyc, m, NULL) != REMORA_OK)
+            failf(w, "expose %s failed", cyc);
+        remora_mem_destroy(m);
+        /* Cache it here, so that the read after unexpose has a stale entry. */
+        if ((st = remora_client_read(a->c, cyc, 0, buf, READ_LEN)) != REMORA_OK)
+            failf(w, "read of %s just exposed: %s", cyc, remora_status_string(st));
+        for (int r = 0; r < 2; r++) {
+            if ((m = fresh_mem(w)) == NULL ||
+                remora_server_replace(w->server, cyc, m, NULL) != REMORA_OK)
+                failf(w, "replace %s failed", cyc);
+            remora_mem_destroy(m);
+        }
+        if (remora_server_unexpose(w->server, cyc) != REMORA_OK)
+            failf(w, "unexpose %s failed", cyc);
+        /* Nothing is served after unexpose: not by a cached id, on no worker. */
+        for (int k = 0; k < WORKERS; k++) {
+            st = remora_client_read(a->c, cyc, 0, buf, READ_LEN);
+            if (st == REMORA_OK)
+                failf(w, "%s served after its unexpose", cyc);
+            if (k > 0 && remora_client_read(a->c->lane[k - 1], cyc, 0, buf, 4096) == REMORA_OK)
+                failf(w, "%s served by worker %d after its unexpose", cyc, k);
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Reader: split reads of every region (parts on every worker), and lookups
+ * through each worker; a stable region's generation never goes backwards. */
+static void *reader(void *arg)
+{
+    actor_t *a = arg;
+    world_t *w = a->w;
+    uint64_t last_gen[MUTATORS] = {0};
+    uint8_t *buf = malloc(READ_LEN);
+    unsigned round = 0;
+
+    while (buf && !atomic_load(&w->stop)) {
+        for (unsigned m = 0; m < MUTATORS; m++) {
+            char name[16];
+            remora_status_t st;
+            remora_region_info_t info = {0};
+            /* through each worker in turn: the main connection, then each lane */
+            unsigned k = round++ % WORKERS;
+            remora_client_h via = k ? a->c->lane[k - 1] : a->c;
+
+            snprintf(name, sizeof(name), "s%u", m);
+            if ((st = remora_client_lookup(via, name, &info)) != REMORA_OK)
+                failf(w, "lookup %s via worker %u: %s", name, k, remora_status_string(st));
+            else if (info.generation < last_gen[m])
+                failf(w, "%s went from generation %llu back to %llu (worker %u)", name,
+                      (unsigned long long)last_gen[m], (unsigned long long)info.generation, k);
+            else
+                last_gen[m] = info.generation;
+            if ((st = remora_client_read(a->c, name, 0, buf, READ_LEN)) != REMORA_OK)
+                failf(w, "read %s: %s", name, remora_status_string(st));
+            else if (!parts_sane(buf, READ_LEN))
+                failf(w, "read %s: a part mixes bytes or holds none of a region's", name);
+            snprintf(name, sizeof(name), "e%u", m);
+            st = remora_client_read(a->c, name, 0, buf, READ_LEN);
+            if (st == REMORA_OK && !parts_sane(buf, READ_LEN))
+                failf(w, "read %s: a part mixes bytes or holds none of a region's", name);
+            else if (st != REMORA_OK && st != REMORA_ERR_NOT_FOUND)
+                failf(w, "read %s: %s", name, remora_status_string(st));
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_registry_under_change(void **state)
+{
+    world_t w;
+    actor_t mut[MUTATORS], rd[READERS];
+    pthread_t mt[MUTATORS], rt[READERS];
+    (void)state;
+
+    start_world(&w);
+    for (unsigned i = 0; i < MUTATORS; i++) {
+        char name[16];
+        remora_mem_h m = fresh_mem(&w);
+        snprintf(name, sizeof(name), "s%u", i);
+        assert_non_null(m);
+        it_assert_ok(remora_server_expose(w.server, name, m, NULL));
+        remora_mem_destroy(m);
+    }
+    for (unsigned i = 0; i < READERS; i++) {
+        rd[i] = (actor_t){.w = &w, .no = i};
+        rd[i].c = connect_all_workers(&w, &rd[i].ctx);
+    }
+    for (unsigned i = 0; i < MUTATORS; i++) {
+        mut[i] = (actor_t){.w = &w, .no = i};
+        mut[i].c = connect_all_workers(&w, &mut[i].ctx);
+    }
+    for (unsigned i = 0; i < READERS; i++)
+        assert_int_equal(pthread_create(&rt[i], NULL, reader, &rd[i]), 0);
+    for (unsigned i = 0; i < MUTATORS; i++)
+        assert_int_equal(pthread_create(&mt[i], NULL, mutator, &mut[i]), 0);
+    for (unsigned i = 0; i < MUTATORS; i++)
+        pthread_join(mt[i], NULL);
+    atomic_store(&w.stop, 1);
+    for (unsigned i = 0; i < READERS; i++)
+        pthread_join(rt[i], NULL);
+
+    /* Settled: every worker says the same generation for each region. */
+    for (unsigned m = 0; m < MUTATORS; m++) {
+        char name[16];
+        remora_region_info_t info = {0};
+        snprintf(name, sizeof(name), "s%u", m);
+        for (unsigned k = 0; k < WORKERS; k++) {
+            remora_client_h via = k ? rd[0].c->lane[k - 1] : rd[0].c;
+            it_assert_ok(remora_client_lookup(via, name, &info));
+            assert_int_equal(info.generation, 1 + CYCLES);
+        }
+    }
+    for (unsigned i = 0; i < MUTATORS; i++) {
+        remora_client_disconnect(mut[i].c);
+        remora_context_destroy(mut[i].ctx);
+    }
+    for (unsigned i = 0; i < READERS; i++) {
+        remora_client_disconnect(rd[i].c);
+        remora_context_destroy(rd[i].ctx);
+    }
+    remora_server_destroy(w.server);
+    remora_context_destroy(w.sctx);
+    assert_int_equal(atomic_load(&w.failures), 0);
+}
+
+/* ------------------------------------------------------------ a lane killed mid-request */
+
+#define INFLIGHT 16
+#define BIG      (8u << 20)
+
+static void test_killed_lane_fails_requests(void **state)
+{
+    world_t w;
+    remora_context_h cctx;
+    remora_client_h c;
+    remora_request_h req[INFLIGHT];
+    uint8_t *bufs = malloc((size_t)INFLIGHT * BIG);
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = BIG};
+    remora_mem_h mem;
+    unsigned failed = 0;
+    (void)state;
+
+    assert_non_null(bufs);
+    start_world(&w);
+    it_assert_ok(remora_mem_create(w.sctx, &mp, &mem));
+    memset(remora_mem_address(mem), 7, BIG);
+    it_assert_ok(remora_server_expose(w.server, "big", mem, NULL));
+    c = connect_all_workers(&w, &cctx);
+    it_assert_ok(remora_client_read(c, "big", 0, bufs, BIG)); /* cached */
+
+    for (int i = 0; i < INFLIGHT; i++)
+        it_assert_ok(remora_client_read_nb(c, "big", 0, bufs + (size_t)i * BIG, BIG, &req[i]));
+    /* The endpoint to worker 2 dies under them: its bootstrap socket (the
+     * connection's life line) is cut, so both sides tear it down. */
+    shutdown(c->lane[0]->peer.sock.fd, SHUT_RDWR);
+    double t0 = it_now_ms();
+    for (int i = 0; i < INFLIGHT; i++) {
+        remora_status_t st = remora_request_wait(req[i], 10000);
+        assert_int_not_equal(st, REMORA_ERR_TIMED_OUT); /* never hangs */
+        if (st != REMORA_OK)
+            failed++;
+        else
+            for (size_t j = 0; j < BIG; j += 4096)
+                assert_int_equal(bufs[(size_t)i * BIG + j], 7);
+        remora_request_release(req[i]);
+    }
+    printf("# %u of %d requests failed with the lane, all done in %.0f ms\n", failed, INFLIGHT,
+           it_now_ms() - t0);
+    /* Later requests go on over the other endpoints. */
+    for (int i = 0; i < 8; i++) {
+        memset(bufs, 0, BIG);
+        it_assert_ok(remora_client_read(c, "big", 0, bufs, BIG));
+        assert_true(parts_sane(bufs, BIG));
+    }
+    remora_client_disconnect(c);
+    remora_context_destroy(cctx);
+    remora_server_destroy(w.server);
+    remora_mem_destroy(mem);
+    remora_context_destroy(w.sctx);
+    free(bufs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry_under_change),
+        cmocka_unit_test(test_killed_lane_fails_requests),
+    };
+
+    setenv("UCX_TLS", "tcp", 0); /* the path lanes split: active messages */
+    it_init("workers");
+    return it_finish(cmocka_run_group_tests(tests, NULL, NULL));
+}
