@@ -194,9 +194,7 @@ typedef struct remora_context_params {
     /** Shown in UCX logs. Default "remora". */
     const char *name;
     /** How long the progress thread spins after the last event before it sleeps
-     *  on the worker's event fd. Default 1000 µs on machines with 8 cores or
-     *  more (a steady stream of events never waits for a wake-up), 50 µs on
-     *  smaller ones; env REMORA_SPIN_US; 0 sleeps at once. */
+     *  on the worker's event fd. Default 50 µs; 0 sleeps at once. */
     unsigned    spin_us;
     /** Heartbeats on every connection: one each way every heartbeat_ms (default
      *  500, env REMORA_HEARTBEAT_MS; 0 turns them off), and a peer silent for

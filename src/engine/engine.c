@@ -24,16 +24,7 @@
 #include "util/log.h"
 #include "util/time.h"
 
-/* The progress thread's spin after its last event, by default: on a machine
- * with cores to spare, long enough to bridge the gaps of a steady stream of
- * 1 to 10 kHz (a ring's subscribers, a detector's frames) so that no event
- * waits for the thread to wake: on the 16-core H100 host the 64 B ring at
- * 10 kHz had a p99 of 78 us with 50 us of spin and 32 us with 1 ms. On a
- * small machine a spinning thread takes the core that someone on the
- * latency path needs (docs/performance.md, "The tail"): 50 us there. */
-#define RM_SPIN_US_FEW_CORES  50
-#define RM_SPIN_US_MANY_CORES 1000
-#define RM_SPIN_MANY_CORES    8
+#define RM_DEFAULT_SPIN_US   50
 #define RM_DEFAULT_HEARTBEAT_MS    500
 #define RM_DEFAULT_PEER_TIMEOUT_MS 2000
 #define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
@@ -777,18 +768,12 @@ err:
     return status;
 }
 
-static unsigned default_spin_us(void)
-{
-    return sysconf(_SC_NPROCESSORS_ONLN) >= RM_SPIN_MANY_CORES ? RM_SPIN_US_MANY_CORES
-                                                               : RM_SPIN_US_FEW_CORES;
-}
-
 static remora_context_h context_alloc(void)
 {
     remora_context_h ctx = calloc(1, sizeof(*ctx));
 
     if (ctx != NULL) {
-        ctx->spin_us    = default_spin_us();
+        ctx->spin_us    = RM_DEFAULT_SPIN_US;
         ctx->epfd       = -1;
         ctx->watch_epfd = -1;
     }
@@ -858,7 +843,7 @@ static remora_status_t context_apply_params(remora_context_h ctx,
     unsigned hb   = env_unsigned("REMORA_HEARTBEAT_MS", RM_DEFAULT_HEARTBEAT_MS);
     unsigned dead = env_unsigned("REMORA_PEER_TIMEOUT_MS", RM_DEFAULT_PEER_TIMEOUT_MS);
 
-    ctx->spin_us = env_unsigned("REMORA_SPIN_US", default_spin_us());
+    ctx->spin_us = env_unsigned("REMORA_SPIN_US", RM_DEFAULT_SPIN_US);
     ctx->rma     = rma_from_env();
     if (fm & REMORA_CONTEXT_FIELD_SPIN_US)
         ctx->spin_us = p->spin_us;
