@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 /* ---------------------------------------------------------------- reporting */
 
@@ -261,9 +260,6 @@ static int cli_parse_operand(const cli_command_t *cmd, const char *text, bool ne
     return 0;
 }
 
-#define CLI_SERVER_SPIN_US    1000
-#define CLI_SERVER_SPIN_CORES 8
-
 int cli_session_context_at(cli_session_t *s, const cli_command_t *cmd, const char *listen)
 {
     remora_context_params_t params = {
@@ -283,17 +279,6 @@ int cli_session_context_at(cli_session_t *s, const cli_command_t *cmd, const cha
             params.field_mask |= REMORA_CONTEXT_FIELD_BIND_HOST;
             params.bind_host   = host;
         }
-    }
-    /* A server's progress thread spins 1 ms after its last event where cores
-     * are plenty, so a steady stream of requests or ring commits (1-10 kHz)
-     * never waits for it to wake: on the 16-core H100 host the 64 B ring's
-     * p99 at 10 kHz went from 78 to 27-32 us. Only servers: with it in every
-     * process, 64 subscriber processes spinning on 16 cores made their p99
-     * 5x worse (docs/performance.md). REMORA_SPIN_US still decides. */
-    if (listen != NULL && getenv("REMORA_SPIN_US") == NULL &&
-        sysconf(_SC_NPROCESSORS_ONLN) >= CLI_SERVER_SPIN_CORES) {
-        params.field_mask |= REMORA_CONTEXT_FIELD_SPIN_US;
-        params.spin_us = CLI_SERVER_SPIN_US;
     }
     memset(s, 0, sizeof(*s));
     s->cmd = cmd;

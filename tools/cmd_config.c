@@ -37,7 +37,7 @@ static const cli_config_var_t cli_config_vars[] = {
     {"REMORA_RECONNECT", "0", "1: clients reconnect by themselves after a lost connection"},
     {"REMORA_HEARTBEAT_MS", "500", "heartbeat interval on the bootstrap socket (0: none)"},
     {"REMORA_PEER_TIMEOUT_MS", "2000", "a peer silent this long is taken for dead"},
-    {"REMORA_SPIN_US", "50", "progress thread: busy-poll this long before sleeping (CLI servers on 8+ cores: 1000)"},
+    {"REMORA_SPIN_US", "50", "progress thread: busy-poll this long before sleeping"},
     {"REMORA_RING_INLINE", "32768",
      "ring subscribers: largest element carried inline in notifications (0: never)"},
     {"REMORA_RING_PUSH", "1",
