@@ -353,7 +353,13 @@ static void test_cycles(void **state)
     assert_true(it_server_alive(&s));
     assert_int_equal(failed, 0);
     assert_true(fds1 <= fds0 + 2);
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer keeps freed memory in quarantine (256 MiB): RSS grows
+     * by design there; LeakSanitizer checks the server at its exit instead. */
+    printf("# AddressSanitizer build: RSS not checked\n");
+#else
     assert_true(rss1 <= rss0 + 16 * 1024);
+#endif
     assert_int_equal(it_server_stop(&s), 0);
 }
 
