@@ -666,28 +666,17 @@ remora_status_t rm_cuda_host_register(void *p, size_t length)
 static void           *borrowed[BORROWED_MAX];
 static pthread_mutex_t borrowed_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int borrowed_add(void *p)
+/* Put `to` in the slot holding `from` (NULL: a free slot); 0 if none does. */
+static int borrowed_swap(void *from, void *to)
 {
-    int ok = 0;
+    int done = 0;
 
     pthread_mutex_lock(&borrowed_lock);
-    for (unsigned i = 0; i < BORROWED_MAX && !ok; i++)
-        if (borrowed[i] == NULL)
-            borrowed[i] = p, ok = 1;
+    for (unsigned i = 0; i < BORROWED_MAX && !done; i++)
+        if (borrowed[i] == from)
+            borrowed[i] = to, done = 1;
     pthread_mutex_unlock(&borrowed_lock);
-    return ok;
-}
-
-static int borrowed_take(void *p)
-{
-    int found = 0;
-
-    pthread_mutex_lock(&borrowed_lock);
-    for (unsigned i = 0; i < BORROWED_MAX && !found; i++)
-        if (borrowed[i] == p)
-            borrowed[i] = NULL, found = 1;
-    pthread_mutex_unlock(&borrowed_lock);
-    return found;
+    return done;
 }
 
 remora_status_t rm_cuda_host_unregister(void *p)
@@ -696,7 +685,7 @@ remora_status_t rm_cuda_host_unregister(void *p)
 
     if (p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if (borrowed_take(p))
+    if (borrowed_swap(p, NULL))
         return REMORA_OK;
     if ((status = ctx_push(0)) != REMORA_OK)
         return status;
@@ -1150,7 +1139,7 @@ remora_status_t rm_cuda_host_register_mapped(void *p, size_t length, void **dev_
     if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
         /* Pinned by someone else (UCX): usable if it is mapped for the GPU. */
         r = cu.MemHostGetDevicePointer(&d, p, 0);
-        if (r == CUDA_SUCCESS && !borrowed_add(p))
+        if (r == CUDA_SUCCESS && !borrowed_swap(NULL, p))
             r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
         status = cu_check(r, "cuMemHostRegister (memory pinned elsewhere)");
     } else {
