@@ -189,8 +189,12 @@ static void test_clone_file_source(void **state)
     (void)state;
 
     it_must_start(&s, "stream", "serve", "--ring", "r=4Kx32", "--rate", "2000", NULL);
-    it_sleep_ms(100); /* let it fill the ring */
     snprintf(target, sizeof(target), "%s/r", s.addr);
+    /* Reading 32 elements proves the ring holds a full lap, however slow the machine
+       (a fixed sleep left it empty once on a loaded CI runner). */
+    it_cli_run(&r, 60000, "stream", "read", target, "--count", "32", NULL);
+    assert_int_equal(r.status, 0);
+    it_run_free(&r);
     it_tmp_path(file, sizeof(file), "ring.img");
     it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "clone", target, file, NULL);
     assert_int_equal(r.status, 0);
