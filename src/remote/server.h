@@ -102,7 +102,9 @@ struct remora_server {
     rm_list_t        pushq;  /* rm_ring_wait_t whose element is there, in order */
     rm_list_t        pushes; /* rm_ring_push_t in flight */
     unsigned         push_active; /* pushes in flight and not stalled */
-    double           push_ns_per_byte; /* how long a push takes (moving average) */
+    /* How long a push of x bytes takes, y = a + b x: decayed least-squares
+     * sums over recent pushes (server_ring.c, push_time_ns). */
+    struct rm_push_fit { double n, x, y, xx, xy; } push_fit;
     struct rm_stage_pool *stage; /* pinned buffers for GPU regions UCX cannot reach */
     int              destroying; /* remora_server_destroy runs: regions go all at once */
     uint64_t         instance; /* random: tells clients this server from a restarted one */

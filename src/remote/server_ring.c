@@ -164,6 +164,45 @@ static double ring_rate(remora_ring_h ring, uint64_t head, uint64_t now_ns)
     return ring->rate_eps;
 }
 
+/*
+ * A push's time is a fixed cost (round trip, scheduling) plus bytes over
+ * bandwidth. Fitting both matters: a per-byte average learnt from one-slot
+ * pushes charges every byte the fixed cost, the next push is sized smaller
+ * still, and small elements end up pushed one at a time. Pushes of one size
+ * do not tell the two apart, so the slope leans on a 1 GB/s prior with the
+ * weight of PUSH_FIT_PRIOR_X squared.
+ */
+#define PUSH_FIT_DECAY    0.9            /* about the last ten pushes count */
+#define PUSH_FIT_PRIOR_NS 1.0            /* per byte: 1 GB/s until measured */
+#define PUSH_FIT_PRIOR_X  (64.0 * 1024)  /* bytes */
+
+static void push_fit_add(remora_server_h s, double x, double y)
+{
+    struct rm_push_fit *f = &s->push_fit;
+    f->n  = PUSH_FIT_DECAY * f->n + 1;
+    f->x  = PUSH_FIT_DECAY * f->x + x;
+    f->y  = PUSH_FIT_DECAY * f->y + y;
+    f->xx = PUSH_FIT_DECAY * f->xx + x * x;
+    f->xy = PUSH_FIT_DECAY * f->xy + x * y;
+}
+
+static double push_time_ns(remora_server_h s, double bytes)
+{
+    const struct rm_push_fit *f = &s->push_fit;
+    double prior = PUSH_FIT_PRIOR_X * PUSH_FIT_PRIOR_X, b = PUSH_FIT_PRIOR_NS, a = 0;
+
+    if (f->n > 0) {
+        double sxx = f->xx - f->x * f->x / f->n, sxy = f->xy - f->x * f->y / f->n;
+        b = (sxy + prior * PUSH_FIT_PRIOR_NS) / (sxx + prior);
+        if (b < 0.01)
+            b = 0.01; /* 100 GB/s: noise, not a measurement */
+        a = (f->y - b * f->x) / f->n;
+        if (a < 0)
+            a = 0;
+    }
+    return a + b * bytes;
+}
+
 static void push_done(void *arg, ucs_status_t status)
 {
     rm_ring_push_t *p = arg;
@@ -186,11 +225,8 @@ static void push_done(void *arg, ucs_status_t status)
     }
     if (!p->stalled) {
         s->push_active--;
-        if (status == UCS_OK && p->bytes) {
-            double per = (double)(rm_now_ns() - p->start_ns) / (double)p->bytes;
-            s->push_ns_per_byte = s->push_ns_per_byte > 0 ? 0.8 * s->push_ns_per_byte + 0.2 * per
-                                                          : per;
-        }
+        if (status == UCS_OK && p->bytes)
+            push_fit_add(s, (double)p->bytes, (double)(rm_now_ns() - p->start_ns));
     }
     rm_list_del(&p->link);
     rm_mem_unref(p->mem);
@@ -220,8 +256,7 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
         nmax = 1;
     /* Elements the producer commits while this push travels, twice over. */
     double rate = ring_rate(ring, head, t);
-    double per  = s->push_ns_per_byte > 0 ? s->push_ns_per_byte : 1.0; /* 1 GB/s until known */
-    double d_ns = 2.0 * per * (double)(nmax * stride) + RM_PUSH_SLACK_NS;
+    double d_ns = 2.0 * push_time_ns(s, (double)(nmax * stride)) + RM_PUSH_SLACK_NS;
     double m    = (double)(uint64_t)(rate * d_ns / 1e9) + 2; /* rounded up, plus one */
     uint64_t margin = m >= (double)cap ? cap - 1 : (uint64_t)m;
     uint64_t safe = head > cap - margin ? head - (cap - margin) : 0; /* oldest safe */
@@ -279,7 +314,7 @@ static void push_pump(remora_server_h s)
         return;
     rm_list_for_each_safe(pos, tmp, &s->pushes) {
         rm_ring_push_t *p = rm_container_of(pos, rm_ring_push_t, link);
-        double expect = 8.0 * s->push_ns_per_byte * (double)p->bytes;
+        double expect = 8.0 * push_time_ns(s, (double)p->bytes);
         if (!p->stalled && t - p->start_ns > (expect > RM_PUSH_STALL_NS ? expect : RM_PUSH_STALL_NS)) {
             p->stalled = 1; /* a stopped or slow subscriber: stop waiting for it */
             s->push_active--;
