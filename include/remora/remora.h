@@ -426,7 +426,9 @@ typedef struct remora_conn_event {
     const struct remora_conn_stats  *stats;
 } remora_conn_event_t;
 
-/** Runs on the server's progress thread, without any remora lock held (it may
+/** Runs on the progress thread of the worker serving the connection (with
+ *  several workers, calls for different connections may run at once), without
+ *  any remora lock held (it may
  *  call remora functions, but not destroy its own server); the event lives
  *  until it returns. Not called for the connections remora_server_destroy()
  *  closes; none runs after remora_server_destroy() returned. */
@@ -445,9 +447,11 @@ typedef struct remora_server_params {
      *  4, 2 up to 15, 4 from 16). Each past the first is one more UCX worker
      *  with its own progress thread and listener (same host, a free port);
      *  all serve one region table, so a region exposed, replaced or removed
-     *  here is seen the same way through every worker, and clients asking
-     *  for lanes move data on several cores at once. Rings, signals and
-     *  sockets are on the first worker only. */
+     *  here is seen the same way through every worker. Connections accepted
+     *  on listen_addr go to the worker with the fewest (clients need not
+     *  ask), each served wholly there: reads, writes, ring subscriptions,
+     *  signals and sockets. Clients asking for lanes also move one
+     *  request's data on several cores at once. */
     unsigned    lanes;
     /** Connection caps: at most max_conns connections at once (default 4096)
      *  and max_conns_per_host from one peer address (default 1024); a client
@@ -582,7 +586,7 @@ REMORA_API remora_status_t remora_server_stats(remora_server_h server,
 enum remora_conn_stats_field {
     REMORA_CONN_STATS_FIELD_ID          = 1u << 0, /**< unique per server and lane, from 1 */
     REMORA_CONN_STATS_FIELD_PEER        = 1u << 1, /**< the client's address, "HOST:PORT" */
-    REMORA_CONN_STATS_FIELD_LANE        = 1u << 2, /**< 0, or the lane it is connected to */
+    REMORA_CONN_STATS_FIELD_LANE        = 1u << 2, /**< the worker serving it, from 0 (the first) */
     REMORA_CONN_STATS_FIELD_AGE_MS      = 1u << 3, /**< since it was accepted */
     REMORA_CONN_STATS_FIELD_READ_OPS    = 1u << 4,
     REMORA_CONN_STATS_FIELD_READ_BYTES  = 1u << 5,

@@ -24,6 +24,7 @@
  *   the memory reference it holds.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -618,12 +619,22 @@ static void handle_event_ack(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_engine_complete(c->server->ctx, &c->server->acked); /* remora_server_sync_clients */
 }
 
+/* LANES: the ports that reach the server's other workers, each without
+ * spreading (the first worker's direct listener, the others' own). */
 static void handle_lanes(rm_conn_t *c, const rm_hdr_t *hdr)
 {
+    remora_server_h m = c->server->main ? c->server->main : c->server;
+    uint16_t ports[RM_LANES_MAX];
+    unsigned n = 0;
     rm_wbuf_t w;
 
+    if (c->server != m && m->direct_port)
+        ports[n++] = m->direct_port;
+    for (unsigned i = 0; i < m->nlanes; i++)
+        if (m->lane[i] != c->server)
+            ports[n++] = m->lane_port[i];
     rm_wbuf_init(&w);
-    rm_lanes_encode(&w, c->server->lane_port, c->server->nlanes);
+    rm_lanes_encode(&w, ports, n);
     rm_conn_reply(c, RM_MSG_LANES_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
@@ -647,12 +658,6 @@ static void count_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
 static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t len,
                            const ucp_am_recv_param_t *param)
 {
-    if (c->server->main != NULL && (hdr->type == RM_MSG_SIGNAL || hdr->type == RM_MSG_WRITE_SIGNAL ||
-                                    hdr->type == RM_MSG_RING_WAIT || RM_MSG_IS_SOCK(hdr->type))) {
-        /* Rings, signals and sockets live on the first worker only. */
-        rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_UNSUPPORTED, NULL);
-        return;
-    }
     switch (hdr->type) {
     case RM_MSG_LIST:      handle_list(c, hdr); break;
     case RM_MSG_LOOKUP:    handle_lookup(c, hdr, body, len); break;
@@ -788,14 +793,14 @@ static void conn_ready(rm_conn_t *c)
     rm_server_conn_event(c, 1);
 }
 
-/* Connections from the same address as c, c included. */
-static unsigned conns_from(remora_server_h s, const rm_conn_t *c)
+/* Connections from host on one worker (its lock held). */
+static unsigned conns_from(remora_server_h s, const char *host)
 {
     rm_list_t *pos, *tmp;
     unsigned n = 0;
 
     rm_list_for_each_safe(pos, tmp, &s->conns)
-        n += strcmp(rm_container_of(pos, rm_conn_t, link)->peer_host, c->peer_host) == 0;
+        n += strcmp(rm_container_of(pos, rm_conn_t, link)->peer_host, host) == 0;
     return n;
 }
 
@@ -822,9 +827,9 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
                 in.proto_max, RM_PROTO_VERSION);
         return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_VERSION);
     }
-    if (s->nconns > s->max_conns || conns_from(s, c) > s->max_conns_per_host) {
-        rm_warn("refusing client %s: %u connections (at most %u, %u per address)",
-                c->peer_host, s->nconns, s->max_conns, s->max_conns_per_host);
+    if (c->over_limit) {
+        rm_warn("refusing client %s: too many connections (at most %u, %u per address)",
+                c->peer_host, s->max_conns, s->max_conns_per_host);
         RM_SS_ADD(s, RM_SS_CONNS_REFUSED, 1);
         return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_BUSY);
     }
@@ -988,7 +993,11 @@ static void conn_sock_cb(rm_watch_t *w, uint32_t events)
  * readable, and the progress thread would spin on it) until the next tick. */
 static void accept_pause(remora_server_h s, int err)
 {
+    if (s->accept_paused)
+        return;
     rm_engine_unwatch(s->ctx, &s->listener);
+    if (s->direct_port)
+        rm_engine_unwatch(s->ctx, &s->direct);
     s->accept_paused = 1;
     if (rm_now_ns() - s->pause_logged_ns > 10ull * 1000000000u) {
         rm_warn("cannot accept connections: %s; pausing accept", strerror(err));
@@ -996,45 +1005,103 @@ static void accept_pause(remora_server_h s, int err)
     }
 }
 
-static void on_accept(rm_watch_t *w, uint32_t events)
+/*
+ * The worker a new connection goes to: the one with the fewest connections,
+ * by turns on a tie, so that clients use every worker's thread without
+ * asking. Also counts the connections on all workers, in all and from host
+ * (s's lock held; the others' are taken in turn, after it).
+ */
+static remora_server_h pick_worker(remora_server_h s, int spread, const char *host,
+                                   unsigned *all, unsigned *same)
 {
-    remora_server_h s = rm_container_of(w, struct remora_server, listener);
+    unsigned n = s->nlanes + 1, start = s->next_worker++ % n, best_conns = UINT_MAX;
+    remora_server_h best = s;
+
+    *all = *same = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned k = (start + i) % n;
+        remora_server_h w = k ? s->lane[k - 1] : s;
+        if (w != s)
+            rm_engine_lock(w->ctx);
+        *all += w->nconns;
+        *same += conns_from(w, host);
+        if ((spread || w == s) && w->nconns < best_conns) {
+            best_conns = w->nconns;
+            best       = w;
+        }
+        if (w != s)
+            rm_engine_unlock(w->ctx);
+    }
+    return best;
+}
+
+/* A connection accepted by s, served by worker w (w's lock held). */
+static rm_conn_t *conn_new(remora_server_h w, int fd, const struct sockaddr_storage *ss)
+{
+    rm_conn_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->peer.ctx     = w->ctx;
+    c->peer.ops     = &conn_ops;
+    c->peer.sock.fd = fd;
+    c->peer.sock.cb = conn_sock_cb;
+    c->peer.failed  = 1; /* no endpoint yet */
+    c->server       = w;
+    c->state        = CONN_HELLO;
+    c->born_ns      = rm_now_ns();
+    rm_format_addr((const struct sockaddr *)ss, c->peer_host, sizeof(c->peer_host));
+    snprintf(c->peer_addr, sizeof(c->peer_addr), "%s", c->peer_host);
+    *strrchr(c->peer_host, ':') = '\0'; /* the address, without the port */
+    rm_auth_nonce(c->server_nonce);
+    if (rm_engine_watch(w->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP) != REMORA_OK) {
+        free(c);
+        return NULL;
+    }
+    rm_list_push_back(&w->conns, &c->link);
+    w->nconns++;
+    c->id = ++w->next_conn_id;
+    RM_SS_ADD(w, RM_SS_CONNS_ACCEPTED, 1);
+    atomic_store(&w->drained, 0);
+    return c;
+}
+
+static void accept_all(remora_server_h s, rm_watch_t *w, int spread)
+{
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     int fd;
 
     while ((fd = accept4(w->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        rm_conn_t *c = calloc(1, sizeof(*c));
-        if (c == NULL) {
+        char host[sizeof(((rm_conn_t *)0)->peer_host)];
+        unsigned all, same;
+
+        rm_format_addr((const struct sockaddr *)&ss, host, sizeof(host));
+        *strrchr(host, ':') = '\0';
+        remora_server_h wk = pick_worker(s, spread, host, &all, &same);
+        if (wk != s)
+            rm_engine_lock(wk->ctx);
+        rm_conn_t *c = conn_new(wk, fd, &ss);
+        if (c != NULL)
+            c->over_limit = all + 1 > s->max_conns || same + 1 > s->max_conns_per_host;
+        if (wk != s)
+            rm_engine_unlock(wk->ctx);
+        if (c == NULL)
             close(fd);
-            continue;
-        }
-        c->peer.ctx     = s->ctx;
-        c->peer.ops     = &conn_ops;
-        c->peer.sock.fd = fd;
-        c->peer.sock.cb = conn_sock_cb;
-        c->peer.failed  = 1; /* no endpoint yet */
-        c->server       = s;
-        c->state        = CONN_HELLO;
-        c->born_ns      = rm_now_ns();
-        rm_format_addr((const struct sockaddr *)&ss, c->peer_host, sizeof(c->peer_host));
-        snprintf(c->peer_addr, sizeof(c->peer_addr), "%s", c->peer_host);
-        *strrchr(c->peer_host, ':') = '\0'; /* the address, without the port */
-        rm_auth_nonce(c->server_nonce);
-        if (rm_engine_watch(s->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP) != REMORA_OK) {
-            close(fd);
-            free(c);
-            continue;
-        }
-        rm_list_push_back(&s->conns, &c->link);
-        s->nconns++;
-        c->id = ++s->next_conn_id;
-        RM_SS_ADD(s, RM_SS_CONNS_ACCEPTED, 1);
-        atomic_store(&s->drained, 0);
         len = sizeof(ss);
     }
     if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
         accept_pause(s, errno);
+}
+
+static void on_accept(rm_watch_t *w, uint32_t events)
+{
+    accept_all(rm_container_of(w, struct remora_server, listener), w, 1);
+}
+
+static void on_accept_direct(rm_watch_t *w, uint32_t events)
+{
+    accept_all(rm_container_of(w, struct remora_server, direct), w, 0);
 }
 
 /* Every tick: drop connections stuck in the handshake, free retired memory
@@ -1057,8 +1124,11 @@ static void server_tick(rm_ticker_t *t)
     }
     retired_sweep(s);
     cm_slots_sweep(s, 0);
-    if (s->accept_paused && rm_engine_watch(s->ctx, &s->listener, EPOLLIN) == REMORA_OK)
+    if (s->accept_paused && rm_engine_watch(s->ctx, &s->listener, EPOLLIN) == REMORA_OK) {
         s->accept_paused = 0;
+        if (s->direct_port && rm_engine_watch(s->ctx, &s->direct, EPOLLIN) != REMORA_OK)
+            rm_warn("lanes to the first worker are not accepted any more");
+    }
 }
 
 /* ------------------------------------------------------------ public API */
@@ -1085,6 +1155,38 @@ static remora_status_t start_listener(remora_server_h s, const char *addr)
     return REMORA_OK;
 }
 
+/* With workers, a second listener on our host that keeps its connections
+ * on the first worker: the lane that reaches it (handle_lanes). */
+static remora_status_t start_direct(remora_server_h s)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char addr[sizeof(s->addr)];
+    remora_status_t st;
+    int fd;
+
+    if ((st = rm_parse_addr(s->addr, &ss, &len)) != REMORA_OK)
+        return st;
+    ((struct sockaddr_in *)&ss)->sin_port = 0; /* same offset in sockaddr_in6 */
+    rm_format_addr((const struct sockaddr *)&ss, addr, sizeof(addr));
+    if ((st = rm_boot_listen(addr, &fd)) != REMORA_OK)
+        return st;
+    len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+        close(fd);
+        return REMORA_ERR_IO;
+    }
+    rm_engine_lock(s->ctx);
+    s->direct.fd = fd;
+    s->direct.cb = on_accept_direct;
+    if ((st = rm_engine_watch(s->ctx, &s->direct, EPOLLIN)) == REMORA_OK)
+        s->direct_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    rm_engine_unlock(s->ctx);
+    if (st != REMORA_OK)
+        close(fd);
+    return st;
+}
+
 static remora_status_t copy_token(remora_server_h s, const remora_server_params_t *p)
 {
     if (p == NULL || !(p->field_mask & REMORA_SERVER_FIELD_TOKEN))
@@ -1103,11 +1205,14 @@ static remora_status_t copy_token(remora_server_h s, const remora_server_params_
 
 static void stop_lanes(remora_server_h s)
 {
-    for (unsigned i = 0; i < s->nlanes; i++) {
+    rm_engine_lock(s->ctx); /* accept and ring commits stop looking at them */
+    unsigned n = s->nlanes;
+    s->nlanes  = 0;
+    rm_engine_unlock(s->ctx);
+    for (unsigned i = 0; i < n; i++) {
         remora_server_destroy(s->lane[i]);
         remora_context_destroy(s->lane_ctx[i]);
     }
-    s->nlanes = 0;
 }
 
 static remora_status_t server_create(remora_context_h ctx, const remora_server_params_t *params,
@@ -1182,7 +1287,13 @@ static remora_status_t start_lanes(remora_server_h s, const remora_server_params
             stop_lanes(s);
             return st;
         }
+        rm_engine_lock(s->ctx); /* accept and ring commits read it */
         s->nlanes = i + 1;
+        rm_engine_unlock(s->ctx);
+    }
+    if (s->nlanes && (st = start_direct(s)) != REMORA_OK) {
+        stop_lanes(s);
+        return st;
     }
     return REMORA_OK;
 }
@@ -1208,7 +1319,7 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
         return REMORA_ERR_NO_MEMORY;
     s->ctx            = ctx;
     s->main           = main;
-    s->instance       = rm_auth_random_u64();
+    s->instance       = main ? main->instance : rm_auth_random_u64(); /* one server to clients */
     s->born_ns        = rm_now_ns();
     if (params && (params->field_mask & REMORA_SERVER_FIELD_CONN_CB)) {
         s->conn_cb  = params->conn_cb;
@@ -1254,6 +1365,8 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
     }
     rm_engine_lock(ctx);
     st = start_listener(s, addr);
+    if (st == REMORA_OK && main != NULL)
+        rm_server_ring_worker_start(s);
     rm_engine_unlock(ctx);
     if (st != REMORA_OK)
         goto err_free;
@@ -1290,10 +1403,17 @@ void remora_server_destroy(remora_server_h s)
     stop_lanes(s);
     rm_engine_lock(s->ctx);
     s->destroying = 1;
+    if (s->main != NULL)
+        rm_server_ring_worker_stop(s);
     rm_engine_remove_ticker(s->ctx, &s->ticker);
-    if (!s->accept_paused)
+    if (!s->accept_paused) {
         rm_engine_unwatch(s->ctx, &s->listener);
+        if (s->direct_port)
+            rm_engine_unwatch(s->ctx, &s->direct);
+    }
     close(s->listener.fd);
+    if (s->direct_port)
+        close(s->direct.fd);
     rm_list_for_each_safe(pos, tmp, &s->conns)
         conn_kill(rm_container_of(pos, rm_conn_t, link));
     rm_engine_unlock(s->ctx);

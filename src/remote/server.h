@@ -68,6 +68,7 @@ typedef struct rm_conn {
     struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
     unsigned        nwaits;     /* ring waits armed (server_ring.c) */
     uint64_t        id;         /* from 1, per server */
+    int             over_limit; /* accepted past max_conns (per host): HELLO is refused */
     char            peer_addr[64]; /* HOST:PORT */
     uint64_t        cs[RM_CS_COUNT]; /* counters, by remora_conn_stats_field bit */
 } rm_conn_t;
@@ -87,7 +88,9 @@ typedef struct rm_cm_slot {
 
 struct remora_server {
     remora_context_h ctx;
-    rm_watch_t       listener;
+    rm_watch_t       listener; /* spreads connections over the workers */
+    rm_watch_t       direct;   /* with workers: keeps them on this one (lanes) */
+    uint16_t         direct_port;
     rm_ticker_t      ticker;
     char             addr[80];
     uint8_t         *token;
@@ -102,6 +105,10 @@ struct remora_server {
     rm_list_t        pushq;  /* rm_ring_wait_t whose element is there, in order */
     rm_list_t        pushes; /* rm_ring_push_t in flight */
     unsigned         push_active; /* pushes in flight and not stalled */
+    /* A worker server: its waits are answered on its own thread when the
+     * first worker's ring_signaled raises this (armed_waits > 0). */
+    rm_signal_t      rings_sig;
+    atomic_uint      armed_waits; /* entries of waits */
     /* How long a push of x bytes takes, y = a + b x: decayed least-squares
      * sums over recent pushes (server_ring.c, push_time_ns). */
     struct rm_push_fit { double n, x, y, xx, xy; } push_fit;
@@ -125,6 +132,7 @@ struct remora_server {
     _Atomic uint64_t stat[RM_SS_COUNT];
     uint64_t         born_ns;
     uint64_t         next_conn_id;
+    unsigned         next_worker; /* the first worker: where the next accepted connection goes */
     remora_conn_cb_t conn_cb;
     void            *conn_arg;
     atomic_int       events_pending; /* conn_cb calls queued, not yet run */
@@ -165,5 +173,8 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr);
 void rm_server_ring_conn_gone(rm_conn_t *c);
 /* A ring region goes away: its waiters get REMORA_ERR_NOT_FOUND, the ring is detached. */
 void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r);
+/* A worker server's ring signal (lock held): its waits are its own to answer. */
+void rm_server_ring_worker_start(remora_server_h s);
+void rm_server_ring_worker_stop(remora_server_h s);
 
 #endif

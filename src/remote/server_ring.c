@@ -77,8 +77,10 @@ static void push_pump(remora_server_h s);
 static void wait_free(rm_ring_wait_t *w)
 {
     rm_list_del(&w->link);
-    if (!w->queued)
+    if (!w->queued) {
         atomic_fetch_sub(&w->region->ring->armed, 1);
+        atomic_fetch_sub(&w->conn->server->armed_waits, 1);
+    }
     w->conn->nwaits--;
     free(w);
 }
@@ -332,6 +334,7 @@ static void answer(remora_server_h s, rm_ring_wait_t *w, const rm_ring_shape_t *
         if (!w->queued) {
             rm_list_del(&w->link);
             atomic_fetch_sub(&w->region->ring->armed, 1);
+            atomic_fetch_sub(&s->armed_waits, 1);
             w->queued = 1;
             rm_list_push_back(&s->pushq, &w->link);
         }
@@ -362,11 +365,51 @@ static void ring_fire(remora_server_h s, remora_ring_h ring)
     push_pump(s);
 }
 
+/*
+ * A commit on a ring the first worker exposes. Its own connections' waits
+ * are answered here; other workers' connections are theirs to answer, on
+ * their threads: raise their signal, never take their lock (this may run
+ * on the producer's thread, which must not wait).
+ */
 static void ring_signaled(rm_signal_t *sig)
 {
     remora_ring_h ring = rm_container_of(sig, struct remora_ring, sig);
-    if (ring->server)
-        ring_fire(ring->server, ring);
+    remora_server_h s  = ring->server;
+
+    if (s == NULL)
+        return;
+    ring_fire(s, ring);
+    for (unsigned i = 0; i < s->nlanes; i++)
+        if (atomic_load(&s->lane[i]->armed_waits) > 0)
+            rm_engine_signal(s->lane[i]->ctx, &s->lane[i]->rings_sig);
+}
+
+/* A worker server's rings_sig: answer whatever its waits' rings now hold. */
+static void worker_rings_signaled(rm_signal_t *sig)
+{
+    remora_server_h s = rm_container_of(sig, struct remora_server, rings_sig);
+    rm_list_t *pos, *tmp;
+
+again: /* ring_fire answers every wait on its ring that can be: start over */
+    rm_list_for_each_safe(pos, tmp, &s->waits) {
+        rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
+        remora_ring_h ring = w->region->ring;
+        if (atomic_load_explicit(ring->hdr_head, memory_order_acquire) > w->want) {
+            ring_fire(s, ring);
+            goto again;
+        }
+    }
+}
+
+void rm_server_ring_worker_start(remora_server_h s)
+{
+    s->rings_sig.fn = worker_rings_signaled;
+    rm_engine_add_signal(s->ctx, &s->rings_sig);
+}
+
+void rm_server_ring_worker_stop(remora_server_h s)
+{
+    rm_engine_remove_signal(s->ctx, &s->rings_sig);
 }
 
 /* A connection at its limit of waits: answer (CANCELED) and drop its oldest. */
@@ -424,7 +467,9 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
     c->nwaits++;
     rm_list_push_back(&c->server->waits, &w->link);
     /* Arm, then look again: a commit between the first look and the arm
-     * saw armed == 0 and raised no signal. */
+     * saw armed == 0 and raised no signal. armed_waits first: whoever sees
+     * the ring armed by this wait sees its worker's count too. */
+    atomic_fetch_add(&c->server->armed_waits, 1);
     atomic_fetch_add(&r->ring->armed, 1);
     ring_fire(c->server, r->ring);
 }
@@ -456,12 +501,11 @@ void rm_server_ring_conn_gone(rm_conn_t *c)
     push_pump(s);
 }
 
-void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r)
+/* One worker's waits on a region that goes: answered NOT_FOUND (its lock held). */
+static void waits_region_gone(remora_server_h s, const rm_region_t *r)
 {
     rm_list_t *lists[2] = {&s->waits, &s->pushq}, *pos, *tmp;
 
-    if (r->ring == NULL)
-        return;
     for (int i = 0; i < 2; i++) {
         rm_list_for_each_safe(pos, tmp, lists[i]) {
             rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
@@ -470,6 +514,18 @@ void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r)
             rm_conn_reply(w->conn, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_NOT_FOUND, NULL);
             wait_free(w);
         }
+    }
+}
+
+void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r)
+{
+    if (r->ring == NULL)
+        return;
+    waits_region_gone(s, r);
+    for (unsigned i = 0; i < s->nlanes; i++) { /* the first worker's lock comes first */
+        rm_engine_lock(s->lane[i]->ctx);
+        waits_region_gone(s->lane[i], r);
+        rm_engine_unlock(s->lane[i]->ctx);
     }
     remora_ring_h ring = r->ring;
     rm_engine_remove_signal(s->ctx, &ring->sig);

@@ -17,8 +17,10 @@
  * - FIN (kind 0): the sender writes no more; kind 1: and reads no more (a
  *   close). The connection's failure fails every socket on it.
  * - Locking: a socket's state is guarded by its context's lock (message
- *   handlers run with it held); the id table by tbl_lock, taken inside the
- *   context lock. Waiters sleep in rm_engine_wait on a per-direction flag
+ *   handlers run with it held); the id table, the listeners and their
+ *   backlogs by tbl_lock, taken inside the context lock. A server's
+ *   listeners are its first worker's; a socket lives on the worker of the
+ *   connection it came on (any of them). Waiters sleep in rm_engine_wait on a per-direction flag
  *   that handlers raise.
  */
 #include <stdlib.h>
@@ -186,14 +188,36 @@ static void send_ctl(remora_sock_h s, unsigned type, uint8_t kind, uint64_t leng
 
 /* ------------------------------------------------------------ messages */
 
+/* A listener of server by name (tbl_lock held). */
+static remora_sock_listener_h listener_find(remora_server_h server, const char *name)
+{
+    rm_list_t *pos, *tmp;
+
+    rm_list_for_each_safe(pos, tmp, &listeners) {
+        remora_sock_listener_h it = rm_container_of(pos, struct remora_sock_listener, link);
+        if (it->server == server && strcmp(it->name, name) == 0)
+            return it;
+    }
+    return NULL;
+}
+
+/*
+ * SOCK_CONNECT on a connection of any of the server's workers (that
+ * worker's lock held). Listeners belong to the first worker; the new socket
+ * to the connection's. The backlog is under tbl_lock, not a context lock:
+ * another worker's lock cannot be taken here (the first worker's comes
+ * first), and the lookup and the queueing must be one step, or the
+ * listener could go in between.
+ */
 static void on_connect(rm_peer_t *peer, remora_server_h server, const rm_hdr_t *hdr,
                        const void *body, size_t len)
 {
     rm_conn_t *c = (rm_conn_t *)peer;
+    remora_server_h first = server->main ? server->main : server;
     char name[REMORA_NAME_MAX + 1];
-    remora_sock_listener_h l = NULL;
+    remora_sock_listener_h l;
+    remora_status_t st = REMORA_OK;
     remora_sock_h s;
-    rm_list_t *pos, *tmp;
     rm_rbuf_t r;
     rm_wbuf_t w;
 
@@ -203,30 +227,29 @@ static void on_connect(rm_peer_t *peer, remora_server_h server, const rm_hdr_t *
         rm_conn_reply(c, RM_MSG_SOCK_CONNECT_REPLY, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
         return;
     }
-    pthread_mutex_lock(&tbl_lock);
-    rm_list_for_each_safe(pos, tmp, &listeners) {
-        remora_sock_listener_h it = rm_container_of(pos, struct remora_sock_listener, link);
-        if (it->server == server && strcmp(it->name, name) == 0)
-            l = it;
-    }
-    pthread_mutex_unlock(&tbl_lock);
-    if (l == NULL || l->nbacklog >= RM_SOCK_BACKLOG) {
-        rm_conn_reply(c, RM_MSG_SOCK_CONNECT_REPLY, hdr->req_id,
-                      l ? REMORA_ERR_BUSY : REMORA_ERR_NOT_FOUND, NULL);
-        return;
-    }
     if ((s = sock_new(peer->ctx, peer, RM_AM_ID_TO_CLIENT)) == NULL) {
         rm_conn_reply(c, RM_MSG_SOCK_CONNECT_REPLY, hdr->req_id, REMORA_ERR_NO_MEMORY, NULL);
         return;
     }
     s->peer_id   = (uint32_t)hdr->offset;
     s->tx_credit = hdr->length < REMORA_SOCK_WINDOW ? hdr->length : REMORA_SOCK_WINDOW;
-    s->listener  = l;
     update_hints(s);
-    rm_list_push_back(&l->backlog, &s->link);
-    l->nbacklog++;
-    atomic_store(&l->hint, 1);
-    rm_engine_complete(l->ctx, &l->wake);
+    pthread_mutex_lock(&tbl_lock);
+    if ((l = listener_find(first, name)) == NULL || l->nbacklog >= RM_SOCK_BACKLOG) {
+        st = l ? REMORA_ERR_BUSY : REMORA_ERR_NOT_FOUND;
+    } else {
+        s->listener = l;
+        rm_list_push_back(&l->backlog, &s->link);
+        l->nbacklog++;
+        atomic_store(&l->hint, 1);
+        rm_engine_complete(l->ctx, &l->wake);
+    }
+    pthread_mutex_unlock(&tbl_lock);
+    if (st != REMORA_OK) {
+        sock_free(s);
+        rm_conn_reply(c, RM_MSG_SOCK_CONNECT_REPLY, hdr->req_id, st, NULL);
+        return;
+    }
     rm_wbuf_init(&w);
     rm_wbuf_u32(&w, s->id);
     rm_wbuf_u64(&w, REMORA_SOCK_WINDOW);
@@ -296,18 +319,19 @@ void rm_sock_peer_gone(rm_peer_t *peer)
                 continue;
             s->peer = NULL;
             s->err  = REMORA_ERR_DISCONNECTED;
-            if (s->listener)
+            if (s->listener) {
+                rm_list_del(&s->link);
+                s->listener->nbacklog--;
+                atomic_store(&s->listener->hint, s->listener->nbacklog > 0);
+                s->listener = NULL;
                 gone[n++] = s;
-            else
+            } else {
                 wake(s, 1, 1);
+            }
         }
         pthread_mutex_unlock(&tbl_lock);
-        for (size_t i = 0; i < n; i++) {
-            rm_list_del(&gone[i]->link);
-            gone[i]->listener->nbacklog--;
-            atomic_store(&gone[i]->listener->hint, gone[i]->listener->nbacklog > 0);
+        for (size_t i = 0; i < n; i++)
             sock_free(gone[i]);
-        }
     } while (n == 64);
 }
 
@@ -327,7 +351,7 @@ remora_status_t remora_sock_listen(remora_server_h server, const char *service,
                                    remora_sock_listener_h *listener_p)
 {
     remora_sock_listener_h l;
-    rm_list_t *pos, *tmp;
+    remora_status_t st = REMORA_OK;
 
     if (server == NULL || !service_ok(service) || listener_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
@@ -337,42 +361,48 @@ remora_status_t remora_sock_listen(remora_server_h server, const char *service,
     l->ctx    = server->ctx;
     snprintf(l->name, sizeof(l->name), "%s", service);
     rm_list_init(&l->backlog);
-    rm_engine_lock(l->ctx);
     pthread_mutex_lock(&tbl_lock);
-    rm_list_for_each_safe(pos, tmp, &listeners) {
-        remora_sock_listener_h it = rm_container_of(pos, struct remora_sock_listener, link);
-        if (it->server == server && strcmp(it->name, service) == 0) {
-            pthread_mutex_unlock(&tbl_lock);
-            rm_engine_unlock(l->ctx);
-            free(l);
-            return REMORA_ERR_EXISTS;
-        }
-    }
-    rm_list_push_back(&listeners, &l->link);
+    if (listener_find(server, service) != NULL)
+        st = REMORA_ERR_EXISTS;
+    else
+        rm_list_push_back(&listeners, &l->link);
     pthread_mutex_unlock(&tbl_lock);
-    rm_engine_unlock(l->ctx);
+    if (st != REMORA_OK) {
+        free(l);
+        return st;
+    }
     *listener_p = l;
     return REMORA_OK;
 }
 
+/* Sockets never accepted are closed, each under its own worker's lock. */
 void remora_sock_listener_destroy(remora_sock_listener_h l)
 {
-    rm_list_t *pos, *tmp;
+    rm_list_t backlog, *pos, *tmp;
 
     if (l == NULL)
         return;
-    rm_engine_lock(l->ctx);
+    rm_list_init(&backlog);
     pthread_mutex_lock(&tbl_lock);
     rm_list_del(&l->link);
-    pthread_mutex_unlock(&tbl_lock);
     rm_list_for_each_safe(pos, tmp, &l->backlog) {
         remora_sock_h s = rm_container_of(pos, struct remora_sock, link);
         rm_list_del(pos);
+        s->listener = NULL;
+        rm_list_push_back(&backlog, pos);
+    }
+    l->nbacklog = 0;
+    pthread_mutex_unlock(&tbl_lock);
+    rm_list_for_each_safe(pos, tmp, &backlog) {
+        remora_sock_h s = rm_container_of(pos, struct remora_sock, link);
+        remora_context_h ctx = s->ctx;
+        rm_engine_lock(ctx);
+        rm_list_del(pos);
         send_ctl(s, RM_MSG_SOCK_FIN, 1, 0);
         sock_free(s);
+        rm_engine_unlock(ctx);
+        rm_engine_kick(ctx);
     }
-    rm_engine_unlock(l->ctx);
-    rm_engine_kick(l->ctx);
     free(l);
 }
 
@@ -381,35 +411,43 @@ static uint64_t deadline_for(int timeout_ms)
     return rm_deadline_ns(timeout_ms < 0 ? REMORA_DEFAULT_TIMEOUT_MS : timeout_ms);
 }
 
+/* The oldest socket of the backlog, or NULL. */
+static remora_sock_h backlog_pop(remora_sock_listener_h l)
+{
+    remora_sock_h s = NULL;
+
+    pthread_mutex_lock(&tbl_lock);
+    if (!rm_list_empty(&l->backlog)) {
+        s = rm_container_of(l->backlog.next, struct remora_sock, link);
+        rm_list_del(&s->link);
+        rm_list_init(&s->link);
+        s->listener = NULL;
+        l->nbacklog--;
+        atomic_store(&l->hint, l->nbacklog > 0);
+    }
+    pthread_mutex_unlock(&tbl_lock);
+    return s;
+}
+
 remora_status_t remora_sock_accept(remora_sock_listener_h l, int timeout_ms,
                                    remora_sock_h *sock_p)
 {
     uint64_t deadline = deadline_for(timeout_ms);
+    remora_sock_h s;
 
     if (l == NULL || sock_p == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    rm_engine_lock(l->ctx);
     for (;;) {
-        if (!rm_list_empty(&l->backlog)) {
-            remora_sock_h s = rm_container_of(l->backlog.next, struct remora_sock, link);
-            rm_list_del(&s->link);
-            rm_list_init(&s->link);
-            s->listener = NULL;
-            l->nbacklog--;
-            atomic_store(&l->hint, l->nbacklog > 0);
-            rm_engine_unlock(l->ctx);
+        atomic_store(&l->wake, 0); /* before looking: a connect after it sets it again */
+        if ((s = backlog_pop(l)) != NULL) {
             *sock_p = s;
             return REMORA_OK;
         }
-        atomic_store(&l->wake, 0);
-        rm_engine_unlock(l->ctx);
-        if (timeout_ms == 0)
-            return REMORA_ERR_TIMED_OUT;
-        remora_status_t st = rm_engine_wait(l->ctx, &l->wake, deadline);
-        rm_engine_lock(l->ctx);
-        if (st != REMORA_OK && rm_list_empty(&l->backlog)) {
-            rm_engine_unlock(l->ctx);
-            return REMORA_ERR_TIMED_OUT;
+        if (timeout_ms == 0 || rm_engine_wait(l->ctx, &l->wake, deadline) != REMORA_OK) {
+            if ((s = backlog_pop(l)) == NULL)
+                return REMORA_ERR_TIMED_OUT;
+            *sock_p = s;
+            return REMORA_OK;
         }
     }
 }

@@ -10,7 +10,10 @@
  *   state's bytes, never garbage;
  * - chunk spreading: a lane (an endpoint to another worker) killed while
  *   requests spread over it are in flight fails those requests, promptly,
- *   and never hangs them; later requests go on without it.
+ *   and never hangs them; later requests go on without it;
+ * - accepted connections spread over the workers; ring subscribers,
+ *   signals and sockets served by each worker; connection limits that
+ *   count every worker.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -318,11 +322,183 @@ static void test_killed_lane_fails_requests(void **state)
     free(bufs);
 }
 
+/* ------------------------------------------------------------ connections spread */
+
+#define SPREAD_CLIENTS 8
+#define SPREAD_ELEMS   3000
+
+typedef struct {
+    remora_ring_h ring;
+    atomic_int    stop;
+} producer_t;
+
+static void *produce(void *arg)
+{
+    producer_t *p = arg;
+    uint64_t v = 0;
+
+    while (!atomic_load(&p->stop)) {
+        remora_ring_push(p->ring, &v, sizeof(v), NULL);
+        v++;
+        if (v % 64 == 0)
+            usleep(100); /* paced: "every" subscribers keep up */
+    }
+    return NULL;
+}
+
+/*
+ * Clients that ask for nothing land on every worker (fewest connections
+ * first), as the conn stats' lanes show; a subscriber on each worker gets
+ * every element of a ring in order, its waits answered by its own worker;
+ * the ring's removal reaches each of them; the connection limits count
+ * every worker's connections.
+ */
+static void test_connections_spread(void **state)
+{
+    world_t w;
+    remora_context_h ctx[SPREAD_CLIENTS];
+    remora_client_h c[SPREAD_CLIENTS];
+    remora_sub_h sub[SPREAD_CLIENTS];
+    remora_conn_stats_t cs[SPREAD_CLIENTS + 4];
+    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
+                               .elem_size  = sizeof(uint64_t),
+                               .capacity   = 4096};
+    producer_t prod = {0};
+    pthread_t th;
+    unsigned per_worker[WORKERS + 1] = {0};
+    size_t n = 0;
+    (void)state;
+
+    start_world(&w);
+    it_assert_ok(remora_ring_create(w.sctx, &rp, &prod.ring));
+    it_assert_ok(remora_server_expose_ring(w.server, "r", prod.ring));
+    for (int i = 0; i < SPREAD_CLIENTS; i++) {
+        it_assert_ok(remora_context_create(NULL, &ctx[i]));
+        it_assert_ok(remora_client_connect(ctx[i], w.addr, NULL, &c[i]));
+        it_assert_ok(remora_client_subscribe(c[i], "r", NULL, &sub[i]));
+    }
+    for (size_t i = 0; i < SPREAD_CLIENTS + 4; i++)
+        cs[i].field_mask = REMORA_CONN_STATS_FIELD_LANE;
+    it_assert_ok(remora_server_conn_stats(w.server, cs, SPREAD_CLIENTS + 4, &n));
+    assert_int_equal(n, SPREAD_CLIENTS);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(cs[i].lane < WORKERS);
+        per_worker[cs[i].lane]++;
+    }
+    for (int k = 0; k < WORKERS; k++) {
+        printf("# worker %d: %u connections\n", k + 1, per_worker[k]);
+        assert_int_equal(per_worker[k], SPREAD_CLIENTS / WORKERS);
+    }
+
+    assert_int_equal(pthread_create(&th, NULL, produce, &prod), 0);
+    for (int i = 0; i < SPREAD_CLIENTS; i++) {
+        uint64_t prev_seq = 0, prev_drops = 0;
+        for (int e = 0; e < SPREAD_ELEMS; e++) {
+            uint64_t v;
+            remora_elem_info_t info = {.field_mask = REMORA_ELEM_INFO_FIELD_SEQ |
+                                                     REMORA_ELEM_INFO_FIELD_DROPS};
+            it_assert_ok(remora_sub_next(sub[i], &v, sizeof(v), &info, 5000));
+            assert_int_equal(v, info.seq);
+            if (e > 0) /* in order; what was skipped is counted, exactly */
+                assert_int_equal(info.seq, prev_seq + 1 + (info.drops - prev_drops));
+            prev_seq   = info.seq;
+            prev_drops = info.drops;
+        }
+    }
+    atomic_store(&prod.stop, 1);
+    pthread_join(th, NULL);
+
+    /* Signals and sockets through every worker. */
+    remora_signals_h sig;
+    remora_sock_listener_h l;
+    remora_sock_h cli[SPREAD_CLIENTS], srv[SPREAD_CLIENTS];
+    uint64_t total = 0;
+
+    it_assert_ok(remora_signals_create(w.sctx, 1, NULL, &sig));
+    it_assert_ok(remora_server_expose_signals(w.server, "sig", sig));
+    it_assert_ok(remora_sock_listen(w.server, "echo", &l));
+    for (int i = 0; i < SPREAD_CLIENTS; i++) {
+        it_assert_ok(remora_client_signal(c[i], "sig", 0, REMORA_SIGNAL_ADD, 1));
+        it_assert_ok(remora_sock_connect(c[i], "echo", 5000, &cli[i]));
+        assert_int_equal(remora_sock_send(cli[i], &i, sizeof(i), 5000), sizeof(i));
+    }
+    it_assert_ok(remora_signals_wait(sig, 0, REMORA_CMP_GEQ, SPREAD_CLIENTS, 5000, &total));
+    assert_int_equal(total, SPREAD_CLIENTS);
+    for (int i = 0; i < SPREAD_CLIENTS; i++) { /* each socket answers its own client */
+        int v = -1;
+        it_assert_ok(remora_sock_accept(l, 5000, &srv[i]));
+        assert_int_equal(remora_sock_recv(srv[i], &v, sizeof(v), 5000), sizeof(v));
+        assert_int_equal(remora_sock_send(srv[i], &v, sizeof(v), 5000), sizeof(v));
+    }
+    for (int i = 0; i < SPREAD_CLIENTS; i++) {
+        int v = -1;
+        assert_int_equal(remora_sock_recv(cli[i], &v, sizeof(v), 5000), sizeof(v));
+        assert_int_equal(v, i);
+        remora_sock_close(cli[i]);
+        remora_sock_close(srv[i]);
+    }
+    remora_sock_listener_destroy(l);
+
+    /* The ring goes: every subscriber hears it, whichever worker serves it. */
+    it_assert_ok(remora_server_unexpose(w.server, "r"));
+    for (int i = 0; i < SPREAD_CLIENTS; i++) {
+        uint64_t v;
+        remora_status_t st;
+        double t0 = it_now_ms();
+        while ((st = remora_sub_next(sub[i], &v, sizeof(v), NULL, 3000)) == REMORA_OK)
+            ;
+        assert_int_equal(st, REMORA_ERR_NOT_FOUND);
+        assert_true(it_now_ms() - t0 < 3000);
+        remora_sub_destroy(sub[i]);
+        remora_client_disconnect(c[i]);
+        remora_context_destroy(ctx[i]);
+    }
+    remora_server_destroy(w.server);
+    remora_signals_destroy(sig);
+    remora_ring_destroy(prod.ring);
+    remora_context_destroy(w.sctx);
+}
+
+/* max_conns_per_host counts the connections of every worker. */
+static void test_limits_span_workers(void **state)
+{
+    remora_context_h sctx, ctx[WORKERS];
+    remora_server_h server;
+    remora_client_h c[WORKERS];
+    char addr[80];
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR |
+                                               REMORA_SERVER_FIELD_LANES |
+                                               REMORA_SERVER_FIELD_MAX_CONNS,
+                                 .listen_addr        = "127.0.0.1:0",
+                                 .lanes              = WORKERS,
+                                 .max_conns          = 64,
+                                 .max_conns_per_host = WORKERS - 1};
+    (void)state;
+
+    it_assert_ok(remora_context_create(NULL, &sctx));
+    it_assert_ok(remora_server_create(sctx, &sp, &server));
+    it_assert_ok(remora_server_address(server, addr, sizeof(addr)));
+    for (int i = 0; i < WORKERS; i++) {
+        it_assert_ok(remora_context_create(NULL, &ctx[i]));
+        remora_status_t st = remora_client_connect(ctx[i], addr, NULL, &c[i]);
+        assert_int_equal(st, i < WORKERS - 1 ? REMORA_OK : REMORA_ERR_BUSY);
+    }
+    for (int i = 0; i < WORKERS; i++) {
+        if (i < WORKERS - 1)
+            remora_client_disconnect(c[i]);
+        remora_context_destroy(ctx[i]);
+    }
+    remora_server_destroy(server);
+    remora_context_destroy(sctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_under_change),
         cmocka_unit_test(test_killed_lane_fails_requests),
+        cmocka_unit_test(test_connections_spread),
+        cmocka_unit_test(test_limits_span_workers),
     };
 
     setenv("UCX_TLS", "tcp", 0); /* the path lanes split: active messages */
