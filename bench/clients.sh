@@ -74,7 +74,7 @@ for w in 1 "$WORKERS"; do
   alone=$(median <"$tmp/alone")
   many=$(median <"$tmp/many")
   failed=$(awk '{s += $1} END {print s}' "$tmp/failed")
-  ratio=$(awk -v a="$alone" -v m="$many" 'BEGIN {printf "%.2f", a > 0 ? m / a : 0}')
+  ratio=$(awk -v a="$alone" -v m="$many" 'BEGIN {printf "%.2f", (a > 0 ? m / a : 0)}')
   printf '%-8s %-14s %-22s %-7s %s\n' "$w" "$alone" "$many" "${ratio}x" "$failed"
   echo "{\"bench\":\"clients\",\"workers\":$w,\"clients\":$CLIENTS,\"alone_gbps\":$alone,\"many_gbps\":$many,\"ratio\":$ratio,\"failed\":$failed}" >>"$RESULTS"
   kill "$spid" 2>/dev/null || true
