@@ -110,6 +110,7 @@ struct remora_context {
     size_t          worker_addr_len;
     rm_ucx_addr_shape_t addr_shape; /* what peers' addresses are checked against */
     pthread_mutex_t lock;  /* see design notes */
+    atomic_int      lock_waiters; /* threads blocked in rm_engine_lock: drivers yield to them */
     pthread_t       thread;
     atomic_int      stop;
     unsigned        spin_us;
