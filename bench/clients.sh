@@ -45,7 +45,12 @@ bench_many() {
     cp+=($!)
   done
   local failed=0
-  for i in "${!cp[@]}"; do wait "${cp[$i]}" || failed=$((failed + 1)); done
+  for i in "${!cp[@]}"; do
+    if ! wait "${cp[$i]}"; then
+      failed=$((failed + 1))
+      echo "client $((i + 1)) failed: $(tail -3 "$tmp/c$((i + 1)).err" | tr '\n' ' ')" >&2
+    fi
+  done
   local sum
   sum=$(cat "$tmp"/c*.out | grep -o '"gbps":[0-9.e+-]*' | cut -d: -f2 | awk '{s += $1} END {printf "%.3f", s}')
   rm -f "$tmp"/c*.out "$tmp"/c*.err
@@ -79,4 +84,8 @@ for w in 1 "$WORKERS"; do
   echo "{\"bench\":\"clients\",\"workers\":$w,\"clients\":$CLIENTS,\"alone_gbps\":$alone,\"many_gbps\":$many,\"ratio\":$ratio,\"failed\":$failed}" >>"$RESULTS"
   kill "$spid" 2>/dev/null || true
   wait "$spid" 2>/dev/null || true
+  if [ "$failed" != 0 ]; then
+    echo "server log, lines of note:" >&2
+    grep -v "connected$\|listening\|disconnected$" "$tmp/srv.err" | sort | uniq -c | sort -rn | head -20 >&2 || true
+  fi
 done
