@@ -584,7 +584,7 @@ REMORA_API remora_status_t remora_server_stats(remora_server_h server,
 
 /** Per-connection counters (reads and writes on every path the server sees). */
 enum remora_conn_stats_field {
-    REMORA_CONN_STATS_FIELD_ID          = 1u << 0, /**< unique per server and lane, from 1 */
+    REMORA_CONN_STATS_FIELD_ID          = 1u << 0, /**< unique per server (all its workers), from 1 */
     REMORA_CONN_STATS_FIELD_PEER        = 1u << 1, /**< the client's address, "HOST:PORT" */
     REMORA_CONN_STATS_FIELD_LANE        = 1u << 2, /**< the worker serving it, from 0 (the first) */
     REMORA_CONN_STATS_FIELD_AGE_MS      = 1u << 3, /**< since it was accepted */

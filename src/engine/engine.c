@@ -185,6 +185,30 @@ static void wake_progress_thread(remora_context_h ctx)
     pthread_mutex_unlock(&ctx->wait_mx);
 }
 
+void rm_engine_serving_add(remora_context_h ctx, uint64_t instance)
+{
+    for (unsigned i = 0; i < RM_SERVING_MAX; i++)
+        if (ctx->serving[i] == 0) {
+            ctx->serving[i] = instance;
+            return;
+        }
+}
+
+void rm_engine_serving_remove(remora_context_h ctx, uint64_t instance)
+{
+    for (unsigned i = 0; i < RM_SERVING_MAX; i++)
+        if (ctx->serving[i] == instance)
+            ctx->serving[i] = 0;
+}
+
+int rm_engine_serving(remora_context_h ctx, uint64_t instance)
+{
+    for (unsigned i = 0; i < RM_SERVING_MAX; i++)
+        if (instance != 0 && ctx->serving[i] == instance)
+            return 1;
+    return 0;
+}
+
 void rm_engine_hand_off(remora_context_h ctx)
 {
     rm_engine_kick(ctx);

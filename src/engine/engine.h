@@ -27,6 +27,8 @@
 
 #include <remora/remora.h>
 
+#define RM_SERVING_MAX 8
+
 #include "engine/ucx_addr.h"
 #include "util/list.h"
 #include "wire/wire.h"
@@ -129,6 +131,10 @@ struct remora_context {
     size_t          peers_cap, npeers;
 
     uint8_t         host_id[RM_HOST_ID_LEN];
+    /* Instances of the servers created on this context (0: free), so that a
+     * client of the same context refuses to connect to one of them whichever
+     * of its workers it lands on. Guarded by lock. */
+    uint64_t        serving[RM_SERVING_MAX];
 
     /* Liveness (boot.c): peers whose handshake is done, guarded by lock. */
     rm_list_t       live;
@@ -189,6 +195,12 @@ void rm_engine_kick(remora_context_h ctx);
  * waiting): have the progress thread carry it on now rather than when it
  * next looks (it stands aside while callers drive). */
 void rm_engine_hand_off(remora_context_h ctx);
+
+/* Servers on this context, by instance (lock held): add (0 when the table is
+ * full: not remembered), remove, and whether one serves instance. */
+void rm_engine_serving_add(remora_context_h ctx, uint64_t instance);
+void rm_engine_serving_remove(remora_context_h ctx, uint64_t instance);
+int rm_engine_serving(remora_context_h ctx, uint64_t instance);
 /* Run d->fn on the progress thread without the lock. Call with the lock held. */
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
 

@@ -956,14 +956,19 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
     remora_status_t st;
     const char *why;
 
+    rm_engine_lock(ctx);
+    int own = rm_engine_serving(ctx, c->hs_instance);
+    rm_engine_unlock(ctx);
     if (f.flags & RM_BOOT_CM) {
         if (len != 2)
             return REMORA_ERR_PROTOCOL;
     } else if (!rm_boot_addr_plausible(ctx, addr, len, &why)) {
         rm_error("the server sent a worker address this UCX cannot use: %s", why);
         return REMORA_ERR_PROTOCOL;
-    } else if (len == ctx->worker_addr_len && memcmp(addr, ctx->worker_addr, len) == 0) {
-        /* UCX cannot pair two endpoints of one worker to itself. */
+    } else if ((len == ctx->worker_addr_len && memcmp(addr, ctx->worker_addr, len) == 0) ||
+               own) {
+        /* UCX cannot pair two endpoints of one worker to itself; the
+         * server's other workers could, but the rule is the same for all. */
         rm_error("a client cannot connect to a server of its own context; use another context");
         return REMORA_ERR_UNSUPPORTED;
     }

@@ -1060,7 +1060,7 @@ static rm_conn_t *conn_new(remora_server_h w, int fd, const struct sockaddr_stor
     }
     rm_list_push_back(&w->conns, &c->link);
     w->nconns++;
-    c->id = ++w->next_conn_id;
+    c->id = atomic_fetch_add(&(w->main ? w->main : w)->next_conn_id, 1) + 1;
     RM_SS_ADD(w, RM_SS_CONNS_ACCEPTED, 1);
     atomic_store(&w->drained, 0);
     return c;
@@ -1367,6 +1367,8 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
     st = start_listener(s, addr);
     if (st == REMORA_OK && main != NULL)
         rm_server_ring_worker_start(s);
+    if (st == REMORA_OK && main == NULL)
+        rm_engine_serving_add(ctx, s->instance);
     rm_engine_unlock(ctx);
     if (st != REMORA_OK)
         goto err_free;
@@ -1405,6 +1407,8 @@ void remora_server_destroy(remora_server_h s)
     s->destroying = 1;
     if (s->main != NULL)
         rm_server_ring_worker_stop(s);
+    else
+        rm_engine_serving_remove(s->ctx, s->instance);
     rm_engine_remove_ticker(s->ctx, &s->ticker);
     if (!s->accept_paused) {
         rm_engine_unwatch(s->ctx, &s->listener);

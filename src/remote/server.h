@@ -131,7 +131,7 @@ struct remora_server {
     /* Counters (server_stats.c): relaxed atomics, by RM_SS_*. */
     _Atomic uint64_t stat[RM_SS_COUNT];
     uint64_t         born_ns;
-    uint64_t         next_conn_id;
+    _Atomic uint64_t next_conn_id; /* the first worker's numbers every connection */
     unsigned         next_worker; /* the first worker: where the next accepted connection goes */
     remora_conn_cb_t conn_cb;
     void            *conn_arg;

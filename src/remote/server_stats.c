@@ -186,36 +186,102 @@ remora_status_t remora_server_conn_stats(remora_server_h s, remora_conn_stats_t 
 /* The connections reported in one STATS_REPLY at most: the reply stays eager. */
 #define RM_STATS_REPLY_CONNS 1024
 
-void rm_server_handle_stats(rm_conn_t *c, const rm_hdr_t *hdr)
+/* The whole server's figures, for a STATS reply: s is the first worker, its
+ * lock held. Collecting takes each other worker's lock in turn. */
+static remora_status_t stats_encode(remora_server_h s, rm_wbuf_t *w)
 {
-    remora_server_h s = c->server;
     uint64_t v[64];
     remora_conn_stats_t *cs;
     size_t n, keep;
-    rm_wbuf_t w;
 
-    if ((cs = calloc(RM_STATS_REPLY_CONNS, sizeof(*cs))) == NULL) {
-        rm_conn_reply(c, RM_MSG_STATS_REPLY, hdr->req_id, REMORA_ERR_NO_MEMORY, NULL);
-        return;
-    }
+    rm_wbuf_init(w);
+    if ((cs = calloc(RM_STATS_REPLY_CONNS, sizeof(*cs))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
     for (size_t i = 0; i < RM_STATS_REPLY_CONNS; i++)
         cs[i].field_mask = RM_CS_ALL;
     rm_server_stats_collect(s, RM_SS_ALL, v, 1);
     n    = rm_server_conn_stats_collect(s, cs, RM_STATS_REPLY_CONNS, 1);
     keep = n < RM_STATS_REPLY_CONNS ? n : RM_STATS_REPLY_CONNS;
-    rm_wbuf_init(&w);
-    rm_stats_encode_server(&w, RM_SS_ALL, v);
-    rm_wbuf_u32(&w, (uint32_t)keep);
+    rm_stats_encode_server(w, RM_SS_ALL, v);
+    rm_wbuf_u32(w, (uint32_t)keep);
     for (size_t i = 0; i < keep; i++) {
         rm_stats_conn_t sc = {.mask = cs[i].field_mask};
         snprintf(sc.peer, sizeof(sc.peer), "%s", cs[i].peer);
         for (unsigned b = 0; b < RM_CS_COUNT; b++)
             if (b != RM_CS_PEER)
                 sc.v[b] = *field(&cs[i], conn_field_off[b]);
-        rm_stats_encode_conn(&w, &sc);
+        rm_stats_encode_conn(w, &sc);
     }
     free(cs);
-    rm_conn_reply(c, RM_MSG_STATS_REPLY, hdr->req_id, REMORA_OK, &w);
+    return REMORA_OK;
+}
+
+/*
+ * A STATS request on another worker's connection is answered from the first
+ * worker's thread: collecting takes the first worker's lock and then each
+ * other's, an order the asking worker, its own lock held, cannot keep.
+ */
+typedef struct rm_stats_task {
+    rm_deferred_t   d;
+    remora_server_h first;  /* alive until events_pending drops to 0 */
+    remora_server_h worker; /* checked against first's workers before use */
+    uint64_t        conn_id, req_id;
+} rm_stats_task_t;
+
+static void stats_task_run(rm_deferred_t *d)
+{
+    rm_stats_task_t *t = rm_container_of(d, rm_stats_task_t, d);
+    remora_server_h s  = t->first;
+    rm_list_t *pos, *tmp;
+    rm_wbuf_t w;
+
+    rm_engine_lock(s->ctx);
+    for (unsigned i = 0; i < s->nlanes && !s->destroying; i++) {
+        if (s->lane[i] != t->worker)
+            continue; /* else: a worker still there until we unlock */
+        remora_status_t st = stats_encode(s, &w);
+        int sent = 0;
+        rm_engine_lock(t->worker->ctx);
+        rm_list_for_each_safe(pos, tmp, &t->worker->conns) { /* it may be gone meanwhile */
+            rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
+            if (c->id == t->conn_id && !c->dead && !sent) {
+                rm_conn_reply(c, RM_MSG_STATS_REPLY, t->req_id, st, st == REMORA_OK ? &w : NULL);
+                sent = st == REMORA_OK; /* the reply owns the body */
+            }
+        }
+        rm_engine_unlock(t->worker->ctx);
+        if (!sent)
+            rm_wbuf_free(&w);
+    }
+    rm_engine_unlock(s->ctx);
+    atomic_fetch_sub(&s->events_pending, 1);
+    free(t);
+}
+
+void rm_server_handle_stats(rm_conn_t *c, const rm_hdr_t *hdr)
+{
+    remora_server_h first = c->server->main;
+    rm_stats_task_t *t;
+
+    if (first == NULL) {
+        rm_wbuf_t w;
+        remora_status_t st = stats_encode(c->server, &w);
+        rm_conn_reply(c, RM_MSG_STATS_REPLY, hdr->req_id, st, st == REMORA_OK ? &w : NULL);
+        if (st != REMORA_OK)
+            rm_wbuf_free(&w); /* else the reply owns it */
+        return;
+    }
+    if ((t = calloc(1, sizeof(*t))) == NULL) {
+        rm_conn_reply(c, RM_MSG_STATS_REPLY, hdr->req_id, REMORA_ERR_NO_MEMORY, NULL);
+        return;
+    }
+    t->d.fn    = stats_task_run;
+    t->first   = first;
+    t->worker  = c->server;
+    t->conn_id = c->id;
+    t->req_id  = hdr->req_id;
+    atomic_fetch_add(&first->events_pending, 1);
+    rm_engine_defer(first->ctx, &t->d);
 }
 
 /* Used by the client (client.c) to decode into the public structs. */
