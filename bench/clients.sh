@@ -5,7 +5,7 @@
 # alone on the same server in the same run; for a server on 1 worker and on
 # WORKERS (its connections spread over them, nothing asked by the clients).
 #   bench/clients.sh [BUILD_DIR] [CLIENTS] [SECONDS] [REPS]
-#     (defaults: build, 64, 3, 3; WORKERS default 4)
+#     (defaults: build, 64, 3, 3; WORKERS: the server's default for this machine)
 # Prints, per worker count, the medians over REPS rounds: one client alone,
 # the CLIENTS together (sum of their GB/s), the ratio, and the failed clients;
 # JSON lines go to $RESULTS (default BUILD_DIR/bench-clients.jsonl).
@@ -15,7 +15,8 @@ B=${1:-build}
 CLIENTS=${2:-64}
 SECS=${3:-3}
 REPS=${4:-3}
-WORKERS=${WORKERS:-4}
+cores=$(nproc)
+WORKERS=${WORKERS:-$((cores <= 4 ? 1 : (cores / 2 < 8 ? cores / 2 : 8)))} # the server's default
 RESULTS=${RESULTS:-$B/bench-clients.jsonl}
 remora=$B/tools/remora
 [ -x "$remora" ] || { echo "build first: scripts/build.sh $B" >&2; exit 1; }
@@ -58,7 +59,7 @@ bench_many() {
 }
 
 printf '%-8s %-14s %-22s %-7s %s\n' workers "alone GB/s" "$CLIENTS clients GB/s" ratio failed
-for w in 1 "$WORKERS"; do
+for w in $(printf '%s\n' 1 "$WORKERS" | uniq); do
   UCX_TLS=tcp "$remora" serve --listen 127.0.0.1:0 --workers "$w" --region a=64M \
     >"$tmp/srv.out" 2>"$tmp/srv.err" &
   spid=$!

@@ -592,7 +592,7 @@ const cli_command_t cli_cmd_serve = {
         "                      one region table; each connection goes to the one with\n"
         "                      the fewest, and clients with --lanes also spread large\n"
         "                      transfers over several (1..8; default $REMORA_WORKERS,\n"
-        "                      else 1 up to 4 cores, 2 up to 15, 4 from 16);\n"
+        "                      else 1 up to 4 cores, one per 2 cores up to 8);\n"
         "                      --lanes N is the older name\n"
         "  --metrics HOST:PORT serve the counters (see 'remora stat') in Prometheus\n"
         "                      text format on GET /metrics at HOST:PORT; a bare PORT\n"

@@ -444,7 +444,7 @@ typedef struct remora_server_params {
     const void *token;
     size_t      token_len;
     /** Workers, 1..8 (default: $REMORA_WORKERS, else by the cores: 1 up to
-     *  4, 2 up to 15, 4 from 16). Each past the first is one more UCX worker
+     *  4, else one per two cores up to 8). Each past the first is one more UCX worker
      *  with its own progress thread and listener (same host, a free port);
      *  all serve one region table, so a region exposed, replaced or removed
      *  here is seen the same way through every worker. Connections accepted
