@@ -1142,10 +1142,6 @@ static remora_status_t start_listener(remora_server_h s, const char *addr)
     if (st != REMORA_OK)
         return st;
     s->listener.cb = on_accept;
-    if ((st = rm_engine_watch(s->ctx, &s->listener, EPOLLIN)) != REMORA_OK) {
-        close(s->listener.fd);
-        return st;
-    }
     if (getsockname(s->listener.fd, (struct sockaddr *)&ss, &len) == 0)
         rm_format_addr((const struct sockaddr *)&ss, s->addr, sizeof(s->addr));
     else
@@ -1153,6 +1149,16 @@ static remora_status_t start_listener(remora_server_h s, const char *addr)
     s->ticker.fn = server_tick;
     rm_engine_add_ticker(s->ctx, &s->ticker);
     return REMORA_OK;
+}
+
+static remora_status_t watch_listener(remora_server_h s)
+{
+    rm_engine_lock(s->ctx);
+    remora_status_t st = rm_engine_watch(s->ctx, &s->listener, EPOLLIN);
+    rm_engine_unlock(s->ctx);
+    if (st != REMORA_OK)
+        s->accept_paused = 1; /* not watched: destroy must not unwatch it */
+    return st;
 }
 
 /* With workers, a second listener on our host that keeps its connections
@@ -1374,7 +1380,10 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
     rm_engine_unlock(ctx);
     if (st != REMORA_OK)
         goto err_free;
-    if (main == NULL && (st = start_lanes(s, params)) != REMORA_OK) {
+    /* Accept only once every worker is up: a client accepted earlier could
+     * find the server half made (and its regions not yet exposed). */
+    if ((main == NULL && (st = start_lanes(s, params)) != REMORA_OK) ||
+        (st = watch_listener(s)) != REMORA_OK) {
         remora_server_destroy(s);
         return st;
     }
