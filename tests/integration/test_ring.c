@@ -508,7 +508,11 @@ static uint64_t pushes_during(remora_ring_h ring, unsigned ms)
 }
 
 /* A subscriber that stops dead (SIGSTOP, its socket filling up) or crawls
- * never holds the producer back: the producer never waits for anyone. */
+ * never holds the producer back: the producer never waits for anyone.
+ * The baseline is taken with both subscribers live, so that CPU sharing (two
+ * cores, sanitizers, other tests in parallel) weighs on both figures alike;
+ * the stopped figure is the best of four windows, as blocking would bring
+ * every window to ~0 while a busy neighbour only dents some. */
 static void test_stopped_subscriber_never_slows_producer(void **state)
 {
     local_ring_t l;
@@ -517,21 +521,24 @@ static void test_stopped_subscriber_never_slows_producer(void **state)
     (void)state;
 
     local_ring_start(&l, 4096, 256, 0);
-    it_sleep_ms(100);
-    uint64_t alone = pushes_during(l.prod.ring, 500);
     snprintf(target, sizeof(target), "%s/r", l.addr);
     for (int i = 0; i < 2; i++)
         assert_int_equal(it_cli_spawn(&p[i], NULL, "stream", "read", target, "--seconds", "30",
                                       NULL), 0);
     it_sleep_ms(500);
+    uint64_t live = pushes_during(l.prod.ring, 500);
     assert_true(it_stop_process(p[0].pid, 5000)); /* one dead, one still reading */
     it_sleep_ms(200);
-    uint64_t stopped = pushes_during(l.prod.ring, 500);
-    print_message("producer: %llu pushes/0.5 s alone, %llu with a stopped subscriber\n",
-                  (unsigned long long)alone, (unsigned long long)stopped);
-    /* Blocking on the stopped one would bring this to ~0; CPU sharing with the
-     * live subscriber may cost some. */
-    assert_true(stopped * 4 >= alone);
+    uint64_t stopped = 0;
+    for (int w = 0; w < 4; w++) {
+        uint64_t n = pushes_during(l.prod.ring, 500);
+        stopped = n > stopped ? n : stopped;
+    }
+    print_message("producer: %llu pushes/0.5 s with two live subscribers, %llu (best of 4) "
+                  "with one stopped\n",
+                  (unsigned long long)live, (unsigned long long)stopped);
+    assert_true(live > 0);
+    assert_true(stopped * 4 >= live);
     it_proc_kill(&p[0]);
     it_proc_kill(&p[1]);
     local_ring_stop(&l);
