@@ -38,7 +38,8 @@ def remora_flags():
 ext = Extension(
     "remora._remora",
     sources=[os.path.join("src", f) for f in
-             ("module.c", "errors.c", "buffer.c", "server.c", "client.c", "ring.c")],
+             ("module.c", "errors.c", "buffer.c", "queue.c", "server.c", "client.c",
+              "ring.c")],
     depends=[os.path.join("src", "rp.h")],
     libraries=["remora"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wshadow",

@@ -12,12 +12,14 @@
 Every blocking call releases the GIL and is bounded by the client's timeout.
 Errors are remora.Error subclasses carrying .status (see docs/python.md).
 """
+import logging as _logging
 import threading as _threading
+import traceback as _traceback
 
 from . import _remora
 from ._remora import (  # noqa: F401  (re-exported)
     DEFAULT_TIMEOUT_MS, NAME_MAX, TOKEN_MAX, TOKEN_MIN,
-    AddressError, AuthError, Busy, Canceled, Closed, ConnectionRefused, Context, DeviceView,
+    AddressError, AuthError, Busy, Canceled, Closed, ConnectionRefused, DeviceView,
     Disconnected, Element, Error, Event, Exists, InvalidParam, IOError, Memory, NoMemory,
     NotFound, OutOfRange, ProtocolError, ReadOnly, RegionInfo, Request, Ring, Server,
     SlotContext, Subscription, TimedOut, TransportError, Unsupported, VersionError,
@@ -37,6 +39,98 @@ __all__ = [
 
 # How often the helper threads look at their stop flag, seconds.
 _POLL = 0.1
+
+
+def _log_handler(log):
+    """log= of Context as a callable (level, where, msg), or None."""
+    if log is None or log is False:
+        return None
+    if log is True:
+        log = _logging.getLogger("remora")
+    if isinstance(log, _logging.Logger):
+        logger = log
+        return lambda level, where, msg: logger.log(level, "%s", msg,
+                                                    extra={"remora_where": where})
+    if callable(log):
+        return log
+    raise TypeError("log must be a logging.Logger, a callable (level, where, msg), "
+                    "True or None")
+
+
+class Context(_remora.Context):
+    __doc__ = _remora.Context.__doc__.split("\nlog:")[0] + (
+        "\nlog: where the library's log lines go instead of stderr: True (the "
+        "'remora' logger), a logging.Logger, or a callable fn(level, where, msg) with "
+        "level numbered as logging's (ERROR, WARNING, INFO, DEBUG) and where the C "
+        "source line. It runs on a Python thread of this context; lines of a failing "
+        "Context() reach it before the exception, and those of close() before close "
+        "returns. REMORA_LOG (error, warn, info, debug; default warn) picks which lines "
+        "exist at all. The lines are the process's: the Context made last with log= "
+        "gets them all (those of other contexts too) while it is open.")
+
+    def __init__(self, name=None, *, log=None, **kwargs):
+        self._log = _log_handler(log)
+        self._log_stop = _threading.Event()
+        self._log_thread = None
+        self._log_dropped = 0
+        try:
+            super().__init__(name, log=self._log is not None, **kwargs)
+        except Error:
+            self._drain_log()
+            raise
+        self._start_log_thread()
+
+    def _start_log_thread(self):
+        if self._log is None:
+            return
+        self._log_stop.clear()
+        self._log_thread = _threading.Thread(target=self._deliver_log, name="remora-log",
+                                             daemon=True)
+        self._log_thread.start()
+
+    def _stop_log_thread(self):
+        t, self._log_thread = self._log_thread, None
+        if t is not None and t is not _threading.current_thread():
+            self._log_stop.set()
+            t.join()
+
+    def _emit(self, line):
+        dropped = self.logs_dropped
+        if dropped != self._log_dropped:
+            lost, self._log_dropped = dropped - self._log_dropped, dropped
+            self._emit((_logging.WARNING, "remora/__init__.py",
+                        f"{lost} log lines dropped: the log handler fell behind"))
+        try:
+            self._log(*line)
+        except Exception:  # a broken handler must not stop the lines after it
+            _traceback.print_exc()
+
+    def _deliver_log(self):
+        while not self._log_stop.is_set():
+            line = self.next_log(_POLL)
+            if line is not None:
+                self._emit(line)
+
+    def _drain_log(self):
+        if self._log is None:
+            return
+        while (line := self.next_log()) is not None:
+            self._emit(line)
+
+    def close(self):
+        """Close every object made from this context, then the context, and stop
+        the log thread (after handing it the lines of the close). Idempotent."""
+        self._stop_log_thread()
+        try:
+            super().close()
+        except Error:  # Busy: still open, so the lines keep coming
+            self._start_log_thread()
+            raise
+        finally:
+            self._drain_log()
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 class CallbackSubscription:

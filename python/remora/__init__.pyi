@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Type stubs for remora (the C extension remora._remora plus the Python layer)."""
+import logging
 import threading
 from typing import Any, Callable, Iterator, Literal, NamedTuple, Optional, Union
 
@@ -59,10 +60,14 @@ class Event(NamedTuple):
 
 class Context:
     closed: bool
+    logs_dropped: int
     def __init__(self, name: Optional[str] = None, *, spin_us: Optional[int] = None,
                  heartbeat_ms: Optional[int] = None, peer_timeout_ms: Optional[int] = None,
                  bind_host: Optional[str] = None,
-                 rma: Optional[Literal["off", "verbs", "unsafe"]] = None) -> None: ...
+                 rma: Optional[Literal["off", "verbs", "unsafe"]] = None,
+                 log: Union[None, bool, logging.Logger,
+                            Callable[[int, str, str], Any]] = None) -> None: ...
+    def next_log(self, timeout: Optional[float] = 0) -> Optional[tuple[int, str, str]]: ...
     def close(self) -> None: ...
     def info(self) -> dict[str, Any]: ...
     def __enter__(self) -> "Context": ...

@@ -2,29 +2,20 @@
 /*
  * Client and Request.
  *
- * Events: the library calls rp_event_cb on its progress thread. That thread
- * must never wait for the GIL (a Python thread holding the GIL may be
- * waiting for the progress thread), so the callback only copies the event
- * into a queue (mutex + condition variable) and makes an eventfd readable.
- * Python takes events with Client.next_event(timeout) or polls
- * Client.event_fd (readable exactly while the queue is not empty). The queue
- * keeps the newest RP_EVQ_MAX events and counts those it dropped.
+ * Events: the library calls rp_event_cb on its progress thread, which only
+ * copies the event into an rp_queue_t (queue.c). Python takes events with
+ * Client.next_event(timeout) or polls Client.event_fd (readable exactly
+ * while events are queued). The queue keeps the newest RP_EVQ_MAX events and
+ * counts those it dropped.
  *
  * Request: a read or write in flight. It holds the buffer (Py_buffer or a
  * reference to the GPU array) until the request completed and was released.
  */
 #include "rp.h"
 
-#include <errno.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
-#include <time.h>
-#include <unistd.h>
-
 #define RP_EVQ_MAX 4096
 
 typedef struct rp_evq_item {
-    struct rp_evq_item *next;
     remora_event_type_t type;
     uint64_t            size, generation;
     remora_status_t     status;
@@ -32,19 +23,10 @@ typedef struct rp_evq_item {
     char                name[REMORA_NAME_MAX + 1];
 } rp_evq_item_t;
 
-typedef struct rp_evq {
-    pthread_mutex_t mu;
-    pthread_cond_t  cv;
-    rp_evq_item_t  *head, *tail;
-    size_t          n;
-    uint64_t        dropped;
-    int             efd;
-} rp_evq_t;
-
 typedef struct rp_client {
     rp_obj_t        base;
     remora_client_h handle;
-    rp_evq_t       *evq;
+    rp_queue_t     *evq;
     int             timeout_ms;
     char            addr[128];
 } rp_client_t;
@@ -62,116 +44,19 @@ typedef struct rp_request {
 
 void rp_request_destroy(rp_obj_t *o);
 
-/* ---------------------------------------------------------------- event queue */
-
-static rp_evq_t *rp_evq_new(void)
-{
-    rp_evq_t          *q = calloc(1, sizeof(*q));
-    pthread_condattr_t ca;
-
-    if (q == NULL)
-        return NULL;
-    q->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (q->efd < 0) {
-        free(q);
-        return NULL;
-    }
-    pthread_mutex_init(&q->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&q->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    return q;
-}
-
-static void rp_evq_free(rp_evq_t *q)
-{
-    rp_evq_item_t *it, *next;
-
-    if (q == NULL)
-        return;
-    for (it = q->head; it != NULL; it = next) {
-        next = it->next;
-        free(it);
-    }
-    close(q->efd);
-    pthread_cond_destroy(&q->cv);
-    pthread_mutex_destroy(&q->mu);
-    free(q);
-}
+/* ---------------------------------------------------------------- events */
 
 /* On the progress thread: no GIL, no Python. */
 static void rp_event_cb(const remora_event_t *ev, void *arg)
 {
-    rp_evq_t      *q = arg;
-    rp_evq_item_t *it = calloc(1, sizeof(*it));
-    uint64_t       one = 1;
+    rp_evq_item_t it = {.type = ev->type, .size = ev->size, .generation = ev->generation,
+                        .status = ev->status};
 
-    pthread_mutex_lock(&q->mu);
-    if (it == NULL) {
-        q->dropped++;
-        pthread_mutex_unlock(&q->mu);
-        return;
-    }
-    it->type = ev->type;
-    it->size = ev->size;
-    it->generation = ev->generation;
-    it->status = ev->status;
     if (ev->name != NULL) {
-        it->has_name = 1;
-        snprintf(it->name, sizeof(it->name), "%s", ev->name);
+        it.has_name = 1;
+        snprintf(it.name, sizeof(it.name), "%s", ev->name);
     }
-    if (q->n == RP_EVQ_MAX) { /* drop the oldest */
-        rp_evq_item_t *old = q->head;
-        q->head = old->next;
-        if (q->head == NULL)
-            q->tail = NULL;
-        free(old);
-        q->n--;
-        q->dropped++;
-    }
-    if (q->tail != NULL)
-        q->tail->next = it;
-    else
-        q->head = it;
-    q->tail = it;
-    if (q->n++ == 0 && write(q->efd, &one, sizeof(one)) < 0) {
-        /* the counter cannot overflow: it is reset whenever the queue empties */
-    }
-    pthread_cond_signal(&q->cv);
-    pthread_mutex_unlock(&q->mu);
-}
-
-/* Pop one event, waiting up to ms (< 0: forever). Called without the GIL. */
-static rp_evq_item_t *rp_evq_pop(rp_evq_t *q, int ms)
-{
-    rp_evq_item_t  *it;
-    struct timespec dl;
-    uint64_t        v;
-
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&q->mu);
-    while (q->head == NULL && ms != 0) {
-        if (pthread_cond_timedwait(&q->cv, &q->mu, &dl) == ETIMEDOUT)
-            break;
-    }
-    it = q->head;
-    if (it != NULL) {
-        q->head = it->next;
-        if (q->head == NULL)
-            q->tail = NULL;
-        if (--q->n == 0 && read(q->efd, &v, sizeof(v)) < 0) {
-            /* nothing to drain */
-        }
-    }
-    pthread_mutex_unlock(&q->mu);
-    return it;
+    rp_queue_push(arg, &it);
 }
 
 static PyObject *rp_event_object(const rp_evq_item_t *it)
@@ -210,11 +95,8 @@ static void rp_client_destroy(rp_obj_t *o)
         Py_END_ALLOW_THREADS
     }
     /* The queue stays until dealloc: another thread may wait on it. */
-    if (self->evq != NULL) {
-        pthread_mutex_lock(&self->evq->mu);
-        pthread_cond_broadcast(&self->evq->cv);
-        pthread_mutex_unlock(&self->evq->mu);
-    }
+    if (self->evq != NULL)
+        rp_queue_wake(self->evq);
 }
 
 static PyObject *rp_client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -261,7 +143,7 @@ static PyObject *rp_client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         goto fail;
     self->base.destroy = rp_client_destroy;
     rp_obj_link(&self->base, (rp_context_t *)ctx);
-    self->evq = rp_evq_new();
+    self->evq = rp_queue_new(sizeof(rp_evq_item_t), RP_EVQ_MAX);
     if (self->evq == NULL) {
         PyErr_SetFromErrno(PyExc_OSError);
         goto fail;
@@ -293,7 +175,7 @@ fail:
 static void rp_client_dealloc(rp_client_t *self)
 {
     rp_obj_dealloc_common(&self->base);
-    rp_evq_free(self->evq);
+    rp_queue_free(self->evq);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -693,40 +575,19 @@ static PyObject *rp_client_subscribe(rp_client_t *self, PyObject *args, PyObject
 
 static PyObject *rp_client_next_event(rp_client_t *self, PyObject *args, PyObject *kw)
 {
-    static char   *kwlist[] = {"timeout", NULL};
-    PyObject      *tobj = NULL, *ev;
-    int            ms, left;
-    rp_evq_item_t *it = NULL;
+    static char  *kwlist[] = {"timeout", NULL};
+    PyObject     *tobj = NULL;
+    rp_evq_item_t it;
+    int           got;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &tobj))
         return NULL;
-    if (tobj == NULL)
-        ms = 0;
-    else if (rp_timeout_ms(tobj, &ms) < 0)
+    got = rp_queue_take(self->evq, &self->base, tobj, &it);
+    if (got < 0)
         return NULL;
-    /* Wait in slices so that signals (Ctrl-C) are seen. */
-    left = ms;
-    for (;;) {
-        int slice = (left < 0 || left > 100) ? 100 : left;
-        rp_enter(&self->base);
-        Py_BEGIN_ALLOW_THREADS
-        it = rp_evq_pop(self->evq, slice);
-        Py_END_ALLOW_THREADS
-        rp_leave(&self->base);
-        if (it != NULL)
-            break;
-        if (left >= 0 && (left -= slice) <= 0)
-            break;
-        if (self->base.closed || self->base.closing)
-            break;
-        if (PyErr_CheckSignals() < 0)
-            return NULL;
-    }
-    if (it == NULL)
+    if (got == 0)
         Py_RETURN_NONE;
-    ev = rp_event_object(it);
-    free(it);
-    return ev;
+    return rp_event_object(&it);
 }
 
 static PyObject *rp_client_close(rp_client_t *self, PyObject *unused)
@@ -745,17 +606,12 @@ static PyObject *rp_enter_self(PyObject *self, PyObject *unused) { return Py_New
 
 static PyObject *rp_client_event_fd(rp_client_t *self, void *closure)
 {
-    return PyLong_FromLong(self->evq->efd);
+    return PyLong_FromLong(rp_queue_fd(self->evq));
 }
 
 static PyObject *rp_client_events_dropped(rp_client_t *self, void *closure)
 {
-    uint64_t d;
-
-    pthread_mutex_lock(&self->evq->mu);
-    d = self->evq->dropped;
-    pthread_mutex_unlock(&self->evq->mu);
-    return PyLong_FromUnsignedLongLong(d);
+    return PyLong_FromUnsignedLongLong(rp_queue_dropped(self->evq));
 }
 
 static PyObject *rp_client_address(rp_client_t *self, void *closure)
@@ -785,9 +641,6 @@ static PyObject *rp_client_repr(rp_client_t *self)
     return PyUnicode_FromFormat("<remora.Client %s%s>", self->addr,
                                 self->base.closed ? " closed" : "");
 }
-
-#define RP_KW (METH_VARARGS | METH_KEYWORDS)
-#define RP_FN(f) (PyCFunction)(void (*)(void))(f)
 
 static PyMethodDef rp_client_methods[] = {
     {"list", (PyCFunction)rp_client_list, METH_NOARGS,

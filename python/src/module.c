@@ -154,6 +154,27 @@ int rp_size(PyObject *obj, size_t dflt, size_t *out)
 
 remora_context_h rp_context_handle(rp_context_t *ctx) { return ctx->handle; }
 
+/* Log lines: the library calls rp_log_cb from any of its threads, holding
+ * its logger's lock and maybe others, so it only queues the line; the Python
+ * side of Context(log=...) takes lines with next_log() on a thread of its own. */
+#define RP_LOGQ_MAX 1024
+
+typedef struct rp_log_item {
+    int  level; /* as Python's logging module numbers them */
+    char where[96];
+    char msg[512];
+} rp_log_item_t;
+
+static void rp_log_cb(remora_log_level_t level, const char *where, const char *msg, void *arg)
+{
+    static const int py_level[] = {40, 30, 20, 10}; /* ERROR, WARNING, INFO, DEBUG */
+    rp_log_item_t    it = {.level = level <= REMORA_LOG_DEBUG ? py_level[level] : 10};
+
+    snprintf(it.where, sizeof(it.where), "%s", where);
+    snprintf(it.msg, sizeof(it.msg), "%s", msg);
+    rp_queue_push(arg, &it);
+}
+
 static void rp_context_destroy(rp_obj_t *o)
 {
     rp_context_t *self = (rp_context_t *)o;
@@ -181,18 +202,19 @@ static PyObject *rp_context_new(PyTypeObject *type, PyObject *args, PyObject *kw
 static int rp_context_init(rp_context_t *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"name", "spin_us", "heartbeat_ms", "peer_timeout_ms",
-                             "bind_host", "rma", NULL};
+                             "bind_host", "rma", "log", NULL};
     const char             *name = NULL, *bind_host = NULL, *rma = NULL;
     PyObject               *spin = Py_None, *hb = Py_None, *pt = Py_None;
     remora_context_params_t p = {0};
     remora_status_t         st;
+    int                     log = 0;
 
     if (self->handle != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Context is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|z$OOOzz", kwlist, &name, &spin, &hb, &pt,
-                                     &bind_host, &rma))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|z$OOOzzp", kwlist, &name, &spin, &hb, &pt,
+                                     &bind_host, &rma, &log))
         return -1;
     if (name != NULL) {
         p.field_mask |= REMORA_CONTEXT_FIELD_NAME;
@@ -225,6 +247,17 @@ static int rp_context_init(rp_context_t *self, PyObject *args, PyObject *kw)
             PyErr_SetString(PyExc_ValueError, "rma must be 'off', 'verbs' or 'unsafe'");
             return -1;
         }
+    }
+    if (log) {
+        if (self->logq == NULL)
+            self->logq = rp_queue_new(sizeof(rp_log_item_t), RP_LOGQ_MAX);
+        if (self->logq == NULL) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        p.field_mask |= REMORA_CONTEXT_FIELD_LOG_CB;
+        p.log_cb = rp_log_cb;
+        p.log_arg = self->logq;
     }
     Py_BEGIN_ALLOW_THREADS
     st = remora_context_create(&p, &self->handle);
@@ -260,6 +293,7 @@ static void rp_context_dealloc(rp_context_t *self)
 {
     /* Children hold references to their context: none is left here. */
     rp_obj_dealloc_common(&self->base);
+    rp_queue_free(self->logq); /* the context is gone: no more lines */
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -287,6 +321,33 @@ static PyObject *rp_context_info(rp_context_t *self, PyObject *unused)
                          "transports", a.transports);
 }
 
+/* next_log(timeout=0): works before init succeeded and after close, so the
+ * lines of a failed create and of the destroy can be read. */
+static PyObject *rp_context_next_log(rp_context_t *self, PyObject *args, PyObject *kw)
+{
+    static char  *kwlist[] = {"timeout", NULL};
+    PyObject     *tobj = NULL;
+    rp_log_item_t it;
+    int           got;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &tobj))
+        return NULL;
+    if (self->logq == NULL)
+        Py_RETURN_NONE;
+    /* No owner: a waiting log thread must not make close() Busy. */
+    got = rp_queue_take(self->logq, NULL, tobj, &it);
+    if (got < 0)
+        return NULL;
+    if (got == 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(iss)", it.level, it.where, it.msg);
+}
+
+static PyObject *rp_context_logs_dropped(rp_context_t *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->logq != NULL ? rp_queue_dropped(self->logq) : 0);
+}
+
 static PyObject *rp_context_closed(rp_context_t *self, void *closure)
 {
     return PyBool_FromLong(self->base.closed || self->base.closing);
@@ -299,6 +360,11 @@ static PyMethodDef rp_context_methods[] = {
     {"info", (PyCFunction)rp_context_info, METH_NOARGS,
      "info()\n--\n\nThe loaded UCX: {'ucx_version': (major, minor, release), 'ucx_host': "
      "bool, 'ucx_cuda': bool, 'transports': 'tcp,posix,...'}."},
+    {"next_log", RP_FN(rp_context_next_log), RP_KW,
+     "next_log(timeout=0)\n--\n\nThe next library log line as (level, where, message), "
+     "level numbered as the logging module does, waiting up to timeout seconds (None: until "
+     "one comes); None if none came. Only with log=True: the remora package's Context "
+     "takes them for you and hands them to its log handler."},
     {"__enter__", rp_enter_self, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)rp_context_exit, METH_VARARGS, NULL},
     {NULL},
@@ -306,6 +372,8 @@ static PyMethodDef rp_context_methods[] = {
 
 static PyGetSetDef rp_context_getset[] = {
     {"closed", (getter)rp_context_closed, NULL, "True once closed.", NULL},
+    {"logs_dropped", (getter)rp_context_logs_dropped, NULL,
+     "Log lines dropped because the queue (1024 lines) was full.", NULL},
     {NULL},
 };
 
@@ -315,11 +383,12 @@ PyTypeObject rp_ContextType = {
     .tp_dealloc = (destructor)rp_context_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Context(name=None, *, spin_us=None, heartbeat_ms=None, peer_timeout_ms=None, "
-              "bind_host=None, rma=None)\n--\n\n"
+              "bind_host=None, rma=None, log=False)\n--\n\n"
               "A UCX context, worker and progress thread. Servers, clients, memory and "
               "rings are made from one and closed with it. A client cannot connect to a "
               "server of its own context: use two contexts in one process.\n"
-              "rma: 'off' (default), 'verbs' or 'unsafe' (see docs/security.md).",
+              "rma: 'off' (default), 'verbs' or 'unsafe' (see docs/security.md).\n"
+              "log: queue the library's log lines for next_log() instead of stderr.",
     .tp_methods = rp_context_methods,
     .tp_getset = rp_context_getset,
     .tp_init = (initproc)rp_context_init,

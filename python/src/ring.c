@@ -640,9 +640,6 @@ static PyObject *rp_ring_repr(rp_ring_t *self)
                                 self->base.closed ? ", closed" : "");
 }
 
-#define RP_KW (METH_VARARGS | METH_KEYWORDS)
-#define RP_FN(f) (PyCFunction)(void (*)(void))(f)
-
 static PyMethodDef rp_ring_methods[] = {
     {"push", (PyCFunction)rp_ring_push, METH_O,
      "push(data)\n--\n\nCopy one element in (any bytes-like object, or GPU memory for a GPU "

@@ -31,6 +31,7 @@
 
 typedef struct rp_obj rp_obj_t;
 typedef struct rp_context rp_context_t;
+typedef struct rp_queue rp_queue_t; /* queue.c */
 
 /* Common head of every handle-holding object. */
 struct rp_obj {
@@ -48,7 +49,12 @@ struct rp_context {
     rp_obj_t         base;
     remora_context_h handle;
     rp_obj_t        *first, *last; /* children, oldest first */
+    rp_queue_t      *logq;         /* log lines (Context(log=...)), else NULL */
 };
+
+/* A method table entry taking keywords. */
+#define RP_KW    (METH_VARARGS | METH_KEYWORDS)
+#define RP_FN(f) (PyCFunction)(void (*)(void))(f)
 
 /* Types. */
 extern PyTypeObject rp_ContextType, rp_MemoryType, rp_ServerType, rp_ClientType,
@@ -89,6 +95,26 @@ int rp_timeout_ms(PyObject *obj, int *ms);
 int rp_offset(PyObject *obj, uint64_t *off);
 /* A Python int >= 0 (or None -> `dflt`) as a size; OutOfRange when negative. */
 int rp_size(PyObject *obj, size_t dflt, size_t *out);
+
+/* ---------------------------------------------------------------- queues (queue.c) */
+
+/* Items of one fixed size, pushed by library threads (no GIL), taken by
+ * Python. Owned by the object that made it; freed only at its dealloc, as
+ * another Python thread may be waiting on it. */
+rp_queue_t *rp_queue_new(size_t item_size, size_t max);
+void        rp_queue_free(rp_queue_t *q);
+/* Copy item in (any thread, no GIL, never blocks long); when full, the oldest goes. */
+void        rp_queue_push(rp_queue_t *q, const void *item);
+/* Take the oldest item into out, waiting up to timeout (Python seconds; NULL:
+ * not at all; None: forever) with the GIL released. While waiting, owner (if
+ * not NULL) is busy, and its close ends the wait. 1 taken, 0 none came, -1
+ * exception (bad timeout, a signal's handler raised). */
+int         rp_queue_take(rp_queue_t *q, rp_obj_t *owner, PyObject *timeout, void *out);
+/* Wake every waiter (after the owner closed). */
+void        rp_queue_wake(rp_queue_t *q);
+/* An eventfd readable exactly while items are queued. */
+int         rp_queue_fd(rp_queue_t *q);
+uint64_t    rp_queue_dropped(rp_queue_t *q);
 
 /* ---------------------------------------------------------------- buffers (buffer.c) */
 

@@ -616,13 +616,13 @@ static PyObject *rp_server_repr(rp_server_t *self)
 }
 
 static PyMethodDef rp_server_methods[] = {
-    {"expose", (PyCFunction)(void (*)(void))rp_server_expose, METH_VARARGS | METH_KEYWORDS,
+    {"expose", RP_FN(rp_server_expose), RP_KW,
      "expose(name, memory, *, writable=False, offset=None, length=None)\n--\n\n"
      "Expose memory under name: a Memory, or any C-contiguous buffer (bytearray, NumPy "
      "array; read-only buffers only for read-only regions), CuPy array or torch tensor, "
      "registered in place and kept alive by the server. offset/length: a window of it. "
      "Exists if the name is taken."},
-    {"replace", (PyCFunction)(void (*)(void))rp_server_replace, METH_VARARGS | METH_KEYWORDS,
+    {"replace", RP_FN(rp_server_replace), RP_KW,
      "replace(name, memory, *, writable=None, offset=None, length=None)\n--\n\n"
      "Point a region at other memory (any size). Clients get a 'region_changed' event. The "
      "old memory is kept until sync_clients() or close()."},
@@ -630,8 +630,7 @@ static PyMethodDef rp_server_methods[] = {
      "expose_ring(name, ring)\n--\n\nExpose a Ring (read-only to clients)."},
     {"unexpose", (PyCFunction)rp_server_unexpose, METH_VARARGS,
      "unexpose(name)\n--\n\nRemove a region; clients get a 'region_removed' event."},
-    {"sync_clients", (PyCFunction)(void (*)(void))rp_server_sync_clients,
-     METH_VARARGS | METH_KEYWORDS,
+    {"sync_clients", RP_FN(rp_server_sync_clients), RP_KW,
      "sync_clients(timeout=2.0)\n--\n\nWait until every client followed the replacements and "
      "removals so far; clients that did not within timeout are disconnected. Returns how "
      "many were. Afterwards the old memory is released."},
