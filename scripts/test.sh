@@ -22,8 +22,11 @@ run_suite build "release, -Werror"
 scripts/python-test.sh build
 
 scripts/build.sh build-asan -DREMORA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+# Left to the release pass: the long stress runs, CPU-time measurements, and
+# packaging and docs checks (they test no code of the library's).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite build-asan "ASan + UBSan; stress runs in the release pass only" -LE stress
+  run_suite build-asan "ASan + UBSan; stress, cputime, package, docs: release pass only" \
+  -LE "stress|cputime|package|docs"
 # The Python tests again over the sanitized library. The interpreter is not
 # sanitized, so the runtimes are preloaded, and leak detection is off (CPython
 # keeps its memory until exit); the C suites above check leaks. The extension
