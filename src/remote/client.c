@@ -87,8 +87,8 @@ void rm_client_op_finish(rm_op_t *op)
     if (!op->replied || op->ucx_busy)
         return;
     rm_list_del(&op->link);
-    if (op->req) {
-        rm_transfer_chunk_done(op);
+    if (op->on_done) {
+        op->on_done(op);
         rm_client_op_free(op);
     } else {
         /* The waiter frees control ops; it may be gone (timed out): then
@@ -688,8 +688,8 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
         len = 0;
     }
     op->reply_type = 0; /* a second reply with the same id finds nothing */
-    if (op->req)
-        return rm_transfer_on_reply(op, hdr, body, len, param);
+    if (op->on_reply)
+        return op->on_reply(op, hdr, body, len, param);
     ctrl_reply(op, hdr, body, len);
     return UCS_OK;
 }

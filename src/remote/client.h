@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Client internals shared by client.c (connection, control calls, regions,
- * events) and transfer.c (reads and writes on the three data paths).
+ * events), transfer.c (reads and writes on every data path; above client.c:
+ * it makes data ops that carry their own reply and completion callbacks)
+ * and client_map.c (mappings handed out by remora_client_map).
  *
  * Design notes
  * - All of it is guarded by the context lock.
@@ -158,6 +160,11 @@ struct rm_op {
     size_t           len;
     uint64_t         offset;
     void            *stage;      /* staged chunk: the pinned buffer UCX uses instead of buf */
+    /* Data ops (transfer.c): their reply and their end go to these, so that
+     * client.c, which dispatches replies, never calls into transfer.c. */
+    ucs_status_t   (*on_reply)(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
+                               const ucp_am_recv_param_t *param);
+    void           (*on_done)(rm_op_t *op); /* finished: reply in, UCX done (then freed) */
 };
 
 struct remora_request {
@@ -223,15 +230,8 @@ void rm_client_abort(remora_client_h c, remora_status_t op_status);
 remora_status_t rm_client_await_link(remora_client_h c, uint64_t deadline, uint64_t *gen_p,
                                      uint64_t *instance_p);
 
-/* transfer.c: mappings handed out by remora_client_map (lock held) */
+/* client_map.c: drop the mappings handed out by remora_client_map (lock held) */
 void rm_client_unmap_all(remora_client_h c);
-
-/* transfer.c */
-/* A reply for a data op arrived. */
-ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
-                                  const ucp_am_recv_param_t *param);
-/* An op of a request finished. */
-void rm_transfer_chunk_done(rm_op_t *op);
 
 /* client_seal.c: the client's side of encryption (engine/seal.h). */
 remora_status_t rm_client_seal_params(remora_client_h c, const remora_client_params_t *p);

@@ -23,7 +23,6 @@
 #include "engine/seal.h"
 #include "mem/cuda.h"
 #include "mem/stage.h"
-#include "mem/shm.h"
 #include "remote/client.h"
 #include "util/log.h"
 #include "util/time.h"
@@ -183,24 +182,39 @@ static remora_status_t stage_chunk(rm_op_t *op, remora_request_h req)
     return st;
 }
 
+static void chunk_done(rm_op_t *op);
+static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
+                             const ucp_am_recv_param_t *param);
+
+/* An op of req's (lock held): its reply and its end come back here. */
+static rm_op_t *data_op_new(remora_request_h req, uint8_t reply_type)
+{
+    rm_op_t *op = rm_client_op_new(req->client, reply_type);
+
+    if (op != NULL) {
+        op->req      = req;
+        op->on_reply = on_reply;
+        op->on_done  = chunk_done;
+    }
+    return op;
+}
+
 static void issue_chunk(remora_request_h req)
 {
-    remora_client_h c = req->client;
     size_t n = req->length - req->issued;
     rm_op_t *op;
 
     if (n > req->chunk)
         n = req->chunk;
     if (req->path == REMORA_PATH_AM || req->path == REMORA_PATH_STAGING)
-        op = rm_client_op_new(c, req->write ? RM_MSG_WRITE_REPLY : RM_MSG_READ_REPLY);
+        op = data_op_new(req, req->write ? RM_MSG_WRITE_REPLY : RM_MSG_READ_REPLY);
     else
-        op = rm_client_op_new(c, 0);
+        op = data_op_new(req, 0);
     if (op == NULL) {
         if (req->status == REMORA_OK)
             req->status = REMORA_ERR_NO_MEMORY;
         return;
     }
-    op->req    = req;
     op->buf    = req->buf + req->issued;
     op->len    = n;
     op->offset = req->offset + req->issued;
@@ -219,7 +233,7 @@ static void issue_chunk(remora_request_h req)
 static void issue_flush(remora_request_h req)
 {
     remora_client_h c = req->client;
-    rm_op_t *op = rm_client_op_new(c, 0);
+    rm_op_t *op = data_op_new(req, 0);
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                              UCP_OP_ATTR_FIELD_USER_DATA,
                              .cb.send = rma_cb, .user_data = op};
@@ -230,7 +244,6 @@ static void issue_flush(remora_request_h req)
         request_complete(req);
         return;
     }
-    op->req     = req;
     op->replied = 1;
     op->ucx_busy++;
     req->inflight++;
@@ -244,7 +257,8 @@ static void issue_more(remora_request_h req)
         issue_chunk(req);
 }
 
-void rm_transfer_chunk_done(rm_op_t *op)
+/* An op of a request finished (its reply is in and UCX is done with it). */
+static void chunk_done(rm_op_t *op)
 {
     remora_request_h req = op->req;
 
@@ -270,8 +284,9 @@ void rm_transfer_chunk_done(rm_op_t *op)
         request_complete(req);
 }
 
-ucs_status_t rm_transfer_on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
-                                  const ucp_am_recv_param_t *param)
+/* A reply for a data op arrived. */
+static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
+                             const ucp_am_recv_param_t *param)
 {
     remora_client_h c = op->client;
     remora_status_t st = (remora_status_t)hdr->status;
@@ -669,73 +684,4 @@ remora_status_t remora_client_write(remora_client_h c, const char *name, uint64_
     remora_status_t st   = request_start(c, name, offset, (void *)(uintptr_t)buf, length, 1, NULL,
                                          deadline, &req);
     return run_blocking(st, req, deadline);
-}
-
-/* ------------------------------------------------------------ mappings */
-
-typedef struct rm_map {
-    rm_list_t     link;
-    rm_shm_view_t view;
-} rm_map_t;
-
-remora_status_t remora_client_map(remora_client_h c, const char *name, const void **addr_p,
-                                  size_t *length_p)
-{
-    rm_rregion_t *r;
-    rm_map_t *m;
-    remora_status_t st;
-    int writable;
-
-    if (c == NULL || addr_p == NULL || length_p == NULL)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
-        return st;
-    /* A mapping of its own outlives cache changes (replace, disconnect). */
-    if (r->mapped == NULL) {
-        st = REMORA_ERR_UNSUPPORTED;
-    } else if ((m = calloc(1, sizeof(*m))) == NULL) {
-        st = REMORA_ERR_NO_MEMORY;
-    } else if ((st = rm_shm_map(r->map_pid, r->map_fd, r->map_offset, r->size, 0, &m->view,
-                                &writable)) != REMORA_OK) {
-        free(m);
-    } else {
-        rm_list_push_back(&c->maps, &m->link);
-        *addr_p   = m->view.ptr;
-        *length_p = r->size;
-    }
-    rm_engine_unlock(c->ctx);
-    return st;
-}
-
-remora_status_t remora_client_unmap(remora_client_h c, const void *addr)
-{
-    rm_list_t *pos, *tmp;
-    remora_status_t st = REMORA_ERR_NOT_FOUND;
-
-    if (c == NULL)
-        return REMORA_ERR_INVALID_PARAM;
-    rm_engine_lock(c->ctx);
-    rm_list_for_each_safe(pos, tmp, &c->maps) {
-        rm_map_t *m = rm_container_of(pos, rm_map_t, link);
-        if (m->view.ptr == addr) {
-            rm_list_del(&m->link);
-            rm_shm_unmap(&m->view);
-            free(m);
-            st = REMORA_OK;
-            break;
-        }
-    }
-    rm_engine_unlock(c->ctx);
-    return st;
-}
-
-void rm_client_unmap_all(remora_client_h c)
-{
-    rm_list_t *pos, *tmp;
-    rm_list_for_each_safe(pos, tmp, &c->maps) {
-        rm_map_t *m = rm_container_of(pos, rm_map_t, link);
-        rm_list_del(&m->link);
-        rm_shm_unmap(&m->view);
-        free(m);
-    }
 }
