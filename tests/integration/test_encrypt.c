@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -30,19 +31,25 @@
 #define TOKEN      "encrypt-test-token-0123456789"
 #define BIG        ((size_t)64 << 20)
 #define REGION_LEN "67108867" /* 64 MiB + 3 */
-#define MARKER     "PLAINTEXT-MARKER-7f3a"
 #define MARKED_LEN (1u << 20)
 
 static it_server_t g_s;
 static char g_token_file[512], g_marker_file[512];
+/* Unique to this process: the capture sees all of lo, and the plain control
+ * of another it_encrypt running beside this one must not count here. */
+static char g_marker[48];
+#define MARKER g_marker
 
 static int group_setup(void **state)
 {
     char *marked = malloc(MARKED_LEN);
-    size_t m = strlen(MARKER);
+    size_t m;
     int rc;
     (void)state;
 
+    snprintf(g_marker, sizeof(g_marker), "PLAINTEXT-MARKER-%d-%lx", (int)getpid(),
+             (unsigned long)time(NULL));
+    m = strlen(MARKER);
     it_tmp_path(g_token_file, sizeof(g_token_file), "token");
     it_tmp_path(g_marker_file, sizeof(g_marker_file), "marker");
     if (marked == NULL)
