@@ -790,6 +790,29 @@ int it_refusing_port(char addr[IT_ADDR_MAX])
     return fd;
 }
 
+int it_restart_addr(char addr[IT_ADDR_MAX])
+{
+    static unsigned seed;
+
+    if (seed == 0)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int i = 0; i < 200; i++) {
+        struct sockaddr_in sin = {.sin_family      = AF_INET,
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                  .sin_port = htons((uint16_t)(20000 + rand_r(&seed) % 12000))};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0;
+
+        if (fd >= 0)
+            close(fd);
+        if (ok) {
+            snprintf(addr, IT_ADDR_MAX, "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
+            return 0;
+        }
+    }
+    return -1;
+}
+
 unsigned it_addr_port(const char *addr)
 {
     const char *colon = strrchr(addr, ':');

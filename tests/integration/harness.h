@@ -191,6 +191,14 @@ bool it_stop_process(pid_t pid, int timeout_ms);
  */
 int it_refusing_port(char addr[IT_ADDR_MAX]);
 
+/**
+ * A "127.0.0.1:PORT" free now, for a server started on it again and again:
+ * a random port below Linux's ephemeral range (32768 up), which no client
+ * socket or port-0 listener is given while the server is down. 0, or -1
+ * when no such port could be bound.
+ */
+int it_restart_addr(char addr[IT_ADDR_MAX]);
+
 /** Port of a "HOST:PORT". */
 unsigned it_addr_port(const char *addr);
 

@@ -54,15 +54,7 @@
 /* A port free now, for a server restarted on it again and again. */
 static void free_addr(char addr[IT_ADDR_MAX])
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    snprintf(addr, IT_ADDR_MAX, "127.0.0.1:%u", ntohs(sa.sin_port));
-    close(fd);
+    assert_int_equal(it_restart_addr(addr), 0);
 }
 
 static void start_at(it_server_t *s, const char *addr)
