@@ -138,6 +138,14 @@ struct remora_client {
     _Atomic int       server_stats;  /* the server answers STATS (its hello said so) */
 };
 
+/*
+ * An op: a message that waits for its reply, or a UCX operation that waits
+ * for its callback, on the client's pending list until both are in. Control
+ * ops (client.c, sub.c, signals, sockets) are this struct: their waiter
+ * takes the reply and frees the op. Data transfers embed it (rm_chunk_t in
+ * transfer.c, sized through rm_client_op_new) and set on_reply and on_done:
+ * client.c dispatches replies through them and never calls into transfer.c.
+ */
 typedef struct rm_op rm_op_t;
 struct rm_op {
     rm_list_t        link;
@@ -147,24 +155,21 @@ struct rm_op {
     int              replied;
     unsigned         ucx_busy;
     remora_status_t  status;
-    atomic_int       done;       /* control ops: set when finished */
-    rm_hdr_t         reply_hdr;  /* control ops: the reply's header */
+    rm_hdr_t         reply_hdr;  /* the reply's header */
+    /* Data ops: their reply and their end go to these. */
+    ucs_status_t   (*on_reply)(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
+                               const ucp_am_recv_param_t *param);
+    void           (*on_done)(rm_op_t *op); /* finished: reply in, UCX done (then freed) */
+
+    /* Control ops only. */
+    atomic_int       done;       /* set when finished */
+    void            *reply;      /* reply body copy */
+    size_t           reply_len;
+    size_t           reply_cap;  /* a buffer lent for a ring push: what it holds */
     int              sub_owned;  /* a subscription's RING_WAIT: its owner frees it */
     int              push_req;     /* a subscription's RING_WAIT asking for a push */
     int              push_verdict; /* a ring push landed; its verdict is due (sub.c) */
     uint64_t         push_claimed; /* the verdict: the ring's `claimed` once it was sent */
-    void            *reply;      /* control ops: reply body copy */
-    size_t           reply_len;
-    remora_request_h req;        /* data ops: the request this chunk belongs to */
-    char            *buf;
-    size_t           len;
-    uint64_t         offset;
-    void            *stage;      /* staged chunk: the pinned buffer UCX uses instead of buf */
-    /* Data ops (transfer.c): their reply and their end go to these, so that
-     * client.c, which dispatches replies, never calls into transfer.c. */
-    ucs_status_t   (*on_reply)(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
-                               const ucp_am_recv_param_t *param);
-    void           (*on_done)(rm_op_t *op); /* finished: reply in, UCX done (then freed) */
 };
 
 struct remora_request {
@@ -199,7 +204,9 @@ struct remora_request {
 };
 
 /* client.c */
-rm_op_t *rm_client_op_new(remora_client_h c, uint8_t reply_type);
+/* A new op of size bytes (sizeof(rm_op_t), or a type that starts with one),
+ * zeroed and on the pending list (lock held). */
+rm_op_t *rm_client_op_new(remora_client_h c, uint8_t reply_type, size_t size);
 void     rm_client_op_finish(rm_op_t *op);
 /* Create a control op and send hdr (its req_id set here) with sp's body
  * (lock held). A failed send finishes the op with the error; NULL (body
@@ -210,12 +217,34 @@ rm_op_t *rm_client_op_send(remora_client_h c, rm_hdr_t *hdr, uint8_t reply_type,
 void     rm_client_op_free(rm_op_t *op);
 /* The waiter gives up on a control op: free it now if finished, else when it finishes. */
 void     rm_client_op_abandon(rm_op_t *op);
-void     rm_client_region_put(remora_client_h c, rm_rregion_t *r);
-/* Look the region up (cached unless stale); returns with the lock held on success. */
+/* Send a control message and wait for its reply until the deadline (lock
+ * not held). On REMORA_OK the reply body, if any, is handed over in *body_p
+ * (free()); returns the reply's status. rm_client_call: until the client's
+ * timeout. */
+remora_status_t rm_client_call_until(remora_client_h c, uint64_t deadline, uint8_t type,
+                                     uint8_t reply_type, rm_wbuf_t *body, void **body_p,
+                                     size_t *len_p);
+remora_status_t rm_client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
+                               rm_wbuf_t *body, void **body_p, size_t *len_p);
+
+/* client_regions.c (lock held unless said) */
+/* Look the region up (cached unless stale; lock not held); returns with the
+ * lock held on success. */
 remora_status_t rm_client_region_get(remora_client_h c, const char *name, uint64_t deadline,
                                      rm_rregion_t **r_p);
-/* Drop a cached entry so that the next use looks the region up (lock held). */
-void rm_client_region_forget(remora_client_h c, rm_rregion_t *r);
+/* A request lets go of an entry: freed if it was retired meanwhile. */
+void          rm_client_region_put(remora_client_h c, rm_rregion_t *r);
+/* Drop a cached entry so that the next use looks the region up. */
+void          rm_client_region_forget(remora_client_h c, rm_rregion_t *r);
+/* Retire an entry (freed now, or by its last user); ack_epoch: the change
+ * event that retired it, acknowledged once it is unused (0: none). */
+void          rm_client_region_detach(remora_client_h c, rm_rregion_t *r, uint64_t ack_epoch);
+rm_rregion_t *rm_client_region_by_id(remora_client_h c, uint32_t id);
+/* Acknowledge every change epoch that no request still depends on. */
+void          rm_client_send_acks(remora_client_h c);
+/* Empty the cache (regions are looked up again on next use); reconnected:
+ * also forget the old connection's change epochs. */
+void          rm_client_regions_drop(remora_client_h c, int reconnected);
 /* Subscriptions hold the client: the user's disconnect frees it only once the
  * last of them is destroyed (lock not held). */
 void rm_client_sub_attach(remora_client_h c);

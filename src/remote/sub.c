@@ -171,7 +171,7 @@ static remora_status_t wait_send(remora_sub_h sub)
                 /* Lend the op a buffer for the slots (faulted in once, not
                  * per push); the op owns it until the answer is taken. */
                 op->reply = sub->spare ? sub->spare : malloc(sub->push_cap);
-                op->len   = op->reply ? sub->push_cap : 0;
+                op->reply_cap = op->reply ? sub->push_cap : 0;
                 sub->spare = NULL;
             }
             if (++c->nsubops == c->nops) /* it never holds up a disconnect */
@@ -208,7 +208,7 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     remora_status_t st = op->status;
     rm_hdr_t h = op->reply_hdr;
     uint64_t claimed = op->push_claimed;
-    size_t body_cap = op->len; /* a push's buffer: what it holds */
+    size_t body_cap = op->reply_cap; /* a push's buffer: what it holds */
     uint8_t *body = op->reply;
     size_t len = op->reply_len;
     op->reply = NULL;

@@ -32,6 +32,22 @@
  * costs about as much as the bytes. */
 #define RM_LANE_PART_MIN (512u << 10)
 
+/* A chunk of a request: a data op on the client's pending list. Its reply
+ * and its end come back through op.on_reply and op.on_done. */
+typedef struct {
+    rm_op_t          op;     /* first: rm_client_op_new allocates the chunk */
+    remora_request_h req;
+    char            *buf;    /* the caller's bytes of this chunk */
+    size_t           len;
+    uint64_t         offset; /* in the region */
+    void            *stage;  /* staged chunk: the pinned buffer UCX uses instead of buf */
+} rm_chunk_t;
+
+static rm_chunk_t *chunk_of(rm_op_t *op) { return rm_container_of(op, rm_chunk_t, op); }
+
+/* Where UCX moves the chunk's bytes. */
+static void *chunk_wire_buf(const rm_chunk_t *ch) { return ch->stage ? ch->stage : ch->buf; }
+
 /* A part of a split request finished (any thread, any lock). */
 static void part_done(remora_request_h whole, remora_status_t st)
 {
@@ -86,9 +102,11 @@ static void recv_cb(void *request, ucs_status_t status, size_t length, void *use
  * buffer): decrypt it there, in place. reply_hdr holds its header. */
 static void sealed_landed(rm_op_t *op, ucs_status_t status)
 {
+    rm_chunk_t *ch = chunk_of(op);
+
     if (status == UCS_OK) {
         remora_status_t st = rm_peer_seal_open(&op->client->peer, &op->reply_hdr,
-                                               op->stage ? op->stage : op->buf, op->len);
+                                               chunk_wire_buf(ch), ch->len);
         if (st != REMORA_OK && op->status == REMORA_OK)
             op->status = st;
     }
@@ -111,19 +129,20 @@ static void op_track(rm_op_t *op, ucs_status_ptr_t ret)
 
 /* ------------------------------------------------------------ chunks */
 
-static void chunk_am(rm_op_t *op, remora_request_h req)
+static void chunk_am(rm_chunk_t *ch, remora_request_h req)
 {
     remora_client_h c = req->client;
+    rm_op_t *op = &ch->op;
     rm_hdr_t hdr = {.type = req->write ? RM_MSG_WRITE : RM_MSG_READ, .req_id = op->req_id,
-                    .region_id = req->region->id, .offset = op->offset, .length = op->len,
+                    .region_id = req->region->id, .offset = ch->offset, .length = ch->len,
                     .kind = req->path == REMORA_PATH_STAGING ? RM_RW_STAGED : 0};
     rm_send_params_t sp = {0};
     remora_status_t st;
 
     if (req->write) {
-        sp.body     = op->stage ? op->stage : op->buf;
-        sp.body_len = op->len;
-        sp.cuda     = op->stage == NULL && req->gpu_buf;
+        sp.body     = chunk_wire_buf(ch);
+        sp.body_len = ch->len;
+        sp.cuda     = ch->stage == NULL && req->gpu_buf;
         sp.done     = send_done_cb;
         sp.arg      = op;
         sp.bulk     = 1;
@@ -145,10 +164,11 @@ static void chunk_am(rm_op_t *op, remora_request_h req)
     rm_client_op_finish(op); /* finished if it failed, here or in client_fail */
 }
 
-static void chunk_rma(rm_op_t *op, remora_request_h req)
+static void chunk_rma(rm_chunk_t *ch, remora_request_h req)
 {
     remora_client_h c = req->client;
-    uint64_t raddr    = req->region->remote_addr + op->offset;
+    rm_op_t *op       = &ch->op;
+    uint64_t raddr    = req->region->remote_addr + ch->offset;
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                              UCP_OP_ATTR_FIELD_USER_DATA,
                              .cb.send = rma_cb, .user_data = op};
@@ -161,23 +181,23 @@ static void chunk_rma(rm_op_t *op, remora_request_h req)
     op->replied = 1; /* one-sided: the UCX callback is the whole answer */
     op->ucx_busy++;
     if (req->write)
-        ret = ucp_put_nbx(c->peer.ep, op->buf, op->len, raddr, req->region->rkey, &p);
+        ret = ucp_put_nbx(c->peer.ep, ch->buf, ch->len, raddr, req->region->rkey, &p);
     else
-        ret = ucp_get_nbx(c->peer.ep, op->buf, op->len, raddr, req->region->rkey, &p);
+        ret = ucp_get_nbx(c->peer.ep, ch->buf, ch->len, raddr, req->region->rkey, &p);
     op_track(op, ret);
 }
 
 /* A GPU buffer's chunk: a pinned buffer stands in for it; a write fills it first. */
-static remora_status_t stage_chunk(rm_op_t *op, remora_request_h req)
+static remora_status_t stage_chunk(rm_chunk_t *ch, remora_request_h req)
 {
     remora_status_t st = REMORA_ERR_NO_MEMORY;
 
-    if ((op->stage = rm_stage_get(req->client->stage, op->len)) != NULL)
-        st = req->write ? rm_cuda_copy(op->stage, op->buf, op->len) : REMORA_OK;
+    if ((ch->stage = rm_stage_get(req->client->stage, ch->len)) != NULL)
+        st = req->write ? rm_cuda_copy(ch->stage, ch->buf, ch->len) : REMORA_OK;
     if (st != REMORA_OK) {
-        op->status  = st;
-        op->replied = 1;
-        rm_client_op_finish(op);
+        ch->op.status  = st;
+        ch->op.replied = 1;
+        rm_client_op_finish(&ch->op);
     }
     return st;
 }
@@ -186,46 +206,44 @@ static void chunk_done(rm_op_t *op);
 static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_t len,
                              const ucp_am_recv_param_t *param);
 
-/* An op of req's (lock held): its reply and its end come back here. */
-static rm_op_t *data_op_new(remora_request_h req, uint8_t reply_type)
+/* A chunk of req's (lock held): its reply and its end come back here. */
+static rm_chunk_t *chunk_new(remora_request_h req, uint8_t reply_type)
 {
-    rm_op_t *op = rm_client_op_new(req->client, reply_type);
+    rm_op_t *op = rm_client_op_new(req->client, reply_type, sizeof(rm_chunk_t));
 
-    if (op != NULL) {
-        op->req      = req;
-        op->on_reply = on_reply;
-        op->on_done  = chunk_done;
-    }
-    return op;
+    if (op == NULL)
+        return NULL;
+    op->on_reply = on_reply;
+    op->on_done  = chunk_done;
+    chunk_of(op)->req = req;
+    return chunk_of(op);
 }
 
 static void issue_chunk(remora_request_h req)
 {
     size_t n = req->length - req->issued;
-    rm_op_t *op;
+    int am   = req->path == REMORA_PATH_AM || req->path == REMORA_PATH_STAGING;
+    rm_chunk_t *ch;
 
     if (n > req->chunk)
         n = req->chunk;
-    if (req->path == REMORA_PATH_AM || req->path == REMORA_PATH_STAGING)
-        op = data_op_new(req, req->write ? RM_MSG_WRITE_REPLY : RM_MSG_READ_REPLY);
-    else
-        op = data_op_new(req, 0);
-    if (op == NULL) {
+    ch = chunk_new(req, !am ? 0 : req->write ? RM_MSG_WRITE_REPLY : RM_MSG_READ_REPLY);
+    if (ch == NULL) {
         if (req->status == REMORA_OK)
             req->status = REMORA_ERR_NO_MEMORY;
         return;
     }
-    op->buf    = req->buf + req->issued;
-    op->len    = n;
-    op->offset = req->offset + req->issued;
+    ch->buf    = req->buf + req->issued;
+    ch->len    = n;
+    ch->offset = req->offset + req->issued;
     req->issued += n;
     req->inflight++;
-    if (req->dev_buf && stage_chunk(op, req) != REMORA_OK)
+    if (req->dev_buf && stage_chunk(ch, req) != REMORA_OK)
         return;
-    if (req->path == REMORA_PATH_AM || req->path == REMORA_PATH_STAGING)
-        chunk_am(op, req);
+    if (am)
+        chunk_am(ch, req);
     else
-        chunk_rma(op, req);
+        chunk_rma(ch, req);
 }
 
 /* Puts are complete locally when their callback runs; the flush makes them
@@ -233,7 +251,8 @@ static void issue_chunk(remora_request_h req)
 static void issue_flush(remora_request_h req)
 {
     remora_client_h c = req->client;
-    rm_op_t *op = data_op_new(req, 0);
+    rm_chunk_t *ch    = chunk_new(req, 0);
+    rm_op_t *op       = ch ? &ch->op : NULL;
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                              UCP_OP_ATTR_FIELD_USER_DATA,
                              .cb.send = rma_cb, .user_data = op};
@@ -260,13 +279,14 @@ static void issue_more(remora_request_h req)
 /* An op of a request finished (its reply is in and UCX is done with it). */
 static void chunk_done(rm_op_t *op)
 {
-    remora_request_h req = op->req;
+    rm_chunk_t *ch       = chunk_of(op);
+    remora_request_h req = ch->req;
 
-    if (op->stage) { /* a staged read's chunk goes on to the GPU */
+    if (ch->stage) { /* a staged read's chunk goes on to the GPU */
         if (!req->write && op->status == REMORA_OK)
-            op->status = rm_cuda_copy(op->buf, op->stage, op->len);
-        rm_stage_put(req->client->stage, op->stage, op->len);
-        op->stage = NULL;
+            op->status = rm_cuda_copy(ch->buf, ch->stage, ch->len);
+        rm_stage_put(req->client->stage, ch->stage, ch->len);
+        ch->stage = NULL;
     }
     req->inflight--;
     if (op->status != REMORA_OK && req->status == REMORA_OK)
@@ -289,13 +309,14 @@ static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_
                              const ucp_am_recv_param_t *param)
 {
     remora_client_h c = op->client;
+    rm_chunk_t *ch     = chunk_of(op);
     remora_status_t st = (remora_status_t)hdr->status;
 
     if (st > 0 || st < REMORA_ERR_VERSION || (hdr->type == RM_MSG_ERROR && st == REMORA_OK))
         st = REMORA_ERR_PROTOCOL;
     if (st == REMORA_OK && hdr->type == RM_MSG_READ_REPLY) {
-        if (len != op->len) {
-            rm_warn("read reply of %zu bytes for a %zu-byte request", len, op->len);
+        if (len != ch->len) {
+            rm_warn("read reply of %zu bytes for a %zu-byte request", len, ch->len);
             st = REMORA_ERR_PROTOCOL; /* returning drops a rendezvous payload */
         } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
             ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -304,24 +325,24 @@ static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_
             if (c->peer.seal) {
                 op->reply_hdr = *hdr;
                 p.cb.recv_am  = recv_sealed_cb;
-            } else if (op->stage == NULL && op->req->gpu_buf) {
+            } else if (ch->stage == NULL && ch->req->gpu_buf) {
                 p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
                 p.memory_type = UCS_MEMORY_TYPE_CUDA;
             }
             op->ucx_busy++;
             op->replied = 1;
             ucs_status_ptr_t ret = ucp_am_recv_data_nbx(c->ctx->worker, body,
-                                                        op->stage ? op->stage : op->buf, len, &p);
+                                                        chunk_wire_buf(ch), len, &p);
             if (c->peer.seal && !UCS_PTR_IS_PTR(ret)) /* landed at once: no callback */
                 sealed_landed(op, UCS_PTR_STATUS(ret));
             op_track(op, ret);
             return UCS_OK;
-        } else if (op->stage == NULL && op->req->gpu_buf && len) {
+        } else if (ch->stage == NULL && ch->req->gpu_buf && len) {
             /* eager reply into a GPU buffer UCX took (not staged): a CUDA copy */
-            if (rm_cuda_copy(op->buf, body, len) != REMORA_OK)
+            if (rm_cuda_copy(ch->buf, body, len) != REMORA_OK)
                 st = REMORA_ERR_IO;
         } else {
-            memcpy(op->stage ? op->stage : op->buf, body, len);
+            memcpy(chunk_wire_buf(ch), body, len);
         }
     }
     if (op->status == REMORA_OK)
