@@ -61,6 +61,9 @@ typedef struct rm_peer_ops {
                                size_t body_len, const ucp_am_recv_param_t *param);
     /* The endpoint failed; the peer must stop using it. */
     void (*on_error)(rm_peer_t *peer, remora_status_t status);
+    /* Optional: a lingering close (rm_peer_close_linger) is over; the peer
+     * may be freed now, and not before. */
+    void (*on_closed)(rm_peer_t *peer);
 } rm_peer_ops_t;
 
 /* Bytes read from a bootstrap socket and not yet parsed into frames (boot.c). */
@@ -84,6 +87,12 @@ struct rm_peer {
     rm_seal_t           *seal;   /* encryption keys (seal.h); NULL: a plain connection */
     int                  seal_failed; /* a sealed message failed a check: fail at next tick */
     rm_peer_t           *hash_next;
+    /* A lingering close (ep.c): the endpoint being flushed, then closed. */
+    ucp_ep_h             linger_ep;
+    rm_ticker_t          linger;
+    uint64_t             linger_deadline;
+    int                  linger_flushed;
+    int                  linger_closing;
 };
 
 /* Work another thread requests without the lock (a ring commit): fn runs on
@@ -233,6 +242,16 @@ void rm_engine_peer_remove(remora_context_h ctx, rm_peer_t *peer);
 remora_status_t rm_peer_attach(rm_peer_t *peer);
 /* Unregister and close the ep (forcefully: pending operations are canceled). */
 void rm_peer_close(rm_peer_t *peer);
+/*
+ * The same, except that an endpoint with sends in flight and no error is
+ * flushed first, for at most linger_ms, and force-closed after that (UCX
+ * 1.13's TCP transport can crash when it force-closes an endpoint in the
+ * middle of rendezvous sends: docs/security.md section 4). Only for peers
+ * whose sends hold their own memory and whose receives land in memory that
+ * outlives the close (a server's). Returns 1 when the close lingers: the
+ * peer must stay allocated until ops->on_closed is called. Lock held.
+ */
+int rm_peer_close_linger(rm_peer_t *peer, unsigned linger_ms);
 
 /* Which kinds of transport carry the endpoint's RMA lanes: UCX emulates RMA
  * over TCP (no address checks), verbs NICs enforce keys, the rest (shared

@@ -235,14 +235,24 @@ remora_status_t rm_peer_wireup_wait(rm_peer_t *peer, uint64_t deadline)
     return st;
 }
 
-static void cancel_sends(rm_peer_t *peer);
+static void unlink_sends(rm_peer_t *peer, int cancel);
 
-void rm_peer_close(rm_peer_t *peer)
+static void force_close(ucp_ep_h ep)
 {
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                              .flags        = UCP_EP_CLOSE_FLAG_FORCE};
-    void *req;
+    /* Forced close cancels pending operations; their callbacks run with
+     * UCS_ERR_CANCELED. UCX frees the close request when it finishes. */
+    void *req = ucp_ep_close_nbx(ep, &p);
 
+    if (UCS_PTR_IS_PTR(req))
+        ucp_request_free(req);
+}
+
+/* Everything but the endpoint: the bootstrap socket, heartbeats, keys, and
+ * the registration that routes the endpoint's messages and errors here. */
+static void close_side(rm_peer_t *peer)
+{
     rm_peer_live_stop(peer);
     rm_peer_seal_stop(peer);
     rm_boot_rx_free(&peer->rx);
@@ -256,13 +266,83 @@ void rm_peer_close(rm_peer_t *peer)
     if (!peer->failed)
         rm_engine_peer_remove(peer->ctx, peer);
     peer->failed = 1;
-    /* Forced close cancels pending operations; their callbacks run with
-     * UCS_ERR_CANCELED. UCX frees the close request when it finishes. */
-    req = ucp_ep_close_nbx(peer->ep, &p);
-    if (UCS_PTR_IS_PTR(req))
-        ucp_request_free(req);
+}
+
+void rm_peer_close(rm_peer_t *peer)
+{
+    close_side(peer);
+    if (peer->ep == NULL)
+        return;
+    force_close(peer->ep);
     peer->ep = NULL;
-    cancel_sends(peer);
+    unlink_sends(peer, 1);
+}
+
+/* ------------------------------------------------------------ lingering close */
+
+#define RM_LINGER_GIVE_UP_NS (5000u * 1000000ull)
+
+static void linger_flushed(void *request, ucs_status_t status, void *user_data)
+{
+    rm_peer_t *peer = user_data;
+
+    (void)status; /* an error ends the flush as well: the close follows */
+    ucp_request_free(request);
+    peer->linger_flushed = 1;
+}
+
+/* Close once flushed or at the deadline; hand the peer back once the
+ * flush's callback, which refers to it, has run. */
+static void linger_tick(rm_ticker_t *t)
+{
+    rm_peer_t *peer = rm_container_of(t, rm_peer_t, linger);
+
+    if (!peer->linger_closing && (peer->linger_flushed || rm_now_ns() >= peer->linger_deadline)) {
+        if (!peer->linger_flushed)
+            rm_debug("endpoint %p not flushed in time; closing it", (void *)peer->linger_ep);
+        force_close(peer->linger_ep); /* also ends an unfinished flush */
+        peer->linger_ep      = NULL;
+        peer->linger_closing = 1;
+    }
+    if (peer->linger_closing && peer->linger_flushed) {
+        rm_engine_remove_ticker(peer->ctx, t);
+        peer->ops->on_closed(peer);
+    } else if (peer->linger_closing && rm_now_ns() >= peer->linger_deadline + RM_LINGER_GIVE_UP_NS) {
+        /* UCX never ended the flush: the peer stays allocated (the callback
+         * may still come), and so does its owner. */
+        rm_warn("a closed endpoint's flush never completed; leaking its connection");
+        rm_engine_remove_ticker(peer->ctx, t);
+    }
+}
+
+int rm_peer_close_linger(rm_peer_t *peer, unsigned linger_ms)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                             UCP_OP_ATTR_FIELD_USER_DATA,
+                             .cb.send = linger_flushed, .user_data = peer};
+    void *req;
+
+    if (linger_ms == 0 || peer->ep == NULL || peer->failed || rm_list_empty(&peer->sends) ||
+        peer->ops->on_closed == NULL) {
+        rm_peer_close(peer);
+        return 0;
+    }
+    close_side(peer); /* from here UCX's errors and messages for ep go nowhere */
+    unlink_sends(peer, 0); /* they complete, or are canceled by the close */
+    req = ucp_ep_flush_nbx(peer->ep, &p);
+    if (!UCS_PTR_IS_PTR(req)) { /* flushed (or failed) at once */
+        force_close(peer->ep);
+        peer->ep = NULL;
+        return 0;
+    }
+    peer->linger_ep       = peer->ep;
+    peer->ep              = NULL;
+    peer->linger_flushed  = 0;
+    peer->linger_closing  = 0;
+    peer->linger_deadline = rm_now_ns() + (uint64_t)linger_ms * 1000000u;
+    peer->linger.fn       = linger_tick;
+    rm_engine_add_ticker(peer->ctx, &peer->linger);
+    return 1;
 }
 
 /* ------------------------------------------------------------ sending */
@@ -285,7 +365,7 @@ typedef struct rm_send {
 /* UCX 1.16 aborts the process when it cancels a rendezvous send whose buffer
  * it registered itself (the assertion "memh == NULL || ... user memh" in
  * datatype_iter.inl, openucx/ucx#9528): exactly what happens to sends in
- * flight when a peer dies (cancel_sends). A handle of ours makes that path
+ * flight when a peer dies (unlink_sends). A handle of ours makes that path
  * clean, so large bulk bodies get one. NULL when mapping fails: the send
  * goes ahead as before. */
 static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len, int cuda)
@@ -309,13 +389,13 @@ static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len, int c
  * forced close, and may call back for them long after the peer object is
  * gone. Cancel them, and unlink them from the peer so that a late callback
  * touches only the send itself. */
-static void cancel_sends(rm_peer_t *peer)
+static void unlink_sends(rm_peer_t *peer, int cancel)
 {
     rm_list_t *pos, *tmp;
     rm_list_for_each_safe(pos, tmp, &peer->sends) {
         rm_send_t *s = rm_container_of(pos, rm_send_t, link);
         rm_list_del(&s->link); /* now linked to itself: a later del is harmless */
-        if (s->request)
+        if (cancel && s->request)
             ucp_request_cancel(peer->ctx->worker, s->request);
     }
 }

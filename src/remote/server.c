@@ -48,6 +48,7 @@
 #define RM_DEFAULT_LISTEN   "127.0.0.1:60010"
 #define RM_RETIRE_GRACE_NS  (10ull * 1000000000u)
 #define RM_DESTROY_WAIT_MS  2000
+#define RM_LINGER_MS        1000 /* a closed connection's replies in flight: below the above */
 #define RM_BOOT_TIMEOUT_NS  (5ull * 1000000000u)  /* to finish the handshake */
 #define RM_MAX_CONNS        4096
 #define RM_MAX_CONNS_HOST   1024
@@ -185,7 +186,11 @@ static void conn_kill(rm_conn_t *c)
     rm_server_ring_conn_gone(c);
     rm_sock_peer_gone(&c->peer);
     conn_close_cm_listener(c);
-    rm_peer_close(&c->peer);
+    /* Replies in flight are let through before the endpoint closes (UCX
+     * 1.13 can crash closing it under them); they hold their own memory.
+     * A server being destroyed closes at once. */
+    if (rm_peer_close_linger(&c->peer, c->server->destroying ? 0 : RM_LINGER_MS))
+        c->inflight++; /* until conn_on_closed */
     retired_sweep(c->server); /* it no longer holds up retired memory */
     c->inflight--;
     conn_free_if_idle(c);
@@ -196,6 +201,14 @@ static void conn_on_error(rm_peer_t *peer, remora_status_t status)
     rm_conn_t *c = (rm_conn_t *)peer;
     rm_info("client connection lost: %s", remora_status_string(status));
     conn_kill(c);
+}
+
+static void conn_on_closed(rm_peer_t *peer)
+{
+    rm_conn_t *c = (rm_conn_t *)peer;
+
+    c->inflight--;
+    conn_free_if_idle(c);
 }
 
 /* Sends do not hold the connection: UCX may call back for a send to a dead
@@ -708,7 +721,9 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
     return UCS_OK;
 }
 
-static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message, .on_error = conn_on_error};
+static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message,
+                                       .on_error   = conn_on_error,
+                                       .on_closed  = conn_on_closed};
 
 static void conn_ready(rm_conn_t *c);
 

@@ -279,7 +279,10 @@ static void test_registry_under_change(void **state)
  * endpoint being torn down reaches an asserting stub (stubs.c:96, SIGABRT)
  * or an endpoint already gone (SIGSEGV under uct_tcp_iface_progress: in
  * libuct, in a libucs helper it calls, or a call through a NULL handler).
- * About 1 run in 8 to 16 on the 2-core VM; never seen on UCX 1.16. That
+ * It was the server's forced close under replies in flight: 1 run in 3 to
+ * 8 of this case alone on the 2-core VM, never on UCX 1.16. Since the
+ * server's close lingers (rm_peer_close_linger) it was not seen in 140
+ * runs; the waiver stays for the client's own forced close. That
  * crash, in this case, on that UCX only, is reported as WAIVED (as
  * it_liveness does for UCX 1.13's wire-up abort): an abort, or a SIGSEGV
  * faulting in UCX (fault_in_ucx). Any other failure fails, a sanitizer's
@@ -596,5 +599,7 @@ int main(void)
 
     setenv("UCX_TLS", "tcp", 0); /* the path lanes split: active messages */
     it_init("workers");
+    if (getenv("IT_FILTER")) /* one case, e.g. in a loop: IT_FILTER=test_killed_lane... */
+        cmocka_set_test_filter(getenv("IT_FILTER"));
     return it_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
