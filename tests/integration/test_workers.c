@@ -314,11 +314,11 @@ static void waive_abort(int sig)
     raise(sig);
 }
 
-static int addr_in_ucx(void *addr)
+/* The library holding addr, or NULL. */
+static const char *lib_of(void *addr)
 {
     Dl_info info;
-    return dladdr(addr, &info) != 0 && info.dli_fname != NULL &&
-           strstr(info.dli_fname, "/libuc") != NULL;
+    return dladdr(addr, &info) != 0 ? info.dli_fname : NULL;
 }
 
 /* The faulting instruction is in a UCX library (libucs, libuct, libucp),
@@ -328,11 +328,10 @@ static int fault_in_ucx(void *uctx)
 {
 #if defined(__x86_64__)
     const ucontext_t *uc = uctx;
-    void *pc = (void *)uc->uc_mcontext.gregs[REG_RIP];
-    Dl_info info;
-    if (dladdr(pc, &info) != 0)
-        return addr_in_ucx(pc);
-    return addr_in_ucx(*(void **)uc->uc_mcontext.gregs[REG_RSP]);
+    const char *lib = lib_of((void *)uc->uc_mcontext.gregs[REG_RIP]);
+    if (lib == NULL)
+        lib = lib_of(*(void **)uc->uc_mcontext.gregs[REG_RSP]);
+    return lib != NULL && strstr(lib, "/libuc") != NULL;
 #else
     (void)uctx;
     return 0;
@@ -588,7 +587,7 @@ static void test_limits_span_workers(void **state)
     remora_context_destroy(sctx);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_under_change),
@@ -599,7 +598,5 @@ int main(void)
 
     setenv("UCX_TLS", "tcp", 0); /* the path lanes split: active messages */
     it_init("workers");
-    if (getenv("IT_FILTER")) /* one case, e.g. in a loop: IT_FILTER=test_killed_lane... */
-        cmocka_set_test_filter(getenv("IT_FILTER"));
-    return it_finish(cmocka_run_group_tests(tests, NULL, NULL));
+    return it_finish(it_run_tests("workers", tests, sizeof(tests) / sizeof(tests[0]), argc, argv));
 }
