@@ -87,12 +87,12 @@ struct rm_peer {
     rm_seal_t           *seal;   /* encryption keys (seal.h); NULL: a plain connection */
     int                  seal_failed; /* a sealed message failed a check: fail at next tick */
     rm_peer_t           *hash_next;
-    /* A lingering close (ep.c): the endpoint being flushed, then closed. */
+    /* A lingering close (ep.c): the endpoint being flushed (NULL once
+     * closed, while the flush's callback is still due). */
     ucp_ep_h             linger_ep;
     rm_ticker_t          linger;
     uint64_t             linger_deadline;
     int                  linger_flushed;
-    int                  linger_closing;
 };
 
 /* Work another thread requests without the lock (a ring commit): fn runs on

@@ -297,17 +297,19 @@ static void linger_tick(rm_ticker_t *t)
 {
     rm_peer_t *peer = rm_container_of(t, rm_peer_t, linger);
 
-    if (!peer->linger_closing && (peer->linger_flushed || rm_now_ns() >= peer->linger_deadline)) {
+    if (peer->linger_ep != NULL &&
+        (peer->linger_flushed || rm_now_ns() >= peer->linger_deadline)) {
         if (!peer->linger_flushed)
             rm_debug("endpoint %p not flushed in time; closing it", (void *)peer->linger_ep);
         force_close(peer->linger_ep); /* also ends an unfinished flush */
-        peer->linger_ep      = NULL;
-        peer->linger_closing = 1;
+        peer->linger_ep = NULL;
     }
-    if (peer->linger_closing && peer->linger_flushed) {
+    if (peer->linger_ep != NULL)
+        return;
+    if (peer->linger_flushed) {
         rm_engine_remove_ticker(peer->ctx, t);
         peer->ops->on_closed(peer);
-    } else if (peer->linger_closing && rm_now_ns() >= peer->linger_deadline + RM_LINGER_GIVE_UP_NS) {
+    } else if (rm_now_ns() >= peer->linger_deadline + RM_LINGER_GIVE_UP_NS) {
         /* UCX never ended the flush: the peer stays allocated (the callback
          * may still come), and so does its owner. */
         rm_warn("a closed endpoint's flush never completed; leaking its connection");
@@ -338,7 +340,6 @@ int rm_peer_close_linger(rm_peer_t *peer, unsigned linger_ms)
     peer->linger_ep       = peer->ep;
     peer->ep              = NULL;
     peer->linger_flushed  = 0;
-    peer->linger_closing  = 0;
     peer->linger_deadline = rm_now_ns() + (uint64_t)linger_ms * 1000000u;
     peer->linger.fn       = linger_tick;
     rm_engine_add_ticker(peer->ctx, &peer->linger);
