@@ -229,6 +229,17 @@ static void ring_push_landed(void *request, ucs_status_t status, size_t length, 
         ucp_request_free(request);
 }
 
+/* Make a ring push's buffer (the subscription's lent spare, or a new one)
+ * hold len bytes; -1 when it cannot be had. */
+static int op_reply_fit(rm_op_t *op, size_t len)
+{
+    if (op->reply != NULL && op->reply_cap >= len)
+        return 0;
+    free(op->reply);
+    op->reply_cap = len;
+    return (op->reply = malloc(len)) != NULL ? 0 : -1;
+}
+
 static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_t *hdr,
                                    void *body, size_t len)
 {
@@ -238,14 +249,7 @@ static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_
 
     op->reply_hdr = *hdr;
     op->status    = (remora_status_t)hdr->status;
-    if (op->reply && op->reply_cap < len) { /* the subscription's spare is too small */
-        free(op->reply);
-        op->reply = NULL;
-    }
-    if (op->reply == NULL)
-        op->reply_cap = len; /* what the buffer below holds */
-    if (op->status != REMORA_OK || len == 0 ||
-        (op->reply == NULL && (op->reply = malloc(len)) == NULL)) {
+    if (op->status != REMORA_OK || len == 0 || op_reply_fit(op, len) != 0) {
         if (op->status == REMORA_OK)
             op->status = len ? REMORA_ERR_NO_MEMORY : REMORA_ERR_PROTOCOL;
         op->replied = 1;
@@ -386,13 +390,7 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
         (op = op_by_req_id(c, hdr->req_id)) != NULL && op->push_req && !op->push_verdict &&
         hdr->status == REMORA_OK && len > 0) {
         /* A small push comes eagerly; its verdict follows all the same. */
-        if (op->reply && op->reply_cap < len) {
-            free(op->reply);
-            op->reply = NULL;
-        }
-        if (op->reply == NULL)
-            op->reply_cap = len; /* what the buffer below holds */
-        if (op->reply == NULL && (op->reply = malloc(len)) == NULL) {
+        if (op_reply_fit(op, len) != 0) {
             op->reply_type = 0;
             op->status     = REMORA_ERR_NO_MEMORY;
             op->replied    = 1;
