@@ -30,6 +30,9 @@
 
 /* Largest chunk of a staged transfer (GPU memory through pinned buffers). */
 #define RM_STAGE_CHUNK (4u << 20)
+/* GPU to GPU through UCX's cuda_ipc on one host (transfer.c: ucx_ipc_shape) */
+#define RM_UCX_IPC_CHUNK  (32u << 20)
+#define RM_UCX_IPC_WINDOW 16u
 
 typedef struct rm_rregion {
     rm_list_t     link;
@@ -187,6 +190,7 @@ struct remora_request {
     int              dev_buf;    /* buf is GPU memory UCX cannot reach: stage every chunk */
     int              gpu_buf;    /* buf is GPU memory (UCX is told so when it moves it) */
     size_t           chunk;      /* bytes per chunk op */
+    unsigned         window;     /* chunk ops in flight at most */
     size_t           issued;
     unsigned         inflight;
     int              flushed;

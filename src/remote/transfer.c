@@ -272,7 +272,7 @@ static void issue_flush(remora_request_h req)
 static void issue_more(remora_request_h req)
 {
     while (req->status == REMORA_OK && req->issued < req->length &&
-           req->inflight < req->client->window && !req->client->disconnected)
+           req->inflight < req->window && !req->client->disconnected)
         issue_chunk(req);
 }
 
@@ -447,6 +447,8 @@ static remora_request_h request_new(remora_client_h c, void *buf, uint64_t offse
         req->buf        = buf;
         req->offset     = offset;
         req->length     = length;
+        req->chunk      = c->chunk_size;
+        req->window     = c->window;
     }
     return req;
 }
@@ -531,6 +533,20 @@ static remora_status_t part_region(remora_client_h c, remora_request_h whole, rm
     return REMORA_OK;
 }
 
+/* UCX copies GPU to GPU itself on this host (its cuda_ipc rendezvous). Each
+ * chunk then costs a rendezvous round trip against a copy that takes
+ * microseconds: 4 MiB chunks, 4 in flight, held a 256 MiB read to 0.12x of a
+ * device-to-device copy on the H100 host, 32 MiB with 16 in flight to 0.60x
+ * (docs/gpu-ucx.md). The user's REMORA_CHUNK_SIZE / REMORA_WINDOW still
+ * win where they ask for more. */
+static void ucx_ipc_shape(remora_request_h req)
+{
+    if (req->chunk < RM_UCX_IPC_CHUNK)
+        req->chunk = RM_UCX_IPC_CHUNK;
+    if (req->window < RM_UCX_IPC_WINDOW)
+        req->window = RM_UCX_IPC_WINDOW;
+}
+
 /* Start a request; a region lookup it needs is bounded by the deadline. */
 static remora_status_t request_start(remora_client_h c, const char *name, uint64_t offset,
                                      void *buf, size_t length, int write,
@@ -573,7 +589,6 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     req->gpu_buf    = gpu_buf;
     if (gpu_buf && !dev_buf)
         rm_engine_cuda_enter(c->ctx, buf_dev); /* UCX copies it, maybe on this thread */
-    req->chunk      = c->chunk_size;
     if (dev_buf && req->path == REMORA_PATH_RMA)
         req->path = REMORA_PATH_STAGING; /* UCX cannot put/get GPU memory here */
     if (req->path == REMORA_PATH_STAGING)
@@ -583,6 +598,9 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         req->path = REMORA_PATH_AM; /* the server's file is sealed read-only */
     if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)
         req->chunk = RM_STAGE_CHUNK;
+    if (req->path == REMORA_PATH_AM && gpu_buf && !dev_buf && c->same_host &&
+        r->mem_type == REMORA_MEM_CUDA)
+        ucx_ipc_shape(req);
     r->users++;
     *req_p = req;
     if (length == 0 || req->path == REMORA_PATH_MAP || req->path == REMORA_PATH_IPC) {
