@@ -50,6 +50,7 @@ typedef struct cli_region {
     uint64_t     size;
     cli_fill_t   fill;
     const char  *file; /* CLI_FILL_FILE: the path */
+    bool         host; /* :host: in host memory even with --gpu */
     remora_mem_h mem;  /* our reference to the memory exposed now */
 } cli_region_t;
 
@@ -132,13 +133,21 @@ static cli_region_t *cli_find_region(cli_serve_opts_t *o, const char *name)
 }
 
 /* The part after SIZE in NAME=SIZE[:pattern|:zero|:file=PATH]; 0 or -1. */
+/* ":host" places a pattern- or zero-filled region in host memory even with
+ * --gpu (a file's path is taken whole, so a file-filled one cannot). */
 static int cli_parse_fill(const char *s, cli_region_t *r)
 {
-    if (*s == '\0' || strcmp(s, ":pattern") == 0) {
+    size_t n = strcspn(s, "=");
+
+    if (n >= 5 && s[n] == '\0' && strcmp(s + n - 5, ":host") == 0) {
+        r->host = true;
+        n -= 5;
+    }
+    if (n == 0 || (n == 8 && strncmp(s, ":pattern", n) == 0)) {
         r->fill = CLI_FILL_PATTERN;
-    } else if (strcmp(s, ":zero") == 0) {
+    } else if (n == 5 && strncmp(s, ":zero", n) == 0) {
         r->fill = CLI_FILL_ZERO;
-    } else if (strncmp(s, ":file=", 6) == 0 && s[6] != '\0') {
+    } else if (!r->host && strncmp(s, ":file=", 6) == 0 && s[6] != '\0') {
         r->fill = CLI_FILL_FILE;
         r->file = s + 6;
     } else {
@@ -161,7 +170,7 @@ static int cli_add_region(const cli_command_t *cmd, cli_serve_opts_t *o, const c
     if (eq == NULL || cli_copy_name(arg, (size_t)(eq - arg), r.name) != 0 ||
         cli_parse_size_n(size, size_len, &r.size) != 0 || cli_parse_fill(size + size_len, &r) != 0) {
         return cli_usage_error(cmd, "bad --region '%s': expected NAME=SIZE[:pattern|:zero|"
-                               ":file=PATH], NAME 1 to %d bytes", arg, REMORA_NAME_MAX);
+                               ":file=PATH][:host], NAME 1 to %d bytes", arg, REMORA_NAME_MAX);
     }
     if (r.size == 0 || r.size > SIZE_MAX) {
         return cli_usage_error(cmd, "bad --region '%s': size must be 1 to %zu bytes", arg,
@@ -289,10 +298,12 @@ static int cli_mem_create(cli_server_t *sv, const cli_region_t *r, uint64_t size
         .field_mask = REMORA_MEM_FIELD_LENGTH,
         .length     = (size_t)size,
     };
-    if (sv->o->gpu >= 0) {
+    int gpu = r->host ? -1 : sv->o->gpu;
+
+    if (gpu >= 0) {
         params.field_mask |= REMORA_MEM_FIELD_TYPE | REMORA_MEM_FIELD_DEVICE;
         params.type   = REMORA_MEM_CUDA;
-        params.device = sv->o->gpu;
+        params.device = gpu;
     }
     remora_mem_h mem;
     remora_status_t status = remora_mem_create(sv->s.context, &params, &mem);
@@ -304,7 +315,7 @@ static int cli_mem_create(cli_server_t *sv, const cli_region_t *r, uint64_t size
                                  (unsigned long long)size, r->name);
     }
     buf = remora_mem_address(mem);
-    if (sv->o->gpu >= 0) { /* fill on the host, then copy to the GPU */
+    if (gpu >= 0) { /* fill on the host, then copy to the GPU */
         gpu_buf = buf;
         if ((buf = malloc((size_t)size)) == NULL) {
             remora_mem_destroy(mem);
@@ -354,7 +365,7 @@ static int cli_expose_all(cli_server_t *sv)
         }
         cli_note("serve", "region %s: %s, %s, %s%s", r->name,
                 remora_format_size(r->size, human, sizeof(human)), cli_fill_string(r),
-                sv->o->writable ? "rw" : "ro", sv->o->gpu >= 0 ? ", on the GPU" : "");
+                sv->o->writable ? "rw" : "ro", sv->o->gpu >= 0 && !r->host ? ", on the GPU" : "");
     }
     return 0;
 }
@@ -572,10 +583,11 @@ const cli_command_t cli_cmd_serve = {
         "\n"
         "  --listen HOST:PORT  address to bind (default " CLI_SERVE_DEFAULT_LISTEN ";\n"
         "                      port 0 picks a free one)\n"
-        "  --region NAME=SIZE[:pattern|:zero|:file=PATH]\n"
+        "  --region NAME=SIZE[:pattern|:zero|:file=PATH][:host]\n"
         "                      a region of SIZE bytes, filled with the test pattern\n"
         "                      (default), zeros, or a file's bytes then zeros (the\n"
-        "                      file must fit); repeatable\n"
+        "                      file must fit); :host keeps it in host memory with\n"
+        "                      --gpu (not with :file=); repeatable\n"
         "  --writable          expose every region writable (default read-only)\n"
         "  --token-file F      require this shared token: the file's bytes less one\n"
         "                      trailing newline, at least 16 bytes\n"
