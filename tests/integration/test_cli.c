@@ -207,6 +207,30 @@ static void test_bad_token(void **state)
     assert_int_equal(it_server_stop(&s), 0);
 }
 
+/* :host places a region in host memory (beside --gpu ones); it follows a
+ * pattern or zero fill, never a file's path, and nothing else may follow. */
+static void test_region_placement(void **state)
+{
+    it_server_t s;
+    it_run_t r;
+    char t[160];
+
+    assert_int_equal(it_server_start(&s, "--region", "h=64K:zero:host", "--region", "p=4K:host",
+                                     NULL), 0);
+    snprintf(t, sizeof(t), "%s/p", s.addr);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "read", t, "--verify", NULL);
+    assert_int_equal(r.status, 0);
+    it_run_free(&r);
+    assert_int_equal(it_server_stop(&s), 0);
+    const char *bad[] = {"x=1M:hosts", "x=1M:host:zero", "x=1M:zero:host:host", "x=1M::host"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        it_cli_run(&r, IT_CLI_TIMEOUT_MS, "serve", "--listen", "127.0.0.1:0", "--region", bad[i],
+                   NULL);
+        assert_one_error_line(&r, 2, "[:host]");
+        it_run_free(&r);
+    }
+}
+
 /* read --verify: exit 0 on the pattern; exit 3 naming the first bad offset otherwise. */
 static void test_read_verify(void **state)
 {
@@ -338,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_file_round_trip),
         cmocka_unit_test(test_write_pattern_then_verify),
         cmocka_unit_test(test_ls),
+        cmocka_unit_test(test_region_placement),
     };
 
     it_init("cli");
