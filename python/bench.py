@@ -10,6 +10,10 @@ Starts `remora serve` (a 64 MiB pattern region) and `remora stream serve` (a rin
   2. 64 B read round trip (target <= remora bench's + 3 us),
   3. a ring of 64 B elements consumed by a Python iterator (target >= 300,000 elements/s),
 and prints each figure with remora bench's and the ratio. --json prints one JSON line.
+Everything (this process, the servers and each `remora bench`) runs on the same --cpus
+CPUs (default 4, the first of this process's affinity mask): the map path is a memcpy
+bound by memory bandwidth, and on a many-core host where the scheduler puts the two
+readers (and the server's first touch of its memory) moved their ratio by +-15 %.
 """
 import argparse
 import glob
@@ -101,7 +105,12 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--path", default=None, help="force a data path for both (REMORA_PATH)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cpus", type=int, default=4, help="CPUs everything runs on (0: any)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per figure")
     a = ap.parse_args()
+    if a.cpus > 0 and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))[:a.cpus]
+        os.sched_setaffinity(0, cpus)  # inherited by every process started below
     env = dict(os.environ)
     if a.path:
         env["REMORA_PATH"] = a.path
@@ -116,8 +125,9 @@ def main():
                 # Rounds alternate remora bench and Python; the median round
                 # of each is reported (one round moved by +-10 % on the
                 # 16-core host).
-                rounds = [(cli_bench(a.remora, f"{addr}/p", size, a.seconds / 3, env),
-                           py_reads(cli, size, a.seconds / 3, 64 << 20)) for _ in range(3)]
+                rounds = [(cli_bench(a.remora, f"{addr}/p", size, a.seconds / a.rounds, env),
+                           py_reads(cli, size, a.seconds / a.rounds, 64 << 20))
+                          for _ in range(a.rounds)]
                 res[key] = {"remora_bench": median_by(rounds, 0, "gbps"),
                             "python": median_by(rounds, 1, "gbps")}
     finally:
