@@ -15,9 +15,9 @@
 #    REMORA_PATH=am) vs remora's host -> host read over TCP; with the staging
 #    path under the same UCX_TLS beside it
 # 7. 64 B reads of a host region while another connection of the same server
-#    worker (--workers 1) reads 1 GiB blocks of a GPU region staged: their p99
-#    against the same reads idle (issue 15: <= 2x; staged copies run on the
-#    worker's CUDA stream, not under its lock)
+#    reads 1 GiB blocks of a GPU region staged: their p99 against the same
+#    reads idle (issue 15: <= 2x), with one worker (both connections on it) and
+#    with the default workers
 # Each result line's "path" says which path remora took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +51,8 @@ tcp_g=$(start "$tmp/tg" UCX_TLS=tcp -- serve --region g=1G --gpu 0)
 tcp_h=$(start "$tmp/th" UCX_TLS=tcp -- serve --region h=1G)
 [ -n "$g0" ] && [ -n "$tcp_g" ] && [ -n "$tcp_h" ] || { cat "$tmp"/*.err >&2; exit 1; }
 busy=$(start "$tmp/busy" UCX_TLS=tcp -- serve --workers 1 --region g=1G --region h=1M:host --gpu 0)
-[ -n "$busy" ] || { cat "$tmp"/*.err >&2; exit 1; }
+busyw=$(start "$tmp/busyw" UCX_TLS=tcp -- serve --region g=1G --region h=1M:host --gpu 0)
+[ -n "$busy" ] && [ -n "$busyw" ] || { cat "$tmp"/*.err >&2; exit 1; }
 ucx_cuda=0
 "$remora" info | grep -q '^ucx memory types: .*cuda' && ucx_cuda=1
 if [ "$ucx_cuda" = 1 ]; then
@@ -72,15 +73,19 @@ for r in $(seq "$REPS"); do
     rec "$(UCX_TLS=tcp,cuda_copy REMORA_PATH=am "$remora" bench "$cc_g/g" --size 16M --depth 4 --gpu 0 --seconds 3 --json)" gbps ucx_tcp
     rec "$(UCX_TLS=tcp,cuda_copy REMORA_PATH=staging "$remora" bench "$cc_g/g" --size 16M --depth 4 --gpu 0 --seconds 3 --json)" gbps ucx_tcp_staged
   fi
-  # small reads idle, then beside a staged 1 GiB reader on the same worker
-  rec "$(UCX_TLS=tcp "$remora" bench "$busy/h" --size 64 --seconds 2 --json)" lat_us_p99 small_idle
-  UCX_TLS=tcp REMORA_PATH=staging "$remora" bench "$busy/g" --size 1G --gpu 0 --seconds 4 \
-    --json >"$tmp/big.json" &
-  big=$!
-  sleep 0.7
-  rec "$(UCX_TLS=tcp "$remora" bench "$busy/h" --size 64 --seconds 2 --json)" lat_us_p99 small_busy
-  wait "$big"
-  rec "$(cat "$tmp/big.json")" gbps big_staged
+  # small reads idle, then beside a staged 1 GiB reader: on one worker, and on
+  # a server with its default workers (the two connections on different ones)
+  for w in "" w; do
+    srv=$busy; [ -z "$w" ] || srv=$busyw
+    rec "$(UCX_TLS=tcp "$remora" bench "$srv/h" --size 64 --seconds 2 --json)" lat_us_p99 small_idle$w
+    UCX_TLS=tcp REMORA_PATH=staging "$remora" bench "$srv/g" --size 1G --gpu 0 --seconds 4 \
+      --json >"$tmp/big.json" &
+    big=$!
+    sleep 0.7
+    rec "$(UCX_TLS=tcp "$remora" bench "$srv/h" --size 64 --seconds 2 --json)" lat_us_p99 small_busy$w
+    wait "$big"
+    rec "$(cat "$tmp/big.json")" gbps big_staged$w
+  done
   # rings: the same producer, read into host memory, then into GPU memory
   a=$(start "$tmp/ring" UCX_TLS=tcp -- stream serve --ring f=1Mx64 --rate 4000 --source fixed)
   rec "$(UCX_TLS=tcp "$remora" stream read "$a/f" --seconds 3 --json)" gbps ring_host
@@ -95,7 +100,7 @@ done
 m() { median <"$tmp/$1"; }
 echo "per-round values:" >&2
 for f in dtod ipc peer ipc_peer staged hosthost ucx_ipc ucx_tcp ucx_tcp_staged ring_host ring_gpu ring_gpu_res \
-  small_idle small_busy big_staged; do
+  small_idle small_busy big_staged small_idlew small_busyw big_stagedw; do
   [ -f "$tmp/$f" ] && printf "  %-9s %s\n" "$f" "$(xargs printf '%.2f ' <"$tmp/$f")" >&2
 done
 row() {
@@ -109,10 +114,14 @@ row "IPC read 256 MiB, same GPU (ref: cuMemcpy DtoD)" "$(m ipc)" "$(m dtod)" 0.9
 [ -f "$tmp/peer" ] && row "IPC read 256 MiB, GPU0->GPU1 (ref: peer cuMemcpy)" "$(m ipc_peer)" "$(m peer)" 0.9
 row "staged GPU->GPU over TCP (ref: host->host TCP)" "$(m staged)" "$(m hosthost)" 0.8
 row "ring 1 MiB into GPU over TCP (ref: into host)" "$(m ring_gpu)" "$(m ring_host)" 0.8
-ratio=$(awk -v a="$(m small_busy)" -v b="$(m small_idle)" 'BEGIN { print a / b }')
-printf "%-52s %10.2f %10.2f %7.2fx   <= 2x   %s\n" "64 B p99 us, 1 GiB staged read beside (ref: idle)" \
-  "$(m small_busy)" "$(m small_idle)" "$ratio" "$(awk -v r="$ratio" 'BEGIN { print (r <= 2) ? "yes" : "NO" }')"
-printf "%-52s %10.2f\n" "  the staged 1 GiB reader meanwhile, GB/s" "$(m big_staged)"
+tail_row() { # LABEL SUFFIX
+  local ratio; ratio=$(awk -v a="$(m small_busy$2)" -v b="$(m small_idle$2)" 'BEGIN { print a / b }')
+  printf "%-52s %10.2f %10.2f %7.2fx   <= 2x   %s\n" "$1" "$(m small_busy$2)" "$(m small_idle$2)" \
+    "$ratio" "$(awk -v r="$ratio" 'BEGIN { print (r <= 2) ? "yes" : "NO" }')"
+  printf "%-52s %10.2f\n" "  the staged 1 GiB reader meanwhile, GB/s" "$(m big_staged$2)"
+}
+tail_row "64 B p99 us beside a staged 1 GiB read, 1 worker" ""
+tail_row "  the same, default workers (ref: idle)" w
 if [ -f "$tmp/ucx_ipc" ]; then
   row "UCX cuda_ipc read 256 MiB, same GPU (ref: cuMemcpy)" "$(m ucx_ipc)" "$(m dtod)" 0.9
   row "  remora IPC read (ref: UCX cuda_ipc read)" "$(m ipc)" "$(m ucx_ipc)" 1.0
