@@ -10,10 +10,9 @@ Starts `remora serve` (a 64 MiB pattern region) and `remora stream serve` (a rin
   2. 64 B read round trip (target <= remora bench's + 3 us),
   3. a ring of 64 B elements consumed by a Python iterator (target >= 300,000 elements/s),
 and prints each figure with remora bench's and the ratio. --json prints one JSON line.
-Everything (this process, the servers and each `remora bench`) runs on the same --cpus
-CPUs (default 4, the first of this process's affinity mask): the map path is a memcpy
-bound by memory bandwidth, and on a many-core host where the scheduler puts the two
-readers (and the server's first touch of its memory) moved their ratio by +-15 %.
+Each figure is the median of --rounds rounds (default 5) that alternate the two: the
+map path is a memcpy bound by memory bandwidth, and single rounds moved by +-15 % on
+the 16-core host.
 """
 import argparse
 import glob
@@ -105,12 +104,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--path", default=None, help="force a data path for both (REMORA_PATH)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--cpus", type=int, default=4, help="CPUs everything runs on (0: any)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per figure")
     a = ap.parse_args()
-    if a.cpus > 0 and hasattr(os, "sched_setaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))[:a.cpus]
-        os.sched_setaffinity(0, cpus)  # inherited by every process started below
     env = dict(os.environ)
     if a.path:
         env["REMORA_PATH"] = a.path
