@@ -31,7 +31,7 @@
 /* Largest chunk of a staged transfer (GPU memory through pinned buffers). */
 #define RM_STAGE_CHUNK (4u << 20)
 /* GPU to GPU through UCX's cuda_ipc on one host (transfer.c: ucx_ipc_shape) */
-#define RM_UCX_IPC_CHUNK  (32u << 20)
+#define RM_UCX_IPC_CHUNK  (64u << 20)
 #define RM_UCX_IPC_WINDOW 16u
 
 typedef struct rm_rregion {

@@ -536,9 +536,9 @@ static remora_status_t part_region(remora_client_h c, remora_request_h whole, rm
 /* UCX copies GPU to GPU itself on this host (its cuda_ipc rendezvous). Each
  * chunk then costs a rendezvous round trip against a copy that takes
  * microseconds: 4 MiB chunks, 4 in flight, held a 256 MiB read to 0.12x of a
- * device-to-device copy on the H100 host, 32 MiB with 16 in flight to 0.60x
- * (docs/gpu-ucx.md). The user's REMORA_CHUNK_SIZE / REMORA_WINDOW still
- * win where they ask for more. */
+ * device-to-device copy on the H100 host; 64 MiB, 16 in flight, reach
+ * 0.74-0.77x (32 MiB 0.65x, 128 MiB 0.62x: docs/gpu-ucx.md). The user's
+ * REMORA_CHUNK_SIZE / REMORA_WINDOW still win where they ask for more. */
 static void ucx_ipc_shape(remora_request_h req)
 {
     if (req->chunk < RM_UCX_IPC_CHUNK)
