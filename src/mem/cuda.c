@@ -695,7 +695,7 @@ remora_status_t rm_cuda_host_unregister(void *p)
 }
 
 /* The context a copy runs in: the device of either side, else device 0. */
-static int copy_device(const void *dst, const void *src)
+int rm_cuda_copy_device(const void *dst, const void *src)
 {
     rm_ptr_kind_t kind;
     int device;
@@ -731,7 +731,7 @@ remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length)
         return REMORA_OK;
     if (dst == NULL || src == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    int device = copy_device(dst, src);
+    int device = rm_cuda_copy_device(dst, src);
     CUstream stream;
 
     if ((status = ctx_push(device)) != REMORA_OK)
@@ -812,6 +812,22 @@ remora_status_t rm_cuda_stream_sync(rm_cuda_stream_h stream)
     ctx_pop();
     return status;
 }
+
+remora_status_t rm_cuda_stream_query(rm_cuda_stream_h stream)
+{
+    remora_status_t status;
+    CUresult r;
+
+    if (stream == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(stream->device)) != REMORA_OK)
+        return status;
+    r = cu.StreamQuery(stream->cu);
+    ctx_pop();
+    return r == CUDA_ERROR_NOT_READY ? REMORA_INPROGRESS : cu_check(r, "cuStreamQuery");
+}
+
+void *rm_cuda_stream_raw(rm_cuda_stream_h stream) { return stream ? (void *)stream->cu : NULL; }
 
 /* ---------------------------------------------------------------- events */
 

@@ -102,6 +102,8 @@ remora_status_t rm_cuda_host_alloc_mapped(int device, size_t length, void **p, v
 remora_status_t rm_cuda_host_register(void *p, size_t length);
 remora_status_t rm_cuda_host_unregister(void *p);
 
+/** The device a copy between dst and src runs on: dst's, else src's, else 0. */
+int rm_cuda_copy_device(const void *dst, const void *src);
 /** Blocking copy in any direction (unified addressing infers it). */
 remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length);
 /** Enqueue a copy on a stream; host memory must be pinned for it to overlap. */
@@ -114,6 +116,11 @@ remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const voi
 remora_status_t rm_cuda_stream_create(int device, rm_cuda_stream_h *stream_p);
 void            rm_cuda_stream_destroy(rm_cuda_stream_h stream);
 remora_status_t rm_cuda_stream_sync(rm_cuda_stream_h stream);
+/** REMORA_OK once everything queued on it finished, REMORA_INPROGRESS before,
+ *  or the error it ended with. Never blocks. */
+remora_status_t rm_cuda_stream_query(rm_cuda_stream_h stream);
+/** Its CUstream, for the rm_cuda_raw_* calls. */
+void *rm_cuda_stream_raw(rm_cuda_stream_h stream);
 
 /** An event without timing (cheapest to record and query). */
 remora_status_t rm_cuda_event_create(int device, rm_cuda_event_h *event_p);

@@ -24,6 +24,9 @@ typedef struct rm_stage_pool rm_stage_pool_t;
 rm_stage_pool_t *rm_stage_pool_create(size_t buf_size, unsigned max_free);
 /* The owner lets go; the pool is freed once every buffer is back. */
 void rm_stage_pool_release(rm_stage_pool_t *pool);
+/* Pin the small buffers a burst of small transfers needs now, not on a
+ * transfer's path (copyq.h says why). Lock held. */
+void rm_stage_pool_prepare(rm_stage_pool_t *pool);
 /* A pinned buffer of at least len bytes, or NULL (no CUDA, no memory). */
 void *rm_stage_get(rm_stage_pool_t *pool, size_t len);
 void  rm_stage_put(rm_stage_pool_t *pool, void *buf, size_t len);

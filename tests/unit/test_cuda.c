@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "engine/engine.h"
+#include "mem/copyq.h"
 #include "mem/cuda.h"
 #include "mem/mem.h"
 
@@ -44,6 +45,8 @@ static remora_context_h new_context(void)
 
 /* ---------------------------------------------------------------- without CUDA */
 
+static void never_called(rm_copy_t *copy, remora_status_t st) { fail(); }
+
 static void test_no_gpu_unsupported(void **state)
 {
     rm_ptr_kind_t kind = RM_PTR_DEVICE;
@@ -63,6 +66,15 @@ static void test_no_gpu_unsupported(void **state)
     assert_int_equal(rm_cuda_stream_create(0, &s), REMORA_ERR_UNSUPPORTED);
     assert_int_equal(rm_cuda_ipc_get(&x, &h, &off), REMORA_ERR_UNSUPPORTED);
     assert_int_equal(rm_cuda_copy(&x, &dev, sizeof(x)), REMORA_ERR_UNSUPPORTED);
+
+    rm_copyq_t *q = rm_copyq_create(); /* a queue starts nothing, and says why */
+    rm_copy_t c;
+    assert_non_null(q);
+    assert_int_equal(rm_copyq_start(q, &c, &x, &dev, sizeof(x), never_called),
+                     REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(rm_copyq_busy(q), 0);
+    assert_int_equal(rm_copyq_poll(q), 0);
+    rm_copyq_destroy(q);
 }
 
 static void test_no_gpu_public(void **state)
@@ -192,6 +204,113 @@ static void test_copy_sync(void **state)
     rm_cuda_mem_free(0, d2);
     rm_cuda_mem_free(0, d1);
     free(back);
+    free(src);
+}
+
+/* ---------------------------------------------------------------- copy queue */
+
+#define NCOPIES 24
+
+typedef struct {
+    rm_copy_t       copy;
+    int             index;
+    int            *order;   /* where callbacks write their indices, in call order */
+    int            *ncalled;
+    remora_status_t status;
+    rm_copyq_t     *q;       /* chain: the callback starts this copy next */
+    rm_copy_t      *next;
+    void           *next_dst, *next_src;
+    size_t          next_len;
+} tcopy_t;
+
+static void tcopy_done(rm_copy_t *copy, remora_status_t st)
+{
+    tcopy_t *t = rm_container_of(copy, tcopy_t, copy);
+
+    t->status = st;
+    t->order[(*t->ncalled)++] = t->index;
+    if (t->next != NULL) /* a callback may start another copy */
+        assert_int_equal(rm_copyq_start(t->q, t->next, t->next_dst, t->next_src, t->next_len,
+                                        tcopy_done), REMORA_OK);
+}
+
+/* Copies start only on a prepared device; they end in start order; each
+ * callback runs once, from a poll (never from start), with the bytes in
+ * place; callbacks can start copies; drain waits for all; bad arguments
+ * start nothing. */
+static void test_copyq(void **state)
+{
+    const size_t piece = LEN / NCOPIES;
+    uint8_t *src = malloc(LEN), *pinned;
+    void *dev;
+    tcopy_t t[NCOPIES + 1] = {0};
+    int order[NCOPIES + 1], ncalled = 0;
+    rm_copyq_t *q = rm_copyq_create();
+
+    assert_non_null(q);
+    assert_non_null(src);
+    fill(src, LEN, 5);
+    assert_int_equal(rm_cuda_mem_alloc(0, LEN, &dev), REMORA_OK);
+    assert_int_equal(rm_cuda_host_alloc(LEN, (void **)&pinned), REMORA_OK);
+    memcpy(pinned, src, LEN);
+    for (int i = 0; i <= NCOPIES; i++)
+        t[i] = (tcopy_t){.index = i, .order = order, .ncalled = &ncalled, .q = q,
+                         .status = REMORA_ERR_IO};
+
+    /* nothing starts on a device that was not prepared */
+    assert_int_equal(rm_copyq_start(q, &t[0].copy, dev, pinned, piece, tcopy_done),
+                     REMORA_ERR_UNSUPPORTED);
+    assert_int_equal(rm_copyq_prepare(q, 0), REMORA_OK);
+    assert_int_equal(rm_copyq_prepare(q, 0), REMORA_OK); /* idempotent */
+    assert_int_equal(rm_copyq_prepare(q, rm_cuda_device_count()), REMORA_ERR_INVALID_PARAM);
+
+    /* pinned -> device in pieces, all in flight at once */
+    for (int i = 0; i < NCOPIES; i++)
+        assert_int_equal(rm_copyq_start(q, &t[i].copy, (uint8_t *)dev + i * piece,
+                                        pinned + i * piece, piece, tcopy_done), REMORA_OK);
+    assert_int_equal(ncalled, 0); /* never from start */
+    assert_int_equal(rm_copyq_busy(q), NCOPIES);
+    for (int spins = 0; rm_copyq_busy(q) && spins < 10000000; spins++)
+        rm_copyq_poll(q);
+    assert_int_equal(rm_copyq_busy(q), 0);
+    assert_int_equal(ncalled, NCOPIES);
+    for (int i = 0; i < NCOPIES; i++) {
+        assert_int_equal(order[i], i);
+        assert_int_equal(t[i].status, REMORA_OK);
+    }
+
+    /* device -> pinned; the first callback starts one more copy, which the
+     * drain waits for too */
+    memset(pinned, 0, LEN);
+    ncalled = 0;
+    t[0].next     = &t[NCOPIES].copy;
+    t[0].next_dst = pinned + NCOPIES * piece;
+    t[0].next_src = (uint8_t *)dev + NCOPIES * piece;
+    t[0].next_len = LEN - NCOPIES * piece;
+    assert_int_equal(rm_cuda_copy((uint8_t *)dev + NCOPIES * piece, src + NCOPIES * piece,
+                                  LEN - NCOPIES * piece), REMORA_OK);
+    for (int i = 0; i < NCOPIES; i++)
+        assert_int_equal(rm_copyq_start(q, &t[i].copy, pinned + i * piece,
+                                        (uint8_t *)dev + i * piece, piece, tcopy_done), REMORA_OK);
+    rm_copyq_drain(q);
+    assert_int_equal(rm_copyq_busy(q), 0);
+    assert_int_equal(ncalled, NCOPIES + 1);
+    assert_int_equal(order[NCOPIES], NCOPIES);
+    assert_memory_equal(pinned, src, LEN);
+
+    /* bad arguments: nothing starts, no callback */
+    assert_int_equal(rm_copyq_start(q, &t[0].copy, NULL, src, 8, tcopy_done),
+                     REMORA_ERR_INVALID_PARAM);
+    assert_int_equal(rm_copyq_start(q, NULL, pinned, src, 8, tcopy_done),
+                     REMORA_ERR_INVALID_PARAM);
+    assert_int_equal(rm_copyq_start(q, &t[0].copy, pinned, src, 8, NULL),
+                     REMORA_ERR_INVALID_PARAM);
+    assert_int_equal(rm_copyq_poll(q), 0);
+    assert_int_equal(ncalled, NCOPIES + 1);
+
+    rm_copyq_destroy(q);
+    rm_cuda_host_free(pinned);
+    rm_cuda_mem_free(0, dev);
     free(src);
 }
 
@@ -423,6 +542,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ptr_kind),
         cmocka_unit_test(test_copy_sync),
         cmocka_unit_test(test_copy_double_buffered),
+        cmocka_unit_test(test_copyq),
         cmocka_unit_test(test_ipc),
         cmocka_unit_test(test_mem_create),
         cmocka_unit_test(test_mem_register),

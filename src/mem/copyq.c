@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Asynchronous GPU copies with completion callbacks (copyq.h). */
+#include <stdlib.h>
+
+#include "mem/copyq.h"
+#include "mem/cuda.h"
+#include "util/time.h"
+
+#define RM_COPYQ_CHECK_NS 1000000000ull /* a copy older than this: ask the stream */
+
+typedef struct rm_copyq_dev {
+    rm_cuda_stream_h stream;  /* NULL: not prepared */
+    uint64_t        *word;    /* the last sequence number the stream wrote */
+    void            *word_dev;
+    uint64_t         next_seq;
+    rm_list_t        busy;    /* rm_copy_t in start order */
+} rm_copyq_dev_t;
+
+struct rm_copyq {
+    rm_copyq_dev_t *dev;  /* one per device, allocated at the first prepare */
+    int             ndev;
+    unsigned        nbusy;
+};
+
+rm_copyq_t *rm_copyq_create(void) { return calloc(1, sizeof(rm_copyq_t)); }
+
+remora_status_t rm_copyq_prepare(rm_copyq_t *q, int device)
+{
+    remora_status_t st;
+
+    if (q == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (q->dev == NULL) {
+        int n = rm_cuda_device_count();
+        if (n <= 0)
+            return REMORA_ERR_UNSUPPORTED;
+        if ((q->dev = calloc((size_t)n, sizeof(*q->dev))) == NULL)
+            return REMORA_ERR_NO_MEMORY;
+        q->ndev = n;
+        for (int i = 0; i < n; i++)
+            rm_list_init(&q->dev[i].busy);
+    }
+    if (device < 0 || device >= q->ndev)
+        return REMORA_ERR_INVALID_PARAM;
+    rm_copyq_dev_t *d = &q->dev[device];
+    if (d->stream != NULL)
+        return REMORA_OK;
+    void *word;
+    if ((st = rm_cuda_host_alloc_mapped(device, sizeof(uint64_t), &word, &d->word_dev)) !=
+        REMORA_OK)
+        return st;
+    if ((st = rm_cuda_stream_create(device, &d->stream)) != REMORA_OK) {
+        rm_cuda_host_free(word);
+        return st;
+    }
+    d->word = word;
+    *d->word = 0;
+    return REMORA_OK;
+}
+
+remora_status_t rm_copyq_start(rm_copyq_t *q, rm_copy_t *copy, void *dst, const void *src,
+                               size_t length, rm_copy_cb_t done)
+{
+    remora_status_t st;
+
+    if (q == NULL || copy == NULL || done == NULL || dst == NULL || src == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    int device = rm_cuda_copy_device(dst, src);
+    if (device < 0 || device >= q->ndev || q->dev[device].stream == NULL)
+        return REMORA_ERR_UNSUPPORTED; /* not prepared: never set up on this path */
+    rm_copyq_dev_t *d = &q->dev[device];
+    uint64_t seq = d->next_seq + 1;
+    st = rm_cuda_copy_async(d->stream, dst, src, length);
+    if (st == REMORA_OK)
+        st = rm_cuda_raw_write64(rm_cuda_stream_raw(d->stream), d->word_dev, seq);
+    if (st != REMORA_OK) {
+        /* A copy may have been queued before the write failed: it must be
+         * over before the caller reuses the buffers. */
+        rm_cuda_stream_sync(d->stream);
+        return st;
+    }
+    d->next_seq   = seq;
+    copy->seq      = seq;
+    copy->start_ns = rm_now_ns();
+    copy->status   = REMORA_OK;
+    copy->done     = done;
+    rm_list_push_back(&d->busy, &copy->link);
+    q->nbusy++;
+    return REMORA_OK;
+}
+
+/* Move d's finished copies (or, on a stream error, all of them) to ended. */
+static unsigned take_ended(rm_copyq_t *q, rm_copyq_dev_t *d, rm_list_t *ended)
+{
+    uint64_t word = __atomic_load_n(d->word, __ATOMIC_ACQUIRE); /* the GPU writes it */
+    remora_status_t err = REMORA_OK;
+    unsigned n = 0;
+
+    if (rm_list_empty(&d->busy))
+        return 0;
+    rm_copy_t *oldest = rm_container_of(d->busy.next, rm_copy_t, link);
+    if (oldest->seq > word && rm_now_ns() - oldest->start_ns > RM_COPYQ_CHECK_NS) {
+        err = rm_cuda_stream_query(d->stream); /* an error never writes the word */
+        if (err == REMORA_INPROGRESS || err == REMORA_OK)
+            err = REMORA_OK;
+    }
+    while (!rm_list_empty(&d->busy)) {
+        rm_copy_t *c = rm_container_of(d->busy.next, rm_copy_t, link);
+        if (c->seq > word && err == REMORA_OK)
+            break;
+        rm_list_del(&c->link);
+        c->status = c->seq > word ? err : REMORA_OK;
+        rm_list_push_back(ended, &c->link);
+        q->nbusy--;
+        n++;
+    }
+    return n;
+}
+
+unsigned rm_copyq_poll(rm_copyq_t *q)
+{
+    rm_list_t ended, *pos, *tmp;
+    unsigned n = 0;
+
+    if (q == NULL || q->nbusy == 0)
+        return 0;
+    /* Take the finished ones out first: their callbacks may start copies. */
+    rm_list_init(&ended);
+    for (int i = 0; i < q->ndev; i++)
+        n += take_ended(q, &q->dev[i], &ended);
+    rm_list_for_each_safe(pos, tmp, &ended) {
+        rm_copy_t *c = rm_container_of(pos, rm_copy_t, link);
+        rm_list_del(pos);
+        c->done(c, c->status);
+    }
+    return n;
+}
+
+void rm_copyq_drain(rm_copyq_t *q)
+{
+    while (q != NULL && q->nbusy) {
+        for (int i = 0; i < q->ndev; i++)
+            if (!rm_list_empty(&q->dev[i].busy) && rm_cuda_stream_sync(q->dev[i].stream) != REMORA_OK) {
+                /* the word will never come: fail what is left */
+                rm_copy_t *c = rm_container_of(q->dev[i].busy.next, rm_copy_t, link);
+                c->start_ns = 0;
+            }
+        rm_copyq_poll(q);
+    }
+}
+
+unsigned rm_copyq_busy(const rm_copyq_t *q) { return q ? q->nbusy : 0; }
+
+void rm_copyq_destroy(rm_copyq_t *q)
+{
+    if (q == NULL)
+        return;
+    rm_copyq_drain(q);
+    for (int i = 0; i < q->ndev; i++) {
+        rm_cuda_stream_destroy(q->dev[i].stream);
+        if (q->dev[i].word)
+            rm_cuda_host_free(q->dev[i].word);
+    }
+    free(q->dev);
+    free(q);
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * A queue of asynchronous GPU copies with completion callbacks: how staged
+ * GPU data moves without a synchronous copy under the context lock.
+ *
+ * Design notes
+ * - A device is prepared once (rm_copyq_prepare): a non-blocking stream of
+ *   the queue's own and a 64-bit word of pinned host memory mapped for the
+ *   device. A copy is a cuMemcpyAsync on that stream followed by a stream
+ *   write of the copy's sequence number into the word; the owner polls
+ *   (rm_copyq_poll) from its progress loop, and a poll is a load of the
+ *   word: no CUDA call at all while copies run. Copies of a device finish
+ *   in the order they started.
+ * - Why no events, and why set-up is separate: creating CUDA objects or
+ *   pinning memory takes a lock inside the driver that a thread blocked on
+ *   a full stream (stream-ordered operations, src/gpu/stream.c) holds; if
+ *   that stream waits for this very transfer, a copy queue creating an
+ *   event on the transfer's path deadlocks (seen: cuEventCreate on a
+ *   server worker, 'peer silent' after 2 s). So only enqueueing happens on
+ *   the data path, and rm_copyq_start refuses (REMORA_ERR_UNSUPPORTED) a
+ *   device that was not prepared: the caller copies synchronously then.
+ * - A copy that ends in a CUDA error never writes its word: a poll that
+ *   finds copies older than RM_COPYQ_CHECK_NS queries the stream and fails
+ *   them with its error instead of waiting forever.
+ * - Not thread-safe: the owner's lock (the engine's context lock) guards
+ *   every call. Callbacks run with it held and may start new copies.
+ * - The caller owns the rm_copy_t (embedded in its own object) and must keep
+ *   it, and both buffers, alive until the callback has run. Owners that go
+ *   away drain first (rm_copyq_drain waits for the GPU and runs every
+ *   callback), so no callback outlives what it refers to.
+ * - Host memory must be pinned for a copy to be asynchronous.
+ */
+#ifndef RM_MEM_COPYQ_H
+#define RM_MEM_COPYQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <remora/remora.h>
+
+#include "util/list.h"
+
+typedef struct rm_copy rm_copy_t;
+/* status: REMORA_OK, or the CUDA error the copy ended with. */
+typedef void (*rm_copy_cb_t)(rm_copy_t *copy, remora_status_t status);
+
+struct rm_copy {
+    rm_list_t       link;   /* its device's, while in flight */
+    uint64_t        seq;
+    uint64_t        start_ns;
+    remora_status_t status; /* set when it ended, for the callback */
+    rm_copy_cb_t    done;
+};
+
+typedef struct rm_copyq rm_copyq_t;
+
+rm_copyq_t *rm_copyq_create(void);
+/* Drains, then frees the streams and words. */
+void rm_copyq_destroy(rm_copyq_t *q);
+/* Make device's stream and word (idempotent). Call where no stream can be
+ * waiting on this queue's copies: at set-up, not on a transfer's path. */
+remora_status_t rm_copyq_prepare(rm_copyq_t *q, int device);
+/*
+ * Start dst <- src (length bytes, either side GPU memory) on the device of
+ * the copy (dst's, else src's). On REMORA_OK, done(copy, status) runs from a
+ * later rm_copyq_poll or rm_copyq_drain, never from here; on an error
+ * (REMORA_ERR_UNSUPPORTED: that device was not prepared) nothing was started
+ * and done never runs.
+ */
+remora_status_t rm_copyq_start(rm_copyq_t *q, rm_copy_t *copy, void *dst, const void *src,
+                               size_t length, rm_copy_cb_t done);
+/* Run the callbacks of the copies that finished; returns how many. */
+unsigned rm_copyq_poll(rm_copyq_t *q);
+/* Wait for every copy in flight and run its callback (also those that
+ * callbacks start meanwhile). */
+void rm_copyq_drain(rm_copyq_t *q);
+/* Copies in flight. NULL-safe (0). */
+unsigned rm_copyq_busy(const rm_copyq_t *q);
+
+#endif
