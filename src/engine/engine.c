@@ -155,6 +155,36 @@ static void yield_to_lockers(remora_context_h ctx)
         sched_yield();
 }
 
+/* One pass: UCX's events, then GPU copies that ended. Lock held. */
+static unsigned progress_once(remora_context_h ctx)
+{
+    unsigned n = ucp_worker_progress(ctx->worker);
+
+    return n + rm_copyq_poll(ctx->copyq);
+}
+
+remora_status_t rm_engine_copy(remora_context_h ctx, rm_copy_t *copy, void *dst,
+                               const void *src, size_t length, rm_copy_cb_t done)
+{
+    remora_status_t st;
+
+    if (ctx->copyq == NULL)
+        return REMORA_ERR_UNSUPPORTED; /* never prepared */
+    st = rm_copyq_start(ctx->copyq, copy, dst, src, length, done);
+    if (st == REMORA_OK)
+        rm_engine_hand_off(ctx); /* the progress thread polls it, not sleeps */
+    return st;
+}
+
+remora_status_t rm_engine_copy_prepare(remora_context_h ctx, int device)
+{
+    if (ctx->copyq == NULL && (ctx->copyq = rm_copyq_create()) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    return rm_copyq_prepare(ctx->copyq, device);
+}
+
+void rm_engine_copy_drain(remora_context_h ctx) { rm_copyq_drain(ctx->copyq); }
+
 /* Progress as the driver until done, the deadline, or RM_DRIVER_IDLE_NS of
  * nothing (yielding to lockers, as the progress thread does). */
 static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadline,
@@ -166,7 +196,7 @@ static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadlin
         unsigned n = 0;
         yield_to_lockers(ctx);
         if (pthread_mutex_trylock(&ctx->lock) == 0) {
-            n = ucp_worker_progress(ctx->worker);
+            n = progress_once(ctx);
             pthread_mutex_unlock(&ctx->lock);
         }
         now = rm_now_ns();
@@ -311,7 +341,7 @@ void rm_engine_signal_now(remora_context_h ctx, rm_signal_t *sig)
 void rm_engine_try_progress(remora_context_h ctx)
 {
     if (pthread_mutex_trylock(&ctx->lock) == 0) {
-        ucp_worker_progress(ctx->worker);
+        progress_once(ctx);
         pthread_mutex_unlock(&ctx->lock);
     }
 }
@@ -449,12 +479,13 @@ static void *progress_thread(void *arg)
         }
         yield_to_lockers(ctx);
         rm_engine_lock(ctx);
-        unsigned n = ucp_worker_progress(ctx->worker);
+        unsigned n = progress_once(ctx);
+        int copying = rm_copyq_busy(ctx->copyq) != 0;
         rm_engine_unlock(ctx);
         uint64_t now = rm_now_ns();
         if (n) {
             last_event = now;
-        } else if (now - last_event >= (uint64_t)ctx->spin_us * 1000u) {
+        } else if (!copying && now - last_event >= (uint64_t)ctx->spin_us * 1000u) {
             sleep_on_worker(ctx);
             last_event = rm_now_ns();
             next_poll  = 0;
@@ -987,6 +1018,7 @@ void remora_context_destroy(remora_context_h ctx)
     pthread_join(ctx->thread, NULL);
     if (ctx->npeers)
         rm_warn("context destroyed with %zu endpoint(s) still open", ctx->npeers);
+    rm_copyq_destroy(ctx->copyq); /* their owners drained them */
     ucp_worker_release_address(ctx->worker, ctx->worker_addr);
     ucp_worker_destroy(ctx->worker);
     if (ctx->parent == NULL)

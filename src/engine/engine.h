@@ -30,6 +30,7 @@
 #define RM_SERVING_MAX 8
 
 #include "engine/ucx_addr.h"
+#include "mem/copyq.h"
 #include "util/list.h"
 #include "wire/wire.h"
 
@@ -164,6 +165,8 @@ struct remora_context {
     void (*stream_fini)(remora_context_h ctx);
     /* remora_context_params_t.log_cb on the logger's stack (util/log.h). */
     struct rm_log_sink *log_sink;
+    /* GPU copies in flight (rm_engine_copy), made on the first; lock. */
+    rm_copyq_t     *copyq;
 };
 
 /*
@@ -210,6 +213,25 @@ void rm_engine_hand_off(remora_context_h ctx);
 void rm_engine_serving_add(remora_context_h ctx, uint64_t instance);
 void rm_engine_serving_remove(remora_context_h ctx, uint64_t instance);
 int rm_engine_serving(remora_context_h ctx, uint64_t instance);
+/*
+ * A GPU copy that takes no thread while it runs (staged transfers): it goes
+ * on the context's own CUDA stream, and done(copy, status) runs with the lock
+ * held on whichever thread progresses the context after it ended (the
+ * progress thread spins instead of sleeping while copies are in flight).
+ * Lock held. On an error nothing was started and done never runs
+ * (REMORA_ERR_UNSUPPORTED: the device was not prepared; copy synchronously). The
+ * caller keeps copy and both buffers until done; it drains
+ * (rm_engine_copy_drain) before it frees what a callback would touch.
+ */
+remora_status_t rm_engine_copy(remora_context_h ctx, rm_copy_t *copy, void *dst,
+                               const void *src, size_t length, rm_copy_cb_t done);
+/* Make device ready for rm_engine_copy (a stream, a word; copyq.h): where
+ * no stream may wait on this context, not on a transfer's path. Lock held.
+ * Until then rm_engine_copy answers REMORA_ERR_UNSUPPORTED. */
+remora_status_t rm_engine_copy_prepare(remora_context_h ctx, int device);
+/* Wait for this context's copies in flight and run their callbacks. Lock held. */
+void rm_engine_copy_drain(remora_context_h ctx);
+
 /* Run d->fn on the progress thread without the lock. Call with the lock held. */
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
 

@@ -867,6 +867,14 @@ static remora_status_t chan_get(remora_context_h ctx, remora_client_h c, void *s
         page_free(ch->words);
         free(ch);
         ch = other;
+    } else if (c != NULL) {
+        /* The proxy stages GPU sources and destinations on this client:
+         * its copy streams are made now, before this stream can wait on
+         * one of its transfers (mem/copyq.h). */
+        rm_engine_lock(c->ctx);
+        for (int d = 0; d < rm_cuda_device_count(); d++)
+            rm_client_staging_prepare(c, d);
+        rm_engine_unlock(c->ctx);
     }
     *ch_p = ch;
     return REMORA_OK;

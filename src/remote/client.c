@@ -1088,6 +1088,7 @@ void remora_client_disconnect(remora_client_h c)
         c->ctx->stream_client_hook(c, 1);
 
     rm_engine_lock(c->ctx);
+    rm_engine_copy_drain(c->ctx); /* staged reads landing in GPU buffers end requests */
     rm_client_unmap_all(c);
     rm_client_regions_drop(c, 0);
     if (c->nops != c->nsubops || !atomic_load(&c->events_idle)) {

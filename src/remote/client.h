@@ -231,6 +231,11 @@ remora_status_t rm_client_call_until(remora_client_h c, uint64_t deadline, uint8
 remora_status_t rm_client_call(remora_client_h c, uint8_t type, uint8_t reply_type,
                                rm_wbuf_t *body, void **body_p, size_t *len_p);
 
+/* Staged GPU buffers of device: the copy stream and small staging buffers
+ * made now, where no stream can be waiting on a transfer (mem/copyq.h);
+ * until then staged copies are synchronous. Idempotent. Lock held. */
+void rm_client_staging_prepare(remora_client_h c, int device);
+
 /* client_regions.c (lock held unless said) */
 /* Look the region up (cached unless stale; lock not held); returns with the
  * lock held on success. */

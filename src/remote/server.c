@@ -431,23 +431,51 @@ static int region_staged(const rm_conn_t *c, const rm_region_view_t *r, const rm
            (r->mem->memh == NULL || c->peer.seal != NULL || (hdr->kind & RM_RW_STAGED));
 }
 
+/* A staged read: the range is copied out of GPU memory into a pinned buffer
+ * (on the worker's CUDA stream, the lock free for other connections
+ * meanwhile), then sent from there. */
 typedef struct rm_staged {
+    rm_copy_t        copy;
+    rm_conn_t       *conn;   /* held (inflight) until the copy ended */
+    remora_mem_h     mem;    /* the region's memory, held likewise */
+    uint64_t         req_id;
     rm_stage_pool_t *pool;
     void            *buf;
     size_t           len;
 } rm_staged_t;
 
-static void staged_reply_done(void *arg, ucs_status_t status)
+static void staged_free(rm_staged_t *sg)
 {
-    rm_staged_t *sg = arg;
-    rm_stage_put(sg->pool, sg->buf, sg->len);
+    if (sg->buf)
+        rm_stage_put(sg->pool, sg->buf, sg->len);
     free(sg);
 }
 
-/* Copy the range out of GPU memory into a pinned buffer and send that. */
+static void staged_reply_done(void *arg, ucs_status_t status) { staged_free(arg); }
+
+static void staged_copied(rm_copy_t *copy, remora_status_t st)
+{
+    rm_staged_t *sg = rm_container_of(copy, rm_staged_t, copy);
+    rm_conn_t *c    = sg->conn;
+    rm_hdr_t rh     = {.type = RM_MSG_READ_REPLY, .req_id = sg->req_id};
+    rm_send_params_t sp = {.body = sg->buf, .body_len = sg->len, .done = staged_reply_done,
+                           .arg = sg, .bulk = 1};
+
+    rm_mem_unref(sg->mem);
+    c->inflight--;
+    if (c->dead) {
+        staged_free(sg);
+    } else if (st != REMORA_OK) {
+        rm_conn_reply(c, RM_MSG_READ_REPLY, sg->req_id, st, NULL);
+        staged_free(sg);
+    } else if (rm_conn_send(c, &rh, &sp) != REMORA_OK) {
+        staged_free(sg);
+    }
+    conn_free_if_idle(c);
+}
+
 static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_view_t *r)
 {
-    rm_hdr_t rh = {.type = RM_MSG_READ_REPLY, .req_id = hdr->req_id};
     rm_staged_t *sg = NULL;
     remora_status_t st = REMORA_OK;
 
@@ -456,22 +484,29 @@ static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_view
     else if ((sg = calloc(1, sizeof(*sg))) == NULL ||
              (sg->buf = rm_stage_get(c->server->stage, hdr->length)) == NULL)
         st = REMORA_ERR_NO_MEMORY;
-    else
-        st = rm_cuda_copy(sg->buf, region_ptr(r, hdr->offset), hdr->length);
-    rm_mem_unref(r->mem); /* copied (or not): the staging buffer goes out */
-    if (st != REMORA_OK) {
-        if (sg && sg->buf)
-            rm_stage_put(c->server->stage, sg->buf, hdr->length);
-        free(sg);
-        rm_conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
+    if (st == REMORA_OK) {
+        sg->conn   = c;
+        sg->mem    = r->mem;
+        sg->req_id = hdr->req_id;
+        sg->pool   = c->server->stage;
+        sg->len    = hdr->length;
+        st = rm_engine_copy(c->server->ctx, &sg->copy, sg->buf, region_ptr(r, hdr->offset),
+                            hdr->length, staged_copied);
+        if (st == REMORA_ERR_UNSUPPORTED) { /* this worker's copies were not set up */
+            c->inflight++;
+            staged_copied(&sg->copy, rm_cuda_copy(sg->buf, region_ptr(r, hdr->offset),
+                                                  hdr->length));
+            return;
+        }
+    }
+    if (st == REMORA_OK) {
+        c->inflight++;
         return;
     }
-    sg->pool = c->server->stage;
-    sg->len  = hdr->length;
-    rm_send_params_t sp = {.body = sg->buf, .body_len = hdr->length, .done = staged_reply_done,
-                           .arg = sg, .bulk = 1};
-    if (rm_conn_send(c, &rh, &sp) != REMORA_OK)
-        staged_reply_done(sg, UCS_OK);
+    rm_mem_unref(r->mem);
+    if (sg)
+        staged_free(sg);
+    rm_conn_reply(c, RM_MSG_READ_REPLY, hdr->req_id, st, NULL);
 }
 
 static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
@@ -499,6 +534,7 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
 }
 
 typedef struct rm_write_ctx {
+    rm_copy_t    copy;   /* staged: stage -> dst */
     rm_conn_t   *conn;
     remora_mem_h mem;
     uint64_t     req_id;
@@ -512,23 +548,13 @@ typedef struct rm_write_ctx {
     int          staged;  /* counted as staging (else am) */
 } rm_write_ctx_t;
 
-static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
+/* The write's data is in place (or failed): the signal, the reply. */
+static void write_end(rm_write_ctx_t *wc, ucs_status_t status)
 {
     rm_conn_t *c = wc->conn;
 
-    if (wc->cipher) { /* into region memory (or staging) only once authentic */
-        if (status == UCS_OK &&
-            rm_peer_seal_open(&c->peer, &wc->hdr, wc->cipher, wc->len) != REMORA_OK)
-            status = UCS_ERR_INVALID_PARAM; /* the connection is failing anyway */
-        if (status == UCS_OK)
-            memcpy(wc->stage ? wc->stage : wc->dst, wc->cipher, wc->len);
-        free(wc->cipher);
-    }
-    if (wc->stage) {
-        if (status == UCS_OK && rm_cuda_copy(wc->dst, wc->stage, wc->len) != REMORA_OK)
-            status = UCS_ERR_IO_ERROR;
+    if (wc->stage)
         rm_stage_put(c->server->stage, wc->stage, wc->len);
-    }
     rm_mem_unref(wc->mem);
     c->inflight--;
     remora_status_t st = rm_status_from_ucs(status);
@@ -540,6 +566,40 @@ static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
         rm_conn_reply(c, RM_MSG_WRITE_REPLY, wc->req_id, st, NULL);
     conn_free_if_idle(c);
     free(wc);
+}
+
+static void write_copied(rm_copy_t *copy, remora_status_t st)
+{
+    write_end(rm_container_of(copy, rm_write_ctx_t, copy), st == REMORA_OK ? UCS_OK
+                                                                          : UCS_ERR_IO_ERROR);
+}
+
+/* The payload landed (or failed): a staged one goes on to GPU memory on the
+ * worker's CUDA stream, and the reply follows when it is there. */
+static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
+{
+    rm_conn_t *c = wc->conn;
+
+    if (wc->cipher) { /* into region memory (or staging) only once authentic */
+        if (status == UCS_OK &&
+            rm_peer_seal_open(&c->peer, &wc->hdr, wc->cipher, wc->len) != REMORA_OK)
+            status = UCS_ERR_INVALID_PARAM; /* the connection is failing anyway */
+        if (status == UCS_OK)
+            memcpy(wc->stage ? wc->stage : wc->dst, wc->cipher, wc->len);
+        free(wc->cipher);
+        wc->cipher = NULL;
+    }
+    if (wc->stage && status == UCS_OK) {
+        remora_status_t st = rm_engine_copy(c->server->ctx, &wc->copy, wc->dst, wc->stage,
+                                            wc->len, write_copied);
+        if (st == REMORA_OK)
+            return;
+        if (st == REMORA_ERR_UNSUPPORTED) /* not set up: synchronously */
+            st = rm_cuda_copy(wc->dst, wc->stage, wc->len);
+        if (st != REMORA_OK)
+            status = UCS_ERR_IO_ERROR;
+    }
+    write_end(wc, status);
 }
 
 static void write_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
@@ -1546,6 +1606,23 @@ remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora
     return st;
 }
 
+/* GPU memory a client may get staged: each worker's copy stream and small
+ * staging buffers are made now, where no stream can be waiting on a
+ * transfer, not on a transfer's path (mem/copyq.h says why). */
+static void staging_prepare(remora_server_h s, const remora_mem_h mem)
+{
+    if (mem->type != REMORA_MEM_CUDA)
+        return;
+    for (unsigned i = 0; i <= s->nlanes; i++) {
+        remora_server_h w = i ? s->lane[i - 1] : s;
+        rm_engine_lock(w->ctx);
+        if (rm_engine_copy_prepare(w->ctx, mem->device) != REMORA_OK)
+            rm_info("GPU %d: staged copies stay synchronous on a worker", mem->device);
+        rm_stage_pool_prepare(w->stage);
+        rm_engine_unlock(w->ctx);
+    }
+}
+
 remora_status_t remora_server_expose(remora_server_h s, const char *name, remora_mem_h mem,
                                      const remora_region_params_t *params)
 {
@@ -1557,6 +1634,7 @@ remora_status_t remora_server_expose(remora_server_h s, const char *name, remora
         return REMORA_ERR_INVALID_PARAM;
     if ((st = region_window(mem, params, 0, &off, &len, &flags)) != REMORA_OK)
         return st;
+    staging_prepare(s, mem);
     return rm_server_region_add(s, name, mem, off, len, flags, NULL, 0);
 }
 
@@ -1571,6 +1649,7 @@ remora_status_t remora_server_replace(remora_server_h s, const char *name, remor
 
     if (s == NULL || mem == NULL || name == NULL || mem->ctx != s->ctx)
         return REMORA_ERR_INVALID_PARAM;
+    staging_prepare(s, mem);
     rm_engine_lock(s->ctx);
     rm_registry_lock(s->reg);
     if ((r = region_by_name(s, name)) == NULL) {

@@ -41,7 +41,18 @@ typedef struct {
     size_t           len;
     uint64_t         offset; /* in the region */
     void            *stage;  /* staged chunk: the pinned buffer UCX uses instead of buf */
+    rm_copy_t        copy;   /* a staged write's buf -> stage, before the send */
 } rm_chunk_t;
+
+/* A staged read's chunk landed in its pinned buffer, which goes on to the
+ * caller's GPU buffer on the context's CUDA stream; the chunk's op is gone
+ * by then, so this carries the rest. */
+typedef struct {
+    rm_copy_t        copy;
+    remora_request_h req;
+    void            *stage;
+    size_t           len;
+} rm_landing_t;
 
 static rm_chunk_t *chunk_of(rm_op_t *op) { return rm_container_of(op, rm_chunk_t, op); }
 
@@ -187,17 +198,50 @@ static void chunk_rma(rm_chunk_t *ch, remora_request_h req)
     op_track(op, ret);
 }
 
-/* A GPU buffer's chunk: a pinned buffer stands in for it; a write fills it first. */
+/* A staged write's bytes are in its pinned buffer: send them, unless the
+ * connection failed meanwhile (then the op has its answer already). */
+static void chunk_staged(rm_copy_t *copy, remora_status_t st)
+{
+    rm_chunk_t *ch = rm_container_of(copy, rm_chunk_t, copy);
+    rm_op_t *op    = &ch->op;
+
+    op->ucx_busy--;
+    if (st == REMORA_OK && !op->replied) {
+        chunk_am(ch, ch->req);
+        return;
+    }
+    if (!op->replied) {
+        op->status  = st;
+        op->replied = 1;
+    }
+    rm_client_op_finish(op);
+}
+
+/*
+ * A GPU buffer's chunk: a pinned buffer stands in for it. A write fills it
+ * first, on the context's CUDA stream (chunk_staged sends it):
+ * REMORA_INPROGRESS. REMORA_OK: a read's, ready to go. On an error the op
+ * has finished.
+ */
 static remora_status_t stage_chunk(rm_chunk_t *ch, remora_request_h req)
 {
+    rm_op_t *op        = &ch->op;
     remora_status_t st = REMORA_ERR_NO_MEMORY;
 
     if ((ch->stage = rm_stage_get(req->client->stage, ch->len)) != NULL)
-        st = req->write ? rm_cuda_copy(ch->stage, ch->buf, ch->len) : REMORA_OK;
+        st = req->write ? rm_engine_copy(req->ctx, &ch->copy, ch->stage, ch->buf, ch->len,
+                                         chunk_staged)
+                        : REMORA_OK;
+    if (st == REMORA_OK && req->write) {
+        op->ucx_busy++; /* until chunk_staged: a failing connection must not finish it */
+        return REMORA_INPROGRESS;
+    }
+    if (st == REMORA_ERR_UNSUPPORTED && ch->stage) /* not set up: synchronously */
+        st = rm_cuda_copy(ch->stage, ch->buf, ch->len);
     if (st != REMORA_OK) {
-        ch->op.status  = st;
-        ch->op.replied = 1;
-        rm_client_op_finish(&ch->op);
+        op->status  = st;
+        op->replied = 1;
+        rm_client_op_finish(op);
     }
     return st;
 }
@@ -239,7 +283,7 @@ static void issue_chunk(remora_request_h req)
     req->issued += n;
     req->inflight++;
     if (req->dev_buf && stage_chunk(ch, req) != REMORA_OK)
-        return;
+        return; /* failed, or a write being staged (chunk_staged sends it) */
     if (am)
         chunk_am(ch, req);
     else
@@ -276,21 +320,12 @@ static void issue_more(remora_request_h req)
         issue_chunk(req);
 }
 
-/* An op of a request finished (its reply is in and UCX is done with it). */
-static void chunk_done(rm_op_t *op)
+/* A chunk of req's is over, with status st: issue more, or end the request. */
+static void chunk_end(remora_request_h req, remora_status_t st)
 {
-    rm_chunk_t *ch       = chunk_of(op);
-    remora_request_h req = ch->req;
-
-    if (ch->stage) { /* a staged read's chunk goes on to the GPU */
-        if (!req->write && op->status == REMORA_OK)
-            op->status = rm_cuda_copy(ch->buf, ch->stage, ch->len);
-        rm_stage_put(req->client->stage, ch->stage, ch->len);
-        ch->stage = NULL;
-    }
     req->inflight--;
-    if (op->status != REMORA_OK && req->status == REMORA_OK)
-        req->status = op->status;
+    if (st != REMORA_OK && req->status == REMORA_OK)
+        req->status = st;
     if (req->status == REMORA_OK && req->client->disconnected)
         req->status = req->client->disc_status;
     issue_more(req);
@@ -302,6 +337,38 @@ static void chunk_done(rm_op_t *op)
         issue_flush(req);
     else
         request_complete(req);
+}
+
+static void chunk_landed(rm_copy_t *copy, remora_status_t st)
+{
+    rm_landing_t *l = rm_container_of(copy, rm_landing_t, copy);
+
+    rm_stage_put(l->req->client->stage, l->stage, l->len);
+    chunk_end(l->req, st);
+    free(l);
+}
+
+/* An op of a request finished (its reply is in and UCX is done with it). */
+static void chunk_done(rm_op_t *op)
+{
+    rm_chunk_t *ch       = chunk_of(op);
+    remora_request_h req = ch->req;
+    remora_status_t st   = op->status;
+
+    if (ch->stage && !req->write && st == REMORA_OK) { /* on to the GPU */
+        rm_landing_t *l = malloc(sizeof(*l));
+        if (l != NULL) {
+            *l = (rm_landing_t){.req = req, .stage = ch->stage, .len = ch->len};
+            if (rm_engine_copy(req->ctx, &l->copy, ch->buf, ch->stage, ch->len,
+                               chunk_landed) == REMORA_OK)
+                return;
+            free(l);
+        }
+        st = rm_cuda_copy(ch->buf, ch->stage, ch->len); /* as good, only slower */
+    }
+    if (ch->stage)
+        rm_stage_put(req->client->stage, ch->stage, ch->len);
+    chunk_end(req, st);
 }
 
 /* A reply for a data op arrived. */
@@ -533,6 +600,12 @@ static remora_status_t part_region(remora_client_h c, remora_request_h whole, rm
     return REMORA_OK;
 }
 
+void rm_client_staging_prepare(remora_client_h c, int device)
+{
+    if (device >= 0 && rm_engine_copy_prepare(c->ctx, device) == REMORA_OK)
+        rm_stage_pool_prepare(c->stage);
+}
+
 /* UCX copies GPU to GPU itself on this host (its cuda_ipc rendezvous). Each
  * chunk then costs a rendezvous round trip against a copy that takes
  * microseconds: 4 MiB chunks, 4 in flight, held a 256 MiB read to 0.12x of a
@@ -594,6 +667,8 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     if (req->path == REMORA_PATH_STAGING)
         req->dev_buf = dev_buf = gpu_buf; /* staging: pinned buffers on both sides,
                                            * even where UCX could take the GPU buffer */
+    if (dev_buf) /* a caller's thread, not a stream's: the earliest safe place */
+        rm_client_staging_prepare(c, buf_dev);
     if (write && req->path == REMORA_PATH_MAP && !r->map_writable)
         req->path = REMORA_PATH_AM; /* the server's file is sealed read-only */
     if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)
