@@ -211,12 +211,13 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     size_t body_cap = op->reply_cap; /* a push's buffer: what it holds */
     uint8_t *body = op->reply;
     size_t len = op->reply_len;
+    int push_req = op->push_req;
     op->reply = NULL;
     rm_client_op_free(op);
     rm_engine_unlock(c->ctx);
     sub->wait_op = NULL;
 
-    int push = sub->use_push && h.length && len == h.length * sub->shape.stride;
+    int push = push_req && h.length && len == h.length * sub->shape.stride;
     if (st == REMORA_OK && (h.length > sub->shape.capacity || h.size >= (1ull << 62) ||
                             (len != h.length * sub->shape.elem_size && !push) ||
                             h.offset > h.size || h.length > h.size - h.offset))
@@ -666,6 +667,11 @@ static remora_status_t sub_copy_out(remora_sub_h sub, void *buf, const void *ele
     }
     if (kind == RM_PTR_MANAGED)
         return REMORA_ERR_UNSUPPORTED;
+    /* A GPU consumer fetches into the pinned buffers below from now on
+     * rather than taking pushes into pageable ones: cuMemcpy from pageable
+     * memory held a ring of 1 MiB elements into GPU memory to 0.70x of the
+     * same into host memory (H100 host, docs/performance.md). */
+    sub->use_push = 0;
     for (int i = 0; i < 2 && !sub->pinned; i++)
         if (sub->fbuf[i] == NULL)
             sub->fbuf[i] = malloc(sub->batch_max * sub_pitch(sub));
