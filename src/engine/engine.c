@@ -166,14 +166,15 @@ static unsigned progress_once(remora_context_h ctx)
 remora_status_t rm_engine_copy(remora_context_h ctx, rm_copy_t *copy, void *dst,
                                const void *src, size_t length, rm_copy_cb_t done)
 {
-    remora_status_t st;
+    remora_status_t st = ctx->copyq ? rm_copyq_start(ctx->copyq, copy, dst, src, length, done)
+                                    : REMORA_ERR_UNSUPPORTED;
 
-    if (ctx->copyq == NULL)
-        return REMORA_ERR_UNSUPPORTED; /* never prepared */
-    st = rm_copyq_start(ctx->copyq, copy, dst, src, length, done);
-    if (st == REMORA_OK)
-        rm_engine_hand_off(ctx); /* the progress thread polls it, not sleeps */
-    return st;
+    if (st == REMORA_ERR_UNSUPPORTED) /* that device was never prepared */
+        return rm_cuda_copy(dst, src, length);
+    if (st != REMORA_OK)
+        return st;
+    rm_engine_hand_off(ctx); /* the progress thread polls it, not sleeps */
+    return REMORA_INPROGRESS;
 }
 
 remora_status_t rm_engine_copy_prepare(remora_context_h ctx, int device)

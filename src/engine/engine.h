@@ -217,9 +217,10 @@ int rm_engine_serving(remora_context_h ctx, uint64_t instance);
  * A GPU copy that takes no thread while it runs (staged transfers): it goes
  * on the context's own CUDA stream, and done(copy, status) runs with the lock
  * held on whichever thread progresses the context after it ended (the
- * progress thread spins instead of sleeping while copies are in flight).
- * Lock held. On an error nothing was started and done never runs
- * (REMORA_ERR_UNSUPPORTED: the device was not prepared; copy synchronously). The
+ * progress thread spins instead of sleeping while copies are in flight):
+ * REMORA_INPROGRESS. On a device not prepared (rm_engine_copy_prepare) the
+ * copy is made here, synchronously. Any other return is the finished copy's
+ * status (or why it could not start), and done never runs. Lock held. The
  * caller keeps copy and both buffers until done; it drains
  * (rm_engine_copy_drain) before it frees what a callback would touch.
  */
@@ -227,7 +228,7 @@ remora_status_t rm_engine_copy(remora_context_h ctx, rm_copy_t *copy, void *dst,
                                const void *src, size_t length, rm_copy_cb_t done);
 /* Make device ready for rm_engine_copy (a stream, a word; copyq.h): where
  * no stream may wait on this context, not on a transfer's path. Lock held.
- * Until then rm_engine_copy answers REMORA_ERR_UNSUPPORTED. */
+ * Until then rm_engine_copy copies synchronously. */
 remora_status_t rm_engine_copy_prepare(remora_context_h ctx, int device);
 /* Wait for this context's copies in flight and run their callbacks. Lock held. */
 void rm_engine_copy_drain(remora_context_h ctx);

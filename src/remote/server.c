@@ -490,17 +490,11 @@ static void handle_read_staged(rm_conn_t *c, const rm_hdr_t *hdr, rm_region_view
         sg->req_id = hdr->req_id;
         sg->pool   = c->server->stage;
         sg->len    = hdr->length;
+        c->inflight++; /* until staged_copied */
         st = rm_engine_copy(c->server->ctx, &sg->copy, sg->buf, region_ptr(r, hdr->offset),
                             hdr->length, staged_copied);
-        if (st == REMORA_ERR_UNSUPPORTED) { /* this worker's copies were not set up */
-            c->inflight++;
-            staged_copied(&sg->copy, rm_cuda_copy(sg->buf, region_ptr(r, hdr->offset),
-                                                  hdr->length));
-            return;
-        }
-    }
-    if (st == REMORA_OK) {
-        c->inflight++;
+        if (st != REMORA_INPROGRESS)
+            staged_copied(&sg->copy, st); /* copied here, or failed */
         return;
     }
     rm_mem_unref(r->mem);
@@ -592,10 +586,8 @@ static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
     if (wc->stage && status == UCS_OK) {
         remora_status_t st = rm_engine_copy(c->server->ctx, &wc->copy, wc->dst, wc->stage,
                                             wc->len, write_copied);
-        if (st == REMORA_OK)
+        if (st == REMORA_INPROGRESS)
             return;
-        if (st == REMORA_ERR_UNSUPPORTED) /* not set up: synchronously */
-            st = rm_cuda_copy(wc->dst, wc->stage, wc->len);
         if (st != REMORA_OK)
             status = UCS_ERR_IO_ERROR;
     }

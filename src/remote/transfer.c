@@ -220,8 +220,8 @@ static void chunk_staged(rm_copy_t *copy, remora_status_t st)
 /*
  * A GPU buffer's chunk: a pinned buffer stands in for it. A write fills it
  * first, on the context's CUDA stream (chunk_staged sends it):
- * REMORA_INPROGRESS. REMORA_OK: a read's, ready to go. On an error the op
- * has finished.
+ * REMORA_INPROGRESS. REMORA_OK: ready to go (a read's, or a write copied
+ * synchronously). On an error the op has finished.
  */
 static remora_status_t stage_chunk(rm_chunk_t *ch, remora_request_h req)
 {
@@ -232,12 +232,10 @@ static remora_status_t stage_chunk(rm_chunk_t *ch, remora_request_h req)
         st = req->write ? rm_engine_copy(req->ctx, &ch->copy, ch->stage, ch->buf, ch->len,
                                          chunk_staged)
                         : REMORA_OK;
-    if (st == REMORA_OK && req->write) {
+    if (st == REMORA_INPROGRESS) {
         op->ucx_busy++; /* until chunk_staged: a failing connection must not finish it */
-        return REMORA_INPROGRESS;
+        return st;
     }
-    if (st == REMORA_ERR_UNSUPPORTED && ch->stage) /* not set up: synchronously */
-        st = rm_cuda_copy(ch->stage, ch->buf, ch->len);
     if (st != REMORA_OK) {
         op->status  = st;
         op->replied = 1;
@@ -357,14 +355,15 @@ static void chunk_done(rm_op_t *op)
 
     if (ch->stage && !req->write && st == REMORA_OK) { /* on to the GPU */
         rm_landing_t *l = malloc(sizeof(*l));
-        if (l != NULL) {
+        if (l == NULL) { /* as good, only slower */
+            st = rm_cuda_copy(ch->buf, ch->stage, ch->len);
+        } else {
             *l = (rm_landing_t){.req = req, .stage = ch->stage, .len = ch->len};
-            if (rm_engine_copy(req->ctx, &l->copy, ch->buf, ch->stage, ch->len,
-                               chunk_landed) == REMORA_OK)
+            st = rm_engine_copy(req->ctx, &l->copy, ch->buf, ch->stage, ch->len, chunk_landed);
+            if (st == REMORA_INPROGRESS)
                 return;
             free(l);
         }
-        st = rm_cuda_copy(ch->buf, ch->stage, ch->len); /* as good, only slower */
     }
     if (ch->stage)
         rm_stage_put(req->client->stage, ch->stage, ch->len);
