@@ -89,21 +89,26 @@ remora_status_t rm_copyq_start(rm_copyq_t *q, rm_copy_t *copy, void *dst, const 
     return REMORA_OK;
 }
 
-/* Move d's finished copies (or, on a stream error, all of them) to ended. */
-static unsigned take_ended(rm_copyq_t *q, rm_copyq_dev_t *d, rm_list_t *ended)
+/* REMORA_OK, or the error d's stream ended in when its oldest copy has been
+ * out longer than RM_COPYQ_CHECK_NS (a copy that fails never writes the word). */
+static remora_status_t stuck_error(const rm_copyq_dev_t *d)
+{
+    const rm_copy_t *oldest = rm_container_of(d->busy.next, rm_copy_t, link);
+
+    if (oldest->seq <= __atomic_load_n(d->word, __ATOMIC_ACQUIRE) ||
+        rm_now_ns() - oldest->start_ns <= RM_COPYQ_CHECK_NS)
+        return REMORA_OK;
+    remora_status_t err = rm_cuda_stream_query(d->stream);
+    return err == REMORA_INPROGRESS ? REMORA_OK : err;
+}
+
+/* Move d's finished copies to ended; with err, the others too, failed with it. */
+static unsigned take_ended(rm_copyq_t *q, rm_copyq_dev_t *d, remora_status_t err,
+                           rm_list_t *ended)
 {
     uint64_t word = __atomic_load_n(d->word, __ATOMIC_ACQUIRE); /* the GPU writes it */
-    remora_status_t err = REMORA_OK;
     unsigned n = 0;
 
-    if (rm_list_empty(&d->busy))
-        return 0;
-    rm_copy_t *oldest = rm_container_of(d->busy.next, rm_copy_t, link);
-    if (oldest->seq > word && rm_now_ns() - oldest->start_ns > RM_COPYQ_CHECK_NS) {
-        err = rm_cuda_stream_query(d->stream); /* an error never writes the word */
-        if (err == REMORA_INPROGRESS || err == REMORA_OK)
-            err = REMORA_OK;
-    }
     while (!rm_list_empty(&d->busy)) {
         rm_copy_t *c = rm_container_of(d->busy.next, rm_copy_t, link);
         if (c->seq > word && err == REMORA_OK)
@@ -117,17 +122,20 @@ static unsigned take_ended(rm_copyq_t *q, rm_copyq_dev_t *d, rm_list_t *ended)
     return n;
 }
 
-unsigned rm_copyq_poll(rm_copyq_t *q)
+/* Run the callbacks of the copies that ended, waiting for them with sync. */
+static unsigned end_copies(rm_copyq_t *q, int sync)
 {
     rm_list_t ended, *pos, *tmp;
     unsigned n = 0;
 
-    if (q == NULL || q->nbusy == 0)
-        return 0;
     /* Take the finished ones out first: their callbacks may start copies. */
     rm_list_init(&ended);
-    for (int i = 0; i < q->ndev; i++)
-        n += take_ended(q, &q->dev[i], &ended);
+    for (int i = 0; i < q->ndev; i++) {
+        rm_copyq_dev_t *d = &q->dev[i];
+        if (!rm_list_empty(&d->busy))
+            n += take_ended(q, d, sync ? rm_cuda_stream_sync(d->stream) : stuck_error(d),
+                            &ended);
+    }
     rm_list_for_each_safe(pos, tmp, &ended) {
         rm_copy_t *c = rm_container_of(pos, rm_copy_t, link);
         rm_list_del(pos);
@@ -136,17 +144,15 @@ unsigned rm_copyq_poll(rm_copyq_t *q)
     return n;
 }
 
+unsigned rm_copyq_poll(rm_copyq_t *q)
+{
+    return q == NULL || q->nbusy == 0 ? 0 : end_copies(q, 0);
+}
+
 void rm_copyq_drain(rm_copyq_t *q)
 {
-    while (q != NULL && q->nbusy) {
-        for (int i = 0; i < q->ndev; i++)
-            if (!rm_list_empty(&q->dev[i].busy) && rm_cuda_stream_sync(q->dev[i].stream) != REMORA_OK) {
-                /* the word will never come: fail what is left */
-                rm_copy_t *c = rm_container_of(q->dev[i].busy.next, rm_copy_t, link);
-                c->start_ns = 0;
-            }
-        rm_copyq_poll(q);
-    }
+    while (q != NULL && q->nbusy)
+        end_copies(q, 1);
 }
 
 unsigned rm_copyq_busy(const rm_copyq_t *q) { return q ? q->nbusy : 0; }
