@@ -71,38 +71,46 @@ static int in_slab(const rm_stage_pool_t *p, const void *buf)
     return 0;
 }
 
-/* A small piece: from a slab, a new slab, or (all slabs made) a buffer of its own. */
-static void *small_get(rm_stage_pool_t *p)
+/* Requests that take a small piece (a pool of small buffers has none). */
+static int is_small(const rm_stage_pool_t *p, size_t len)
+{
+    return len <= RM_STAGE_SMALL && RM_STAGE_SMALL < p->buf_size;
+}
+
+/* One more slab, its pieces free; 0, or -1 when it cannot be pinned. */
+static int add_slab(rm_stage_pool_t *p)
 {
     void *slab;
 
-    if (p->nsmall == 0 && p->nslabs < RM_STAGE_SLABS &&
-        rm_cuda_host_alloc(RM_STAGE_SLAB, &slab) == REMORA_OK) {
-        p->slab[p->nslabs++] = slab;
-        for (unsigned i = RM_STAGE_PER_SLAB; i-- > 0;)
-            p->small[p->nsmall++] = (char *)slab + (size_t)i * RM_STAGE_SMALL;
-    }
-    if (p->nsmall)
+    if (p->nslabs == RM_STAGE_SLABS || rm_cuda_host_alloc(RM_STAGE_SLAB, &slab) != REMORA_OK)
+        return -1;
+    p->slab[p->nslabs++] = slab;
+    for (unsigned i = RM_STAGE_PER_SLAB; i-- > 0;)
+        p->small[p->nsmall++] = (char *)slab + (size_t)i * RM_STAGE_SMALL;
+    return 0;
+}
+
+/* A small piece: from a slab, a new slab, or (all slabs made) a buffer of its own. */
+static void *small_get(rm_stage_pool_t *p)
+{
+    void *buf;
+
+    if (p->nsmall || add_slab(p) == 0)
         return p->small[--p->nsmall];
-    return rm_cuda_host_alloc(RM_STAGE_SMALL, &slab) == REMORA_OK ? slab : NULL;
+    return rm_cuda_host_alloc(RM_STAGE_SMALL, &buf) == REMORA_OK ? buf : NULL;
 }
 
 void rm_stage_pool_prepare(rm_stage_pool_t *p)
 {
-    void *slab;
-
-    while (p->nslabs < RM_STAGE_SLABS_EARLY && rm_cuda_host_alloc(RM_STAGE_SLAB, &slab) == REMORA_OK) {
-        p->slab[p->nslabs++] = slab;
-        for (unsigned i = RM_STAGE_PER_SLAB; i-- > 0;)
-            p->small[p->nsmall++] = (char *)slab + (size_t)i * RM_STAGE_SMALL;
-    }
+    while (p->nslabs < RM_STAGE_SLABS_EARLY && add_slab(p) == 0)
+        ;
 }
 
 void *rm_stage_get(rm_stage_pool_t *p, size_t len)
 {
     void *buf = NULL;
 
-    if (len <= RM_STAGE_SMALL && RM_STAGE_SMALL < p->buf_size) {
+    if (is_small(p, len)) {
         if ((buf = small_get(p)) == NULL)
             return NULL;
     } else if (len <= p->buf_size && p->nfree) {
@@ -116,7 +124,7 @@ void *rm_stage_get(rm_stage_pool_t *p, size_t len)
 
 void rm_stage_put(rm_stage_pool_t *p, void *buf, size_t len)
 {
-    if (len <= RM_STAGE_SMALL && RM_STAGE_SMALL < p->buf_size) {
+    if (is_small(p, len)) {
         if (in_slab(p, buf))
             p->small[p->nsmall++] = buf;
         else
