@@ -132,9 +132,9 @@ static cli_region_t *cli_find_region(cli_serve_opts_t *o, const char *name)
     return NULL;
 }
 
-/* The part after SIZE in NAME=SIZE[:pattern|:zero|:file=PATH]; 0 or -1. */
-/* ":host" places a pattern- or zero-filled region in host memory even with
- * --gpu (a file's path is taken whole, so a file-filled one cannot). */
+/* The part after SIZE in NAME=SIZE[:pattern|:zero|:file=PATH][:host]; 0 or
+ * -1. ":host" places a pattern- or zero-filled region in host memory even
+ * with --gpu (a file's path is taken whole, so a file-filled one cannot). */
 static int cli_parse_fill(const char *s, cli_region_t *r)
 {
     size_t n = strcspn(s, "=");
@@ -291,6 +291,12 @@ static int cli_fill_from_file(cli_server_t *sv, const char *path, void *buf, siz
 }
 
 /* Allocate size bytes of shareable memory and fill them; *mem_p is set on success only. */
+/* The GPU a region lives on, -1 for host memory. */
+static int cli_region_gpu(const cli_server_t *sv, const cli_region_t *r)
+{
+    return r->host ? -1 : sv->o->gpu;
+}
+
 static int cli_mem_create(cli_server_t *sv, const cli_region_t *r, uint64_t size,
                           cli_fill_t fill, remora_mem_h *mem_p)
 {
@@ -298,7 +304,7 @@ static int cli_mem_create(cli_server_t *sv, const cli_region_t *r, uint64_t size
         .field_mask = REMORA_MEM_FIELD_LENGTH,
         .length     = (size_t)size,
     };
-    int gpu = r->host ? -1 : sv->o->gpu;
+    int gpu = cli_region_gpu(sv, r);
 
     if (gpu >= 0) {
         params.field_mask |= REMORA_MEM_FIELD_TYPE | REMORA_MEM_FIELD_DEVICE;
@@ -365,7 +371,7 @@ static int cli_expose_all(cli_server_t *sv)
         }
         cli_note("serve", "region %s: %s, %s, %s%s", r->name,
                 remora_format_size(r->size, human, sizeof(human)), cli_fill_string(r),
-                sv->o->writable ? "rw" : "ro", sv->o->gpu >= 0 && !r->host ? ", on the GPU" : "");
+                sv->o->writable ? "rw" : "ro", cli_region_gpu(sv, r) >= 0 ? ", on the GPU" : "");
     }
     return 0;
 }
