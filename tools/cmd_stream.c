@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -269,6 +270,8 @@ static uint64_t cli_produce_payload(cli_stream_serve_opts_t *o, void *slot, size
 
 static void *cli_producer_main(void *arg)
 {
+    /* Wake on time: the default 50 us timer slack is half a 10 kHz period. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     cli_producer_t *p = arg;
     cli_stream_serve_opts_t *o = p->o;
     remora_ring_h ring = p->r->ring;
@@ -287,8 +290,13 @@ static void *cli_producer_main(void *arg)
         uint64_t seq = remora_ring_head(ring);
 
         if (period > 0) {
+            /* Sleep whenever ahead by more than half a period (at most
+             * 100 us): a detector's frames come evenly. Sleeping only when
+             * a whole 100 us ahead made a 10 kHz producer commit in pairs
+             * every 200 us. Faster rates than sleeps allow come in short
+             * bursts; the absolute clock keeps the average. */
             next += period;
-            if (next > cli_now() + 1e-4)
+            if (next - cli_now() > (period < 2e-4 ? period / 2 : 1e-4))
                 cli_sleep_until(next);
         }
         if (frame == NULL && (st = remora_ring_reserve(ring, &slot)) != REMORA_OK)
