@@ -210,8 +210,6 @@ static uint8_t *claim(remora_ring_h r)
  * whatever the number of subscribers (docs/ring.md, "Fan-out"). Never waits
  * for the lock.
  */
-#define RM_RING_DIRECT_MAX 2
-
 static void notify_waiters(remora_ring_h r, int armed)
 {
     if (armed <= RM_RING_DIRECT_MAX)

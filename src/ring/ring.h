@@ -23,6 +23,11 @@
 #include "engine/engine.h"
 #include "ring/ring_format.h"
 
+/* With this many waiters or fewer a commit answers them from the producer's
+ * thread when the locks are free (ring.c, server_ring.c); with more, the
+ * progress threads do, so a commit costs the same whatever the subscribers. */
+#define RM_RING_DIRECT_MAX 2
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "rings store their little-endian header with native atomics: little-endian hosts only"
 #endif
@@ -41,7 +46,7 @@ struct remora_ring {
     /* Exposure (guarded by the server's context lock, except armed). */
     remora_server_h   server;
     char              name[REMORA_NAME_MAX + 1];
-    atomic_int        armed;     /* subscribers waiting for the next commit */
+    atomic_int        armed;     /* subscribers waiting for the next commit, all workers */
     rm_signal_t       sig;       /* raised by a commit while armed > 0 */
     /* The observer's: remora_ring_destroy calls it first (the server exposing
      * it takes it out; any thread, without locks held). Set at exposure. */
