@@ -9,7 +9,7 @@
 #   the machine has no pkg-config; GLib (headers and runtime) for compat/kiro.
 set -euo pipefail
 dest=${1:-.gpu-deps}
-pkgs="libucx-dev libsodium-dev libsodium23 libcmocka-dev libcmocka0 pkgconf-bin libpkgconf3
+pkgs="libucx-dev ucx-utils libsodium-dev libsodium23 libcmocka-dev libcmocka0 pkgconf-bin libpkgconf3
       libglib2.0-dev libglib2.0-0 libffi-dev libffi8 libpcre2-dev libpcre2-8-0"
 mkdir -p "$dest"
 tmp=$(mktemp -d)
