@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #define RM_DEFAULT_PEER_TIMEOUT_MS 2000
 #define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
 #define RM_STAND_ASIDE_NS    1000000ull /* how often a standing-aside progress thread looks again */
+#define RM_LOAD_CHECK_NS     10000000ull /* how often spinners look whether the cores are oversubscribed */
 
 remora_status_t rm_status_from_ucs(ucs_status_t s)
 {
@@ -100,6 +102,8 @@ void rm_engine_unlock(remora_context_h ctx) { pthread_mutex_unlock(&ctx->lock); 
 
 static void wake_waiters(remora_context_h ctx)
 {
+    if (atomic_load(&ctx->driver_asleep)) /* on the worker's fd: see driver_sleep */
+        ucp_worker_signal(ctx->worker);
     if (atomic_load(&ctx->sleepers) > 0) {
         pthread_mutex_lock(&ctx->wait_mx);
         pthread_cond_broadcast(&ctx->wait_cv);
@@ -115,7 +119,7 @@ void rm_engine_complete(remora_context_h ctx, atomic_int *done)
 
 void rm_engine_kick(remora_context_h ctx)
 {
-    if (atomic_load(&ctx->thread_asleep))
+    if (atomic_load(&ctx->thread_asleep) || atomic_load(&ctx->driver_asleep))
         ucp_worker_signal(ctx->worker);
 }
 
@@ -186,15 +190,59 @@ remora_status_t rm_engine_copy_prepare(remora_context_h ctx, int device)
 
 void rm_engine_copy_drain(remora_context_h ctx) { rm_copyq_drain(ctx->copyq); }
 
-/* Progress as the driver until done, the deadline, or RM_DRIVER_IDLE_NS of
- * nothing (yielding to lockers, as the progress thread does). */
+/* ------------------------------------------------------------ spinning */
+
+/*
+ * Whether a spinning thread would take a core that another runnable thread
+ * needs: more threads runnable than cores online (/proc/loadavg's running
+ * count, looked at every RM_LOAD_CHECK_NS by one thread of the process).
+ * Spinning saves a wake-up only while a core is free: 64 subscriber
+ * processes spinning for their answers beside the server's spinning workers
+ * on 16 cores made every wake-up wait for a time slice (docs/performance.md).
+ * Unreadable: never oversubscribed.
+ */
+static int cpus_oversubscribed(void)
+{
+    static _Atomic uint64_t next_check;
+    static atomic_int       busy;
+    uint64_t now = rm_now_ns();
+
+    if (now < atomic_load_explicit(&next_check, memory_order_relaxed))
+        return atomic_load_explicit(&busy, memory_order_relaxed);
+    atomic_store_explicit(&next_check, now + RM_LOAD_CHECK_NS, memory_order_relaxed);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), running = 0;
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        /* "0.20 0.18 0.12 3/512 4242": runnable/threads is the fourth field */
+        if (n > 0 && (buf[n] = '\0', sscanf(buf, "%*s %*s %*s %ld/", &running) != 1))
+            running = 0;
+    }
+    int b = cores > 0 && running > cores;
+    atomic_store_explicit(&busy, b, memory_order_relaxed);
+    return b;
+}
+
+/* How long to spin for an event before sleeping: idle_ns, or nothing while
+ * the cores are oversubscribed (unless the context says not to look). */
+static uint64_t spin_budget(remora_context_h ctx, uint64_t idle_ns)
+{
+    return ctx->spin_load && cpus_oversubscribed() ? 0 : idle_ns;
+}
+
+/* Progress as the driver until done, the deadline, or idle_ns of nothing
+ * (yielding to lockers, as the progress thread does); one pass at least. */
 static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadline,
                   uint64_t idle_ns)
 {
     uint64_t last_event = rm_now_ns(), now = last_event;
+    unsigned n = 1; /* one pass at least; and on while passes find events */
 
-    while (!atomic_load(done) && now < deadline && now - last_event < idle_ns) {
-        unsigned n = 0;
+    idle_ns = spin_budget(ctx, idle_ns);
+    while (!atomic_load(done) && now < deadline && (n || now - last_event < idle_ns)) {
+        n = 0;
         yield_to_lockers(ctx);
         if (pthread_mutex_trylock(&ctx->lock) == 0) {
             n = progress_once(ctx);
@@ -251,6 +299,36 @@ remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uin
     return rm_engine_wait_spin(ctx, done, deadline, RM_DRIVER_IDLE_NS);
 }
 
+/*
+ * The driver saw nothing for its spin budget: it sleeps on the worker's
+ * event fd itself and stays the driver, so that the event completing its
+ * operation wakes it alone. (Handing the sleep to the progress thread cost
+ * two more wake-ups per operation: the progress thread's, then ours from
+ * it; 64 ring subscribers at 10 kHz on 16 cores spent their cores on
+ * them.) Completions from other threads and kicks reach it through
+ * ucp_worker_signal (driver_asleep). Not while GPU copies run: their end is
+ * polled, not signalled. Returns when woken, or after 10 ms at most.
+ */
+static void driver_sleep(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
+{
+    uint64_t now = rm_now_ns();
+
+    if (now >= deadline || rm_copyq_busy(ctx->copyq))
+        return;
+    rm_engine_lock(ctx);
+    ucs_status_t status = ucp_worker_arm(ctx->worker);
+    rm_engine_unlock(ctx);
+    if (status != UCS_OK)
+        return; /* events are pending (BUSY): drive again */
+    atomic_store(&ctx->driver_asleep, 1);
+    if (!atomic_load(done) && !atomic_load(&ctx->stop)) {
+        uint64_t ms = (deadline - now + 999999u) / 1000000u;
+        struct pollfd pfd = {.fd = ctx->efd, .events = POLLIN};
+        poll(&pfd, 1, ms < 10 ? (int)ms : 10);
+    }
+    atomic_store(&ctx->driver_asleep, 0);
+}
+
 remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done,
                                     uint64_t deadline, uint64_t idle_ns)
 {
@@ -259,13 +337,16 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
             return REMORA_ERR_TIMED_OUT;
         int expected = 0;
         if (atomic_compare_exchange_strong(&ctx->driver, &expected, 1)) {
-            drive(ctx, done, deadline, idle_ns);
+            while (!atomic_load(done) && rm_now_ns() < deadline && !atomic_load(&ctx->stop)) {
+                drive(ctx, done, deadline, idle_ns);
+                if (!atomic_load(done))
+                    driver_sleep(ctx, done, deadline);
+            }
             atomic_store(&ctx->driver, 0);
             if (atomic_load(done))
                 break;
-            /* Nothing is happening: let the progress thread sleep on the
-             * worker's event fd for us, and sleep ourselves. */
-            wake_progress_thread(ctx);
+            wake_progress_thread(ctx); /* it sleeps on the worker for the others now */
+            continue;
         }
         sleep_once(ctx, done, deadline);
     }
@@ -486,7 +567,7 @@ static void *progress_thread(void *arg)
         uint64_t now = rm_now_ns();
         if (n) {
             last_event = now;
-        } else if (!copying && now - last_event >= (uint64_t)ctx->spin_us * 1000u) {
+        } else if (!copying && now - last_event >= spin_budget(ctx, (uint64_t)ctx->spin_us * 1000u)) {
             sleep_on_worker(ctx);
             last_event = rm_now_ns();
             next_poll  = 0;
@@ -852,6 +933,7 @@ static remora_context_h context_alloc(void)
 
     if (ctx != NULL) {
         ctx->spin_us    = RM_DEFAULT_SPIN_US;
+        ctx->spin_load  = 1;
         ctx->epfd       = -1;
         ctx->watch_epfd = -1;
     }
@@ -868,6 +950,7 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     ctx->ucp     = parent->ucp;
     ctx->parent  = parent;
     ctx->spin_us = parent->spin_us;
+    ctx->spin_load = parent->spin_load;
     ctx->rma     = parent->rma;
     ctx->shm_ok  = parent->shm_ok;
     ctx->ucx_cuda = parent->ucx_cuda;
@@ -921,8 +1004,9 @@ static remora_status_t context_apply_params(remora_context_h ctx,
     unsigned hb   = env_unsigned("REMORA_HEARTBEAT_MS", RM_DEFAULT_HEARTBEAT_MS);
     unsigned dead = env_unsigned("REMORA_PEER_TIMEOUT_MS", RM_DEFAULT_PEER_TIMEOUT_MS);
 
-    ctx->spin_us = env_unsigned("REMORA_SPIN_US", RM_DEFAULT_SPIN_US);
-    ctx->rma     = rma_from_env();
+    ctx->spin_us   = env_unsigned("REMORA_SPIN_US", RM_DEFAULT_SPIN_US);
+    ctx->spin_load = env_unsigned("REMORA_SPIN_LOAD", 1) != 0;
+    ctx->rma       = rma_from_env();
     if (fm & REMORA_CONTEXT_FIELD_SPIN_US)
         ctx->spin_us = p->spin_us;
     if (fm & REMORA_CONTEXT_FIELD_HEARTBEAT) {

@@ -8,7 +8,8 @@
  *   built on it (servers, connections, clients, pending operations). UCX
  *   callbacks run inside ucp_worker_progress() and therefore with it held.
  * - Progress: the progress thread spins for spin_us after the last event, then
- *   arms the worker and sleeps on its event fd. A thread blocked in a remora
+ *   arms the worker and sleeps on its event fd. No thread spins while more
+ *   threads are runnable than there are cores (spin_load). A thread blocked in a remora
  *   call becomes the "driver" and progresses the worker itself (no hand-off
  *   to another thread on the latency path); the progress thread stands aside
  *   while a driver exists. Only one driver at a time; other waiters sleep.
@@ -126,9 +127,11 @@ struct remora_context {
     pthread_t       thread;
     atomic_int      stop;
     unsigned        spin_us;
+    int             spin_load;    /* spin only while the cores are not oversubscribed */
 
     atomic_int      driver;       /* 1 while a caller thread drives progress */
     atomic_int      thread_asleep;/* progress thread is in epoll_wait */
+    atomic_int      driver_asleep;/* the driver sleeps on efd (engine.c, driver_sleep) */
     pthread_mutex_t wait_mx;
     pthread_cond_t  wait_cv;      /* completions, for callers in rm_engine_wait */
     pthread_cond_t  prog_cv;      /* the progress thread standing aside */
