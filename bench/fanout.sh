@@ -7,7 +7,7 @@
 # round (the ring's own bytes, read as a region while its producer runs).
 #   bench/fanout.sh [BUILD_DIR] [REPS] [SECONDS]      (defaults: build, 3, 4)
 #   FANOUT_SUBS="1 16 64"  subscriber counts of the 64 B rows
-#   FANOUT_BIG="1 16"      subscriber counts of the 1 MiB rows
+#   FANOUT_BIG="1 16"      subscriber counts of the 1 MiB rows (either may be empty: no such rows)
 # Rows:
 #   64 B @ 10 kHz, N subscribers (every): latency p50 (median over
 #     subscribers), p99 (the worst subscriber's), drops; ref: 64 B read RTT p50
@@ -23,8 +23,8 @@ cd "$(dirname "$0")/.."
 B=${1:-build}
 REPS=${2:-3}
 SECS=${3:-4}
-SUBS=${FANOUT_SUBS:-"1 16 64"}
-BIG=${FANOUT_BIG:-"1 16"}
+SUBS=${FANOUT_SUBS-"1 16 64"}
+BIG=${FANOUT_BIG-"1 16"}
 RESULTS=${RESULTS:-$B/bench-fanout.jsonl}
 remora=$B/tools/remora
 [ -x "$remora" ] || { echo "build first: scripts/build.sh $B" >&2; exit 1; }
