@@ -31,7 +31,9 @@
 #define RM_DEFAULT_PEER_TIMEOUT_MS 2000
 #define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
 #define RM_STAND_ASIDE_NS    1000000ull /* how often a standing-aside progress thread looks again */
+#define RM_STAND_ASIDE_ASLEEP_NS 10000000ull /* the same while the driver sleeps on the worker */
 #define RM_LOAD_CHECK_NS     10000000ull /* how often spinners look whether the cores are oversubscribed */
+#define RM_LOAD_BUSY_HOLD_NS 50000000ull /* how long one look that found them so holds */
 
 remora_status_t rm_status_from_ucs(ucs_status_t s)
 {
@@ -199,16 +201,18 @@ void rm_engine_copy_drain(remora_context_h ctx) { rm_copyq_drain(ctx->copyq); }
  * Spinning saves a wake-up only while a core is free: 64 subscriber
  * processes spinning for their answers beside the server's spinning workers
  * on 16 cores made every wake-up wait for a time slice (docs/performance.md).
- * Unreadable: never oversubscribed.
+ * A look that finds the cores oversubscribed holds for RM_LOAD_BUSY_HOLD_NS:
+ * a load that comes in bursts (64 subscribers woken by each commit) would
+ * otherwise let every process that looked between two bursts spin for the
+ * next 10 ms. Unreadable: never oversubscribed.
  */
 static int cpus_oversubscribed(void)
 {
-    static _Atomic uint64_t next_check;
-    static atomic_int       busy;
+    static _Atomic uint64_t next_check, busy_until;
     uint64_t now = rm_now_ns();
 
     if (now < atomic_load_explicit(&next_check, memory_order_relaxed))
-        return atomic_load_explicit(&busy, memory_order_relaxed);
+        return now < atomic_load_explicit(&busy_until, memory_order_relaxed);
     atomic_store_explicit(&next_check, now + RM_LOAD_CHECK_NS, memory_order_relaxed);
     long cores = sysconf(_SC_NPROCESSORS_ONLN), running = 0;
     char buf[128];
@@ -220,9 +224,10 @@ static int cpus_oversubscribed(void)
         if (n > 0 && (buf[n] = '\0', sscanf(buf, "%*s %*s %*s %ld/", &running) != 1))
             running = 0;
     }
-    int b = cores > 0 && running > cores;
-    atomic_store_explicit(&busy, b, memory_order_relaxed);
-    return b;
+    if (cores > 0 && running > cores) {
+        atomic_store_explicit(&busy_until, now + RM_LOAD_BUSY_HOLD_NS, memory_order_relaxed);
+    }
+    return now < atomic_load_explicit(&busy_until, memory_order_relaxed);
 }
 
 /* How long to spin for an event before sleeping: idle_ns, or nothing while
@@ -536,8 +541,13 @@ static void sleep_on_worker(remora_context_h ctx)
 static void stand_aside(remora_context_h ctx)
 {
     struct timespec ts;
+    /* A driver asleep on the worker's fd is woken by the worker's events;
+     * ours (deferred work, signals, shutdown) wake us. Look again seldom:
+     * 64 subscriber processes looking every millisecond were 64,000
+     * wake-ups a second for nothing. */
+    uint64_t wait = atomic_load(&ctx->driver_asleep) ? RM_STAND_ASIDE_ASLEEP_NS : RM_STAND_ASIDE_NS;
 
-    timespec_from_ns(&ts, rm_now_ns() + RM_STAND_ASIDE_NS);
+    timespec_from_ns(&ts, rm_now_ns() + wait);
     pthread_mutex_lock(&ctx->wait_mx);
     if (atomic_load(&ctx->driver) && !atomic_load(&ctx->stop) && rm_list_empty(&ctx->deferred) &&
         !atomic_load(&ctx->signaled))
