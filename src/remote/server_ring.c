@@ -370,7 +370,7 @@ static void ring_fire(remora_server_h s, remora_ring_h ring)
  * are answered here; other workers' connections are theirs to answer. This
  * may run on the producer's thread, which must not wait: a worker's lock is
  * only tried. With few waiters in all, a worker whose lock is free is
- * answered from here (rm_engine_signal_now), as the first worker's are:
+ * answered from here (rm_ring_notify), as the first worker's are:
  * raising its signal instead put a wake-up of its sleeping thread on every
  * element's path (a lone subscriber lands on a worker other than the first
  * as often as not).
@@ -383,16 +383,10 @@ static void ring_signaled(rm_signal_t *sig)
     if (s == NULL)
         return;
     ring_fire(s, ring);
-    int direct = atomic_load(&ring->armed) <= RM_RING_DIRECT_MAX;
-    for (unsigned i = 0; i < s->nlanes; i++) {
-        remora_server_h w = s->lane[i];
-        if (atomic_load(&w->armed_waits) == 0)
-            continue;
-        if (direct)
-            rm_engine_signal_now(w->ctx, &w->rings_sig);
-        else
-            rm_engine_signal(w->ctx, &w->rings_sig);
-    }
+    int armed = atomic_load(&ring->armed);
+    for (unsigned i = 0; i < s->nlanes; i++)
+        if (atomic_load(&s->lane[i]->armed_waits) > 0)
+            rm_ring_notify(s->lane[i]->ctx, &s->lane[i]->rings_sig, armed);
 }
 
 /* A worker server's rings_sig: answer whatever its waits' rings now hold. */

@@ -210,12 +210,14 @@ static uint8_t *claim(remora_ring_h r)
  * whatever the number of subscribers (docs/ring.md, "Fan-out"). Never waits
  * for the lock.
  */
-static void notify_waiters(remora_ring_h r, int armed)
+#define RM_RING_DIRECT_MAX 2
+
+void rm_ring_notify(remora_context_h ctx, rm_signal_t *sig, int armed)
 {
     if (armed <= RM_RING_DIRECT_MAX)
-        rm_engine_signal_now(r->ctx, &r->sig);
+        rm_engine_signal_now(ctx, sig);
     else
-        rm_engine_signal(r->ctx, &r->sig);
+        rm_engine_signal(ctx, sig);
 }
 
 static uint64_t publish(remora_ring_h r)
@@ -227,7 +229,7 @@ static uint64_t publish(remora_ring_h r)
     /* Pairs with the server's arm-then-recheck: one of us sees the other. */
     int armed = atomic_load_explicit(&r->armed, memory_order_seq_cst);
     if (armed > 0)
-        notify_waiters(r, armed);
+        rm_ring_notify(r->ctx, &r->sig, armed);
     return seq;
 }
 

@@ -23,11 +23,6 @@
 #include "engine/engine.h"
 #include "ring/ring_format.h"
 
-/* With this many waiters or fewer a commit answers them from the producer's
- * thread when the locks are free (ring.c, server_ring.c); with more, the
- * progress threads do, so a commit costs the same whatever the subscribers. */
-#define RM_RING_DIRECT_MAX 2
-
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "rings store their little-endian header with native atomics: little-endian hosts only"
 #endif
@@ -60,6 +55,11 @@ static inline _Atomic uint64_t *rm_ring_stamp(remora_ring_h r, uint64_t seq)
 {
     return (_Atomic uint64_t *)(void *)(r->base + rm_ring_slot_offset(&r->shape, seq));
 }
+
+/* A commit's waiters (armed of them, on every worker) want an answer: sig
+ * (on ctx) runs now on this thread if they are few and ctx's lock is free,
+ * else on ctx's progress thread. Never waits. Any thread. */
+void rm_ring_notify(remora_context_h ctx, rm_signal_t *sig, int armed);
 
 /* The header's view now: head, claimed and first as readers see them. */
 void rm_ring_snapshot(remora_ring_h r, rm_ring_shape_t *shape);
