@@ -224,9 +224,8 @@ static int cpus_oversubscribed(void)
         if (n > 0 && (buf[n] = '\0', sscanf(buf, "%*s %*s %*s %ld/", &running) != 1))
             running = 0;
     }
-    if (cores > 0 && running > cores) {
+    if (cores > 0 && running > cores)
         atomic_store_explicit(&busy_until, now + RM_LOAD_BUSY_HOLD_NS, memory_order_relaxed);
-    }
     return now < atomic_load_explicit(&busy_until, memory_order_relaxed);
 }
 
@@ -350,8 +349,9 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
             atomic_store(&ctx->driver, 0);
             if (atomic_load(done))
                 break;
-            wake_progress_thread(ctx); /* it sleeps on the worker for the others now */
-            continue;
+            /* Deadline or shutdown: the progress thread sleeps on the
+             * worker for the others now; we sleep as a waiter. */
+            wake_progress_thread(ctx);
         }
         sleep_once(ctx, done, deadline);
     }
