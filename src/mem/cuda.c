@@ -58,8 +58,11 @@ enum { /* CUdevice_attribute */
 
 enum { /* CUpointer_attribute */
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE    = 2,
+    CU_POINTER_ATTRIBUTE_BUFFER_ID      = 7,
     CU_POINTER_ATTRIBUTE_IS_MANAGED     = 8,
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    CU_POINTER_ATTRIBUTE_RANGE_START    = 11,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE     = 12,
 };
 
 enum { /* CUmemorytype */
@@ -1026,6 +1029,52 @@ remora_status_t rm_cuda_ipc_close(int device, void *base)
         return status;
     status = cu_check(cu.IpcCloseMemHandle(dptr(base)), "cuIpcCloseMemHandle");
     ctx_pop();
+    return status;
+}
+
+remora_status_t rm_cuda_ptr_alloc(const void *p, uint64_t *id, void **base, size_t *size)
+{
+    int attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                   CU_POINTER_ATTRIBUTE_RANGE_START, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    unsigned type = 0;
+    unsigned long long bid = 0;
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    void *data[] = {&type, &bid, &b, &n};
+
+    if (id == NULL || base == NULL || size == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if (rm_cuda_init() != REMORA_OK)
+        return REMORA_ERR_UNSUPPORTED;
+    CUresult r = cu.PointerGetAttributes(4, attrs, data, dptr(p));
+    if (r == CUDA_ERROR_INVALID_CONTEXT && ctx_push(0) == REMORA_OK) { /* as rm_cuda_ptr_kind */
+        r = cu.PointerGetAttributes(4, attrs, data, dptr(p));
+        ctx_pop();
+    }
+    if (r != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE || bid == 0)
+        return REMORA_ERR_INVALID_PARAM;
+    *id   = bid;
+    *base = vptr(b);
+    *size = n;
+    return REMORA_OK;
+}
+
+remora_status_t rm_cuda_ptr_range(int device, const void *p, void **base, size_t *size)
+{
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    remora_status_t status;
+
+    if (base == NULL || size == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_push(device)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.MemGetAddressRange(&b, &n, dptr(p)), "cuMemGetAddressRange");
+    ctx_pop();
+    if (status == REMORA_OK) {
+        *base = vptr(b);
+        *size = n;
+    }
     return status;
 }
 

@@ -142,6 +142,12 @@ remora_status_t rm_cuda_ipc_get(const void *p, rm_cuda_ipc_handle_t *handle, siz
  *  allocation's base here. Same-process handles fail (a driver rule). */
 remora_status_t rm_cuda_ipc_open(int device, const rm_cuda_ipc_handle_t *handle, void **base);
 remora_status_t rm_cuda_ipc_close(int device, void *base);
+/** The device allocation that contains p: an id never reused within the
+ *  process (CU_POINTER_ATTRIBUTE_BUFFER_ID), its base and size. One driver
+ *  call, no context switch; REMORA_ERR_INVALID_PARAM for other memory. */
+remora_status_t rm_cuda_ptr_alloc(const void *p, uint64_t *id, void **base, size_t *size);
+/** The allocation of `device` that contains p (own or IPC-opened): its base and size. */
+remora_status_t rm_cuda_ptr_range(int device, const void *p, void **base, size_t *size);
 
 /* ---------------------------------------------------------------- caller streams */
 
