@@ -28,7 +28,7 @@
  *   alive drops to 0 (kernels' calls return at once), and the queue memory
  *   is kept until process exit: a kernel may still read it.
  */
-#include "gpu/gpunet.h"
+#include "gpu/gpunet_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +37,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,71 +47,8 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "mem/cuda.h"
-#include "remote/sock.h"
 #include "util/log.h"
 #include "util/time.h"
-
-#define GN_DEFAULT_SOCKS  128u
-#define GN_DEFAULT_RING   (256u << 10)
-#define GN_SLOTS          256u
-#define GN_CLIENTS_MAX    16
-#define GN_WORKERS_MAX    16
-
-/* BK_RESERVED: handed out by sock_alloc, backend not set up yet (no worker
- * touches it). */
-enum { BK_NONE, BK_TCP, BK_TCP_CONNECTING, BK_TCP_LISTEN, BK_SOCK, BK_SOCK_LISTEN, BK_RESERVED };
-
-typedef struct psock {
-    int      kind;           /* atomic: the owner pumps BK_TCP/BK_SOCK once it is set */
-    int      fd;
-    remora_sock_h          rs;
-    remora_sock_listener_h rl;
-    int      readable;       /* epoll said so (TCP) */
-    int      closing, shutting; /* atomic: set by worker 0 (commands), read by the owner */
-    int      shut_done;
-    uint64_t tx_tail, rx_head;
-    int      pend_slot;      /* BK_TCP_CONNECTING: the command to answer */
-    uint32_t pend_seq;
-    uint64_t deadline;
-} psock_t;
-
-typedef struct paccept {
-    int      active, sock, nonblock;
-    uint32_t seq;
-} paccept_t;
-
-typedef struct pclient {
-    char            addr[128];
-    remora_client_h client;
-} pclient_t;
-
-struct remora_gpunet {
-    remora_context_h ctx, cctx;  /* cctx: this proxy's own, for remora:// connects */
-    remora_server_h  server;
-    int              device, host_queues;
-    unsigned         max_socks, nslots;
-    size_t           ring;
-    uint64_t         timeout_ns, spin_ns;
-    uint8_t         *mem;        /* host view */
-    uintptr_t        dev;        /* device address of mem */
-    size_t           mem_len;
-    void            *locks;      /* device memory (host memory in host_queues mode) */
-    void            *dnet;       /* device memory: the copy of *net kernels get (NULL: host queues) */
-    rg_net_t        *net;
-    rg_sock_shm_t   *sh;
-    rg_cmd_t        *cmds;
-    uint8_t         *tx, *rx;
-    psock_t         *ps;
-    uint32_t        *seen;
-    paccept_t       *acc;
-    pclient_t        clients[GN_CLIENTS_MAX];
-    unsigned         nclients;
-    unsigned         nworkers;   /* socket i's data is pumped by worker i % nworkers */
-    int              epfd[GN_WORKERS_MAX];
-    pthread_t        thread[GN_WORKERS_MAX];
-    atomic_int       stop;
-};
 
 typedef struct worker_arg {
     remora_gpunet_h g;
@@ -126,15 +62,6 @@ static struct {
 } parked[256];
 static unsigned nparked;
 static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t ld_acq(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static uint32_t ld_acq32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static void st_rel(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-static void st_rel32(volatile int32_t *p, int32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-static int kind_of(psock_t *p) { return __atomic_load_n(&p->kind, __ATOMIC_ACQUIRE); }
-static void set_kind(psock_t *p, int k) { __atomic_store_n(&p->kind, k, __ATOMIC_RELEASE); }
-static int flag(int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }
-static void set_flag(int *f) { __atomic_store_n(f, 1, __ATOMIC_RELEASE); }
 
 /* The epoll set of the worker that owns socket i's data (listeners: worker 0). */
 static int owner_ep(remora_gpunet_h g, int i, int kind)
@@ -159,10 +86,12 @@ static int sock_alloc(remora_gpunet_h g, int kind)
         if (kind_of(&g->ps[i]) != BK_NONE || g->sh[i].state != RG_SOCK_FREE)
             continue;
         memset(&g->ps[i], 0, sizeof(g->ps[i]));
-        g->ps[i].fd = -1;
+        g->ps[i].fd = g->ps[i].ufd = -1;
         set_kind(&g->ps[i], kind);
         rg_sock_shm_t *s = &g->sh[i];
         s->tx_head = s->rx_tail = s->tx_tail = s->rx_head = 0;
+        s->dtx_seq = s->drx_seq = s->dtx_cancel = s->drx_cancel = 0;
+        s->dtx_done = s->drx_done = 0;
         s->error   = 0;
         s->rx_eof  = 0;
         s->gen++;
@@ -177,19 +106,25 @@ static void sock_publish(remora_gpunet_h g, int i, int state)
 }
 
 /* By the socket's owner (worker 0 for listeners and connects in flight). */
-static void sock_free(remora_gpunet_h g, int i)
+void gn_sock_free(remora_gpunet_h g, int i)
 {
     psock_t *p = &g->ps[i];
 
+    if (p->kind == BK_GPU)
+        gp_release(g, i);
     if (p->fd >= 0) {
         epoll_ctl(owner_ep(g, i, p->kind), EPOLL_CTL_DEL, p->fd, NULL);
         close(p->fd);
+    }
+    if (p->ufd >= 0) {
+        epoll_ctl(owner_ep(g, i, p->kind), EPOLL_CTL_DEL, p->ufd, NULL);
+        close(p->ufd);
     }
     if (p->rs)
         remora_sock_close(p->rs);
     if (p->rl)
         remora_sock_listener_destroy(p->rl);
-    p->fd = -1;
+    p->fd = p->ufd = -1;
     p->rs = NULL;
     p->rl = NULL;
     p->readable = p->closing = p->shutting = p->shut_done = 0;
@@ -197,18 +132,24 @@ static void sock_free(remora_gpunet_h g, int i)
     st_rel32(&g->sh[i].state, RG_SOCK_FREE);
 }
 
-static void sock_fail(remora_gpunet_h g, int i, remora_status_t st)
+void gn_sock_fail(remora_gpunet_h g, int i, remora_status_t st)
 {
     if (g->sh[i].error == 0)
         st_rel32(&g->sh[i].error, st);
     if (flag(&g->ps[i].closing))
-        sock_free(g, i);
+        gn_sock_free(g, i);
 }
 
 static int tcp_watch(remora_gpunet_h g, int i, int fd, int kind)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
     return epoll_ctl(owner_ep(g, i, kind), EPOLL_CTL_ADD, fd, &ev);
+}
+
+int gn_watch_ctl(remora_gpunet_h g, int i, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i | GN_EV_CTL};
+    return epoll_ctl(owner_ep(g, i, BK_GPU), EPOLL_CTL_ADD, fd, &ev);
 }
 
 static void tcp_tune(int fd)
@@ -242,15 +183,37 @@ static remora_status_t tcp_addr(const char *hp, int passive, struct sockaddr_sto
     return REMORA_OK;
 }
 
+/* Socket i (reserved) talks to a GPU peer on this host over fd (and cfd,
+ * its control socket; the acceptor gets it later) from now on. */
+static int gpu_peer_ready(remora_gpunet_h g, int i, int fd, int cfd)
+{
+    g->ps[i].fd = fd;
+    gp_open(g, i, cfd);
+    tcp_watch(g, i, fd, BK_GPU);
+    if (cfd >= 0)
+        gn_watch_ctl(g, i, cfd);
+    set_kind(&g->ps[i], BK_GPU);
+    sock_publish(g, i, RG_SOCK_OPEN);
+    return i;
+}
+
 static int connect_tcp(remora_gpunet_h g, const char *hp, unsigned slot, uint32_t seq)
 {
     struct sockaddr_storage ss;
     socklen_t len;
     remora_status_t st;
-    int fd, i;
+    int fd, cfd, i;
 
     if ((st = tcp_addr(hp, 0, &ss, &len)) != REMORA_OK)
         return st;
+    if ((fd = gp_connect(g, (struct sockaddr *)&ss, &cfd)) >= 0) { /* a GPU socket on this host */
+        if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
+            close(fd);
+            close(cfd);
+            return REMORA_ERR_BUSY;
+        }
+        return gpu_peer_ready(g, i, fd, cfd);
+    }
     if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
         return REMORA_ERR_IO;
     tcp_tune(fd);
@@ -267,7 +230,7 @@ static int connect_tcp(remora_gpunet_h g, const char *hp, unsigned slot, uint32_
     g->ps[i].pend_slot = (int)slot;
     g->ps[i].pend_seq  = seq;
     g->ps[i].deadline  = rm_now_ns() + g->timeout_ns;
-    return REMORA_INPROGRESS;
+    return GN_PENDING;
 }
 
 /* A TCP connect in flight: finished, failed, abandoned or timed out? */
@@ -280,7 +243,7 @@ static int connect_progress(remora_gpunet_h g, int i)
     remora_status_t st;
 
     if (g->cmds[p->pend_slot].seq != p->pend_seq) { /* the kernel gave up */
-        sock_free(g, i);
+        gn_sock_free(g, i);
         return 1;
     }
     if (poll(&pfd, 1, 0) == 0) {
@@ -295,7 +258,7 @@ static int connect_progress(remora_gpunet_h g, int i)
     unsigned slot = (unsigned)p->pend_slot;
     uint32_t seq  = p->pend_seq;
     if (st != REMORA_OK) {
-        sock_free(g, i);
+        gn_sock_free(g, i);
         complete(g, slot, seq, st);
         return 1;
     }
@@ -394,6 +357,8 @@ static int bind_any(remora_gpunet_h g, const char *addr)
         }
         g->ps[i].fd = fd;
         tcp_watch(g, i, fd, BK_TCP_LISTEN);
+        if ((g->ps[i].ufd = gp_listen(g, fd)) >= 0)
+            tcp_watch(g, i, g->ps[i].ufd, BK_TCP_LISTEN);
     } else if (strncmp(addr, "remora:", 7) == 0) {
         remora_sock_listener_h l;
         remora_status_t st;
@@ -422,7 +387,16 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
 
     *err = REMORA_OK;
     if (p->kind == BK_TCP_LISTEN) {
-        int fd = accept4(p->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = p->ufd >= 0 ? gp_accept(p->ufd) : -1;
+        if (fd >= 0) { /* a GPU socket on this host */
+            if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
+                close(fd);
+                *err = REMORA_ERR_BUSY;
+                return -1;
+            }
+            return gpu_peer_ready(g, i, fd, -1);
+        }
+        fd = accept4(p->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             p->readable = 0;
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
@@ -489,7 +463,7 @@ static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
             r = connect_remora(g, addr + 9);
         else
             r = REMORA_ERR_ADDRESS;
-        if (r != REMORA_INPROGRESS)
+        if (r != GN_PENDING)
             complete(g, slot, seq, r);
         return;
     case RG_OP_ACCEPT:
@@ -510,7 +484,7 @@ static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
         if (c->op == RG_OP_SHUTDOWN) {
             set_flag(&g->ps[s].shutting);
         } else if (g->ps[s].kind == BK_TCP_LISTEN || g->ps[s].kind == BK_SOCK_LISTEN) {
-            sock_free(g, s);
+            gn_sock_free(g, s);
         } else {
             /* The owner sends what the ring holds (nothing if the socket
              * failed) and frees it. */
@@ -563,7 +537,7 @@ static int pump(remora_gpunet_h g, int i)
 
     if (s->error) {
         if (closing) {
-            sock_free(g, i);
+            gn_sock_free(g, i);
             return 1;
         }
         return 0;
@@ -571,7 +545,7 @@ static int pump(remora_gpunet_h g, int i)
     /* Device -> peer. */
     uint64_t head = ld_acq(&s->tx_head);
     if (head - p->tx_tail > g->ring) {
-        sock_fail(g, i, REMORA_ERR_PROTOCOL); /* a kernel wrote past the ring */
+        gn_sock_fail(g, i, REMORA_ERR_PROTOCOL); /* a kernel wrote past the ring */
         return 1;
     }
     if (head != p->tx_tail) {
@@ -590,7 +564,7 @@ static int pump(remora_gpunet_h g, int i)
                 r = 0;
         }
         if (r < 0) {
-            sock_fail(g, i, (remora_status_t)r);
+            gn_sock_fail(g, i, (remora_status_t)r);
             return 1;
         }
         if (r > 0) {
@@ -605,7 +579,7 @@ static int pump(remora_gpunet_h g, int i)
         else
             remora_sock_shutdown(p->rs);
         if (closing) {
-            sock_free(g, i);
+            gn_sock_free(g, i);
             return 1;
         }
     }
@@ -637,7 +611,7 @@ static int pump(remora_gpunet_h g, int i)
                 __atomic_store_n(&s->rx_eof, 1u, __ATOMIC_RELEASE);
                 busy = 1;
             } else if (r != REMORA_ERR_TIMED_OUT) {
-                sock_fail(g, i, (remora_status_t)r);
+                gn_sock_fail(g, i, (remora_status_t)r);
                 busy = 1;
             }
         }
@@ -652,9 +626,15 @@ static void drain_epoll(remora_gpunet_h g, int ep)
     int n;
 
     while ((n = epoll_wait(ep, ev, 64, 0)) > 0) {
-        for (int k = 0; k < n; k++)
-            if (ev[k].data.u32 < g->max_socks)
-                g->ps[ev[k].data.u32].readable = 1;
+        for (int k = 0; k < n; k++) {
+            uint32_t i = ev[k].data.u32 & ~GN_EV_CTL;
+            if (i >= g->max_socks)
+                continue;
+            if (ev[k].data.u32 & GN_EV_CTL)
+                g->ps[i].gp.ctl_readable = 1;
+            else
+                g->ps[i].readable = 1;
+        }
         if (n < 64)
             break;
     }
@@ -666,10 +646,13 @@ static int step_data(remora_gpunet_h g, unsigned w)
     int busy = 0;
 
     drain_epoll(g, g->epfd[w]);
+    busy |= gp_poll_copies(g, w);
     for (unsigned i = w; i < g->max_socks; i += g->nworkers) {
         int k = kind_of(&g->ps[i]);
         if (k == BK_TCP || k == BK_SOCK)
             busy |= pump(g, (int)i);
+        else if (k == BK_GPU)
+            busy |= gp_pump(g, (int)i);
     }
     return busy;
 }
@@ -785,7 +768,8 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
                          .socks = g->dev + off_socks, .cmds = g->dev + off_cmds,
                          .tx_data = g->dev + off_tx, .rx_data = g->dev + off_rx,
                          .slot_locks = (uint64_t)(uintptr_t)g->locks,
-                         .alive_ptr = g->dev + offsetof(rg_net_t, alive)};
+                         .alive_ptr = g->dev + offsetof(rg_net_t, alive),
+                         .direct_min = g->direct_min};
     if (!g->host_queues) {
         /* Kernels read the constant header from device memory: each field
          * read across PCIe would cost a round trip per call. */
@@ -836,6 +820,9 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
                      1000000u;
     g->host_queues = (fm & REMORA_GPUNET_FIELD_HOST_QUEUES) ? params->host_queues != 0 : 0;
     g->spin_ns     = env_u64("REMORA_GPUNET_SPIN_US", 2000) * 1000u;
+    g->direct_min  = env_u64("REMORA_GPUNET_DIRECT_MIN", 64u << 10);
+    g->hb_ns       = ctx->hb_interval_ns;
+    g->dead_ns     = ctx->peer_timeout_ns;
     g->nslots      = GN_SLOTS;
     {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -845,6 +832,7 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     }
     for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
         g->epfd[w] = -1;
+    pthread_mutex_init(&g->maps_lock, NULL);
     if (g->max_socks == 0 || g->max_socks > 4096 || g->ring < 4096 || g->ring > (64u << 20) ||
         (g->ring & (g->ring - 1)) || g->timeout_ns == 0) {
         free(g);
@@ -875,6 +863,8 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
         }
     if ((st = alloc_queues(g)) != REMORA_OK)
         goto err_free;
+    if ((st = gp_prepare(g)) != REMORA_OK)
+        goto err_queues;
     for (unsigned w = 0; w < g->nworkers; w++) {
         worker_arg_t *wa = malloc(sizeof(*wa));
         if (wa)
@@ -894,6 +884,7 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     return REMORA_OK;
 
 err_queues:
+    gp_shutdown(g);
     if (g->host_queues) {
         free(g->mem);
         free(g->locks);
@@ -906,6 +897,7 @@ err_free:
     for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
         if (g->epfd[w] >= 0)
             close(g->epfd[w]);
+    pthread_mutex_destroy(&g->maps_lock);
     free(g->ps);
     free(g->seen);
     free(g->acc);
@@ -943,9 +935,10 @@ void remora_gpunet_destroy(remora_gpunet_h g)
             complete(g, (unsigned)g->ps[i].pend_slot, g->ps[i].pend_seq, REMORA_ERR_CANCELED);
         st_rel32(&g->sh[i].error, REMORA_ERR_CANCELED);
         int err = g->sh[i].error;
-        sock_free(g, (int)i);
+        gn_sock_free(g, (int)i);
         g->sh[i].error = err; /* sock_free marked it free; the error stays visible */
     }
+    gp_shutdown(g);
     for (unsigned k = 0; k < g->nclients; k++)
         remora_client_disconnect(g->clients[k].client);
     if (g->cctx)
@@ -964,6 +957,7 @@ void remora_gpunet_destroy(remora_gpunet_h g)
     rm_info("gpunet: proxy stopped; %zu bytes of queue memory kept for running kernels",
             g->mem_len);
     pthread_mutex_unlock(&parked_lock);
+    pthread_mutex_destroy(&g->maps_lock);
     free(g->ps);
     free(g->seen);
     free(g->acc);

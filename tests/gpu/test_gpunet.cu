@@ -7,11 +7,15 @@
  *   3 64 thread blocks, a socket each, at once
  *   4 a GPU server (remora:SERVICE) accepting 3 CPU clients
  *   5 a GPU peer in another process (gpu_echo_server, same GPU), byte-exact
+ *   5b a GPU peer in another process echoing from global memory: device to
+ *      device (CUDA IPC), 1 B..4 MiB, partial sends and receives, byte-exact;
+ *      that peer killed mid-stream -> the kernel's calls fail in time
  *   6 the TCP peer reset mid-transfer: the kernel's calls fail in time
  *   7 the proxy destroyed under a waiting kernel: error, no hang
  *   8 bad arguments: NULL buffer, bad socket, bad address
  *   9 two GPUs: a GPU peer on the other GPU (skipped with fewer than 2)
  * Usage: test_gpunet [GPU_ECHO_SERVER_BINARY]
+ *        test_gpunet --global-echo PORT N   (the peer of 5b: echo N connections)
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <remora/device/socket.cuh>
@@ -103,6 +108,28 @@ __global__ void k_server(const char *addr, int n, int *result)
         int s = rg_accept(ls);
         if (s < 0) { r = s; break; }
         while ((r = rg_recv(s, buf, sizeof(buf))) > 0) {
+            int sent = 0, m = 0;
+            while (sent < r && (m = rg_send(s, buf + sent, r - sent)) > 0) sent += m;
+        }
+        rg_close(s);
+        served++;
+    }
+    rg_close(ls);
+    if (threadIdx.x == 0) result[0] = r < 0 ? r : served;
+}
+
+/* Listen on addr; echo n connections one after another to EOF, through a
+ * global-memory buffer (large receives and sends go device to device). */
+__global__ void k_global_server(const char *addr, uint8_t *buf, int cap, int n, int *result)
+{
+    int ls = rg_bind(addr), served = 0, r = 0;
+    if (ls < 0) { if (threadIdx.x == 0) result[0] = ls; return; }
+    if (threadIdx.x == 0) result[1] = 1; /* bound */
+    __threadfence_system();
+    for (int c = 0; c < n; c++) {
+        int s = rg_accept(ls);
+        if (s < 0) { r = s; break; }
+        while ((r = rg_recv(s, buf, cap)) > 0) {
             int sent = 0, m = 0;
             while (sent < r && (m = rg_send(s, buf + sent, r - sent)) > 0) sent += m;
         }
@@ -229,6 +256,13 @@ static void *rsock_echo_accept(void *arg)
     return NULL;
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
 static char *dev_string(const char *s)
 {
     char *d;
@@ -281,6 +315,80 @@ static int echo_sizes(cudaStream_t st, const char *addr)
     return ok;
 }
 
+/* The peer of case 5b, another process on the same GPU. */
+static int global_echo_child(const char *port, int n)
+{
+    remora_context_h ctx;
+    remora_gpunet_h net;
+    remora_gpunet_params_t gp = {};
+    gp.field_mask = REMORA_GPUNET_FIELD_TIMEOUT_MS;
+    gp.timeout_ms = 10000;
+    if (remora_context_create(NULL, &ctx) || remora_gpunet_create(ctx, 0, &gp, &net) ||
+        rg_install(remora_gpunet_device_handle(net)))
+        return 1;
+    char addr[64];
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%s", port);
+    uint8_t *buf;
+    int *res = mapped_ints(2);
+    cudaMalloc(&buf, 4 << 20);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    k_global_server<<<1, 1024, 0, st>>>(dev_string(addr), buf, 4 << 20, n, res);
+    for (int i = 0; i < 20000 && !((volatile int *)res)[1] && !((volatile int *)res)[0]; i++)
+        usleep(500);
+    printf("listening %d\n", res[1]);
+    fflush(stdout);
+    int ok = wait_stream(st, 120000);
+    _exit(ok && res[0] == n ? 0 : 1);
+}
+
+/* Start the 5b peer; its pid, with *port set, or -1. */
+static pid_t start_global_echo(unsigned *port, int n)
+{
+    int probe = tcp_listen_any(port), fds[2];
+    close(probe);
+    char ports[16], ns[16], line[64] = "";
+    snprintf(ports, sizeof(ports), "%u", *port);
+    snprintf(ns, sizeof(ns), "%d", n);
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        execl("/proc/self/exe", "test_gpunet", "--global-echo", ports, ns, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    int ok = fgets(line, sizeof(line), f) != NULL && !strncmp(line, "listening 1", 11);
+    fclose(f);
+    if (!ok) { kill(pid, SIGKILL); waitpid(pid, NULL, 0); return -1; }
+    return pid;
+}
+
+/* 5b, second part: the GPU peer killed mid-stream. */
+static void peer_killed_case(cudaStream_t st, uint8_t *src)
+{
+    char addr[64];
+    unsigned port;
+    int ok = 1;
+    int *r3 = mapped_ints(3);
+    unsigned long long *ns;
+    cudaHostAlloc((void **)&ns, sizeof(*ns), cudaHostAllocMapped);
+    pid_t pid = start_global_echo(&port, 1);
+    CHECK(pid > 0);
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+    k_until_error<<<1, 256, 0, st>>>(dev_string(addr), src, r3, ns);
+    for (int i = 0; i < 20000 && !((volatile int *)r3)[2]; i++) usleep(500);
+    usleep(200000); /* mid-stream */
+    if (pid > 0) kill(pid, SIGKILL);
+    double t0 = now_ms();
+    CHECK(wait_stream(st, 15000));
+    printf("  send -> %d, recv -> %d, %.1f ms after the kill\n", r3[0], r3[1], now_ms() - t0);
+    CHECK(r3[0] == REMORA_ERR_DISCONNECTED && r3[1] == REMORA_ERR_DISCONNECTED);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    report("GPU peer (global memory) killed mid-stream: kernel gets an error", ok);
+}
+
 int main(int argc, char **argv)
 {
     int ngpu = 0;
@@ -292,6 +400,24 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     cudaSetDevice(0);
     cudaFree(0);
+    if (argc == 4 && !strcmp(argv[1], "--global-echo"))
+        return global_echo_child(argv[2], atoi(argv[3]));
+    if (argc == 2 && !strcmp(argv[1], "--peer-killed")) { /* that case alone */
+        remora_context_h c;
+        remora_gpunet_h n;
+        remora_gpunet_params_t p = {};
+        p.field_mask = REMORA_GPUNET_FIELD_TIMEOUT_MS;
+        p.timeout_ms = 10000;
+        uint8_t *src;
+        cudaStream_t s;
+        if (remora_context_create(NULL, &c) || remora_gpunet_create(c, 0, &p, &n) ||
+            rg_install(remora_gpunet_device_handle(n)))
+            return 1;
+        cudaMalloc(&src, 4 << 20);
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        peer_killed_case(s, src);
+        _exit(g_failed ? 1 : 0);
+    }
     remora_context_h ctx;
     remora_server_h srv;
     remora_gpunet_h net;
@@ -406,6 +532,45 @@ int main(int argc, char **argv)
         report("GPU peer in another process (same GPU), byte-exact", ok);
     } else {
         printf("WAIVED GPU peer in another process: no gpu_echo_server path given\n");
+    }
+    /* 5b */
+    {
+        static const int lens[] = {1, 64, 4096, 65536, 300001, 1 << 20, 4 << 20, 4 << 20};
+        static const int pieces[] = {1, 64, 4096, 65536, 4099, 1 << 20, 4 << 20, 1 << 20};
+        const int n = sizeof(lens) / sizeof(lens[0]);
+        int ok = 1;
+        unsigned port;
+        pid_t pid = start_global_echo(&port, n);
+        CHECK(pid > 0);
+        uint8_t *src, *dst, *hs = (uint8_t *)malloc(4 << 20), *hd = (uint8_t *)malloc(4 << 20);
+        cudaMalloc(&src, 4 << 20);
+        cudaMalloc(&dst, 4 << 20);
+        for (int i = 0; i < (4 << 20); i++) hs[i] = (uint8_t)(i * 7 + (i >> 13));
+        cudaMemcpy(src, hs, 4 << 20, cudaMemcpyHostToDevice);
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+        char *a = dev_string(addr);
+        int *res = mapped_ints(1);
+        for (int k = 0; k < n && pid > 0 && ok; k++) {
+            cudaMemset(dst, 0, 4 << 20);
+            double t0 = now_ms();
+            k_echo<<<1, 1024, 0, st>>>(a, src, dst, lens[k], pieces[k], res);
+            CHECK(wait_stream(st, 60000));
+            CHECK(res[0] == lens[k]);
+            cudaMemcpy(hd, dst, lens[k], cudaMemcpyDeviceToHost);
+            CHECK(memcmp(hd, hs, lens[k]) == 0);
+            printf("  %d bytes in pieces of %d: %d (%.1f ms)\n", lens[k], pieces[k], res[0],
+                   now_ms() - t0);
+        }
+        int status = -1;
+        if (pid > 0) waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        report("GPU peer in another process, global memory (device to device), byte-exact", ok);
+
+        peer_killed_case(st, src);
+        cudaFree(src);
+        cudaFree(dst);
+        free(hs);
+        free(hd);
     }
     /* 6 */
     {

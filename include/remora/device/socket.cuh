@@ -276,7 +276,7 @@ __device__ inline int64_t rx_avail(rg_net_t *net, rg_sock_shm_t *sh, snap_t *x, 
             fence_acquire_sys();
             return (int64_t)(x->rx_head - x->rx_tail);
         }
-        if (x->rx_eof) {
+        if (x->rx_eof & RG_RX_EOF) {
             /* rx_eof is published after the last rx_head: look again after it. */
             fence_acquire_sys();
             *x = snap(net, sh);
@@ -288,10 +288,73 @@ __device__ inline int64_t rx_avail(rg_net_t *net, rg_sock_shm_t *sh, snap_t *x, 
             return x->error;
         if (!x->alive)
             return RG_ECANCELED;
+        if (x->rx_eof & RG_RX_REQ)
+            return RG_RES_RING; /* the caller asks the proxy (rx_request) */
         if (nb || now_ns() > until)
             return RG_ETIMEDOUT;
         *x = snap(net, sh);
     }
+}
+
+/* One thread: wait for the answer to request `seq` (a direct send if `send`,
+ * else a receive request). When the budget runs out the request is canceled
+ * and its answer still awaited, since bytes may have moved; the proxy gives
+ * it within its own timeout, or this gives up after twice that. */
+__device__ inline int32_t await(rg_net_t *net, rg_sock_shm_t *sh, bool send, uint32_t seq,
+                                uint64_t until)
+{
+    const volatile uint32_t *done = send ? &sh->dtx_done : &sh->drx_done;
+    bool canceled = false;
+    uint64_t grace = 0;
+    for (;;) {
+        if (*done == seq) {
+            fence_acquire_sys();
+            return send ? *(const volatile int32_t *)&sh->dtx_res
+                        : *(const volatile int32_t *)&sh->drx_res;
+        }
+        if (!alive(net))
+            return RG_ECANCELED;
+        uint64_t t = now_ns();
+        if (!canceled && t > until) {
+            *(send ? &sh->dtx_cancel : &sh->drx_cancel) = seq;
+            __threadfence_system();
+            canceled = true;
+            grace = t + 2 * net->timeout_ns;
+        } else if (canceled && t > grace) {
+            return RG_ETIMEDOUT;
+        }
+    }
+}
+
+/* One thread, a socket whose peer is a GPU on this host (RG_RX_REQ), send
+ * side: a large send from global memory offers the buffer itself; the bytes
+ * the peer took, a status, or RG_RES_RING (send through the ring). */
+__device__ inline int64_t tx_direct(rg_net_t *net, rg_sock_shm_t *sh, const void *buf, int len,
+                                    uint64_t until)
+{
+    uint32_t seq = *(const volatile uint32_t *)&sh->dtx_done + 1;
+    sh->dtx_ptr = (uint64_t)(uintptr_t)buf;
+    sh->dtx_len = (uint32_t)len;
+    __threadfence_system();
+    sh->dtx_seq = seq;
+    return await(net, sh, true, seq, until);
+}
+
+/* ... receive side, the ring found empty: ask the proxy, naming buf if the
+ * peer may copy into it. Bytes put in buf, 0 at end of stream, a status, or
+ * RG_RES_RING (bytes are in the ring now). */
+__device__ inline int64_t rx_request(rg_net_t *net, rg_sock_shm_t *sh, void *buf, int len,
+                                     const snap_t &x, uint64_t until, bool nb)
+{
+    if (nb && !(x.rx_eof & RG_RX_SRC))
+        return RG_ETIMEDOUT;
+    bool into = net->direct_min && (uint64_t)len >= net->direct_min && __isGlobal(buf);
+    uint32_t seq = *(const volatile uint32_t *)&sh->drx_done + 1;
+    sh->drx_ptr = into ? (uint64_t)(uintptr_t)buf : 0;
+    sh->drx_len = (uint32_t)len;
+    __threadfence_system();
+    sh->drx_seq = seq;
+    return await(net, sh, false, seq, until);
 }
 
 /* Send/recv with nthr threads of rank r; `sync` synchronizes them. The
@@ -303,8 +366,10 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
 {
     __shared__ int64_t shared_n;
     __shared__ uint64_t shared_pos;
+    __shared__ bool shared_direct;
     int64_t n = 0;
     uint64_t pos = 0;
+    bool direct = false; /* the proxy moved the bytes device to device */
     const bool leader = BLOCK ? block_leader() : true;
     const unsigned r = BLOCK ? block_rank() : 0, nthr = BLOCK ? block_size() : 1;
 
@@ -322,7 +387,23 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
             n = 0;
         else if (n == RG_OK) {
             uint64_t until = budget(net, timeout_ns);
-            n = send ? tx_space(net, sh, &x, until, nb) : rx_avail(net, sh, &x, until, nb);
+            n = RG_RES_RING;
+            if (send && !nb && (x.rx_eof & RG_RX_REQ) && net->direct_min &&
+                (uint64_t)len >= net->direct_min && __isGlobal(buf)) {
+                n = tx_direct(net, sh, buf, len, until);
+                direct = n != RG_RES_RING;
+                if (!direct)
+                    x = snap(net, sh);
+            }
+            while (n == RG_RES_RING) {
+                n = send ? tx_space(net, sh, &x, until, nb) : rx_avail(net, sh, &x, until, nb);
+                if (n == RG_RES_RING) {
+                    n = rx_request(net, sh, buf, len, x, until, nb);
+                    direct = n != RG_RES_RING;
+                    if (!direct)
+                        x = snap(net, sh);
+                }
+            }
             if (n > len)
                 n = len;
             pos = send ? x.tx_head : x.rx_tail;
@@ -330,14 +411,16 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
         if (BLOCK) {
             shared_n = n;
             shared_pos = pos;
+            shared_direct = direct;
         }
     }
     if (BLOCK) {
         __syncthreads();
         n = shared_n;
         pos = shared_pos;
+        direct = shared_direct;
     }
-    if (n > 0) {
+    if (n > 0 && !direct) {
         uint64_t ring = net->ring_size;
         uint8_t *base = (uint8_t *)(uintptr_t)(send ? net->tx_data : net->rx_data) +
                         (size_t)s * ring;
@@ -411,7 +494,8 @@ __device__ inline int poll(rg_net_t *net, struct rg_pollfd *fds, int n, uint64_t
                         if (x.error)
                             rev |= RG_POLLERR;
                         if ((fds[i].events & RG_POLLIN) &&
-                            (x.rx_head != x.rx_tail || x.rx_eof || x.error))
+                            (x.rx_head != x.rx_tail || (x.rx_eof & (RG_RX_EOF | RG_RX_SRC)) ||
+                             x.error))
                             rev |= RG_POLLIN;
                         if ((fds[i].events & RG_POLLOUT) && x.state == RG_SOCK_OPEN &&
                             x.tx_head - x.tx_tail < net->ring_size)

@@ -6,8 +6,10 @@
  * for the device, except the slot locks (device memory).
  *
  * Ownership of each field is single-writer:
- *   device writes: rg_cmd_t.seq/op/sock/flags/len/arg/data, rg_sock_shm_t.tx_head/rx_tail
- *   proxy writes:  rg_cmd_t.done_seq/result, rg_sock_shm_t.tx_tail/rx_head/state/error/rx_eof
+ *   device writes: rg_cmd_t.seq/op/sock/flags/len/arg/data, rg_sock_shm_t's first 64 bytes
+ *                  (tx_head, rx_tail, the dtx_* and drx_* requests)
+ *   proxy writes:  rg_cmd_t.done_seq/result, rg_sock_shm_t from offset 64 (tx_tail, rx_head,
+ *                  state, error, rx_eof, gen, the answers dtx_done/res and drx_done/res)
  * A writer publishes data first, then (after a system-scope fence) the
  * counter; a reader reads the counter, fences, then the data. Counters are
  * byte totals that only grow; ring offsets are counter % ring_size.
@@ -18,6 +20,18 @@
  * header's own `alive`, in mapped host memory). The proxy-written half of
  * rg_sock_shm_t (offset 64: tx_tail, rx_head, state, error, rx_eof, gen) is
  * 16-byte aligned so a kernel takes it in two loads issued together.
+ *
+ * Requests (sockets whose rx_eof has RG_RX_REQ: the peer is a GPU socket on
+ * this host). Besides the rings, such a socket moves bytes device to device:
+ * a send of direct_min bytes or more from global memory posts its buffer
+ * (dtx_ptr, dtx_len, then dtx_seq = dtx_done + 1) and the peer's proxy
+ * copies straight out of it into the receiver's buffer; a receive that finds
+ * the ring empty posts a request (drx_ptr: its buffer if global and of
+ * direct_min bytes or more, else 0 for "into the ring"; drx_len; drx_seq).
+ * The proxy answers each request once: *_res, then *_done = seq. A caller
+ * whose budget ran out writes *_cancel = seq and still waits for the answer
+ * (it may say bytes moved: they did). Results: a byte count, 0 (receive:
+ * end of stream), a negative status, or RG_RES_RING (use the ring).
  */
 #ifndef REMORA_DEVICE_SOCKET_ABI_H
 #define REMORA_DEVICE_SOCKET_ABI_H
@@ -25,7 +39,7 @@
 #include <stdint.h>
 
 #define RG_ABI_MAGIC    0x31474e52u /* "RNG1" */
-#define RG_ABI_VERSION  2u
+#define RG_ABI_VERSION  3u
 #define RG_CMD_INLINE   256u        /* bytes of a command's inline data (addresses) */
 #define RG_ADDR_MAX     (RG_CMD_INLINE - 1u)
 
@@ -41,6 +55,17 @@ enum rg_op {
 
 /* rg_cmd_t.flags */
 enum { RG_CMD_NONBLOCK = 1u << 0 };
+
+/* rg_sock_shm_t.rx_eof bits */
+enum {
+    RG_RX_EOF = 1u, /* the peer ended its stream at rx_head */
+    RG_RX_SRC = 2u, /* the peer posted a direct send: a receive request gets bytes */
+    RG_RX_REQ = 4u  /* the socket takes requests (dtx_*, drx_*): a GPU peer on this host */
+};
+
+/* A request's answer besides bytes and statuses: go through the ring (send:
+ * the buffer cannot be shared; receive: bytes are in the ring now). */
+#define RG_RES_RING (-1000)
 
 /* rg_sock_shm_t.state */
 enum { RG_SOCK_FREE = 0, RG_SOCK_OPEN = 1, RG_SOCK_LISTEN = 2, RG_SOCK_CLOSING = 3 };
@@ -63,15 +88,22 @@ typedef struct rg_sock_shm {
     /* written by the device */
     volatile uint64_t tx_head;   /* bytes put into the send ring */
     volatile uint64_t rx_tail;   /* bytes taken out of the receive ring */
-    uint64_t          pad0[6];
+    volatile uint64_t dtx_ptr;   /* direct send: the source (device address) */
+    volatile uint64_t drx_ptr;   /* receive request: the destination, 0 = into the ring */
+    volatile uint32_t dtx_len, dtx_seq;
+    volatile uint32_t drx_len, drx_seq;
+    volatile uint32_t dtx_cancel, drx_cancel;
+    uint64_t          pad0;
     /* written by the proxy */
     volatile uint64_t tx_tail;   /* bytes the proxy took out of the send ring */
     volatile uint64_t rx_head;   /* bytes put into the receive ring; listening: connections waiting */
     volatile int32_t  state;
     volatile int32_t  error;     /* 0, or the negative status that failed the socket */
-    volatile uint32_t rx_eof;    /* the peer ended its stream at rx_head */
+    volatile uint32_t rx_eof;    /* RG_RX_* bits; EOF: the peer ended its stream at rx_head */
     volatile uint32_t gen;       /* bumped each time the slot is handed out */
-    uint64_t          pad1[4];
+    volatile uint32_t dtx_done, drx_done; /* the last request answered */
+    volatile int32_t  dtx_res, drx_res;
+    uint64_t          pad1[2];
 } rg_sock_shm_t; /* 128 bytes */
 
 /* The handle kernels get (remora_gpunet_device_handle). Addresses are
@@ -89,7 +121,8 @@ typedef struct rg_net {
     uint64_t          rx_data;
     uint64_t          slot_locks;  /* int[nslots], device memory: 0 free, 1 taken */
     uint64_t          alive_ptr;   /* address of the uint32_t kernels read as `alive` */
-    uint64_t          pad1[3];
+    uint64_t          direct_min;  /* sends and receives this large may go device to device */
+    uint64_t          pad1[2];
 } rg_net_t;
 
 #endif

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * GPU socket proxy internals shared by gpunet.c (commands, TCP and remora
+ * backends) and gpunet_peer.c (GPU peers on the same host). Not installed.
+ *
+ * Threading: socket i's data (psock_t and the proxy-written half of its
+ * rg_sock_shm_t) belongs to worker i % nworkers; worker 0 also runs the
+ * commands, listeners and connects in flight, and hands a socket to its
+ * owner with set_kind(). The IPC mapping cache is shared under maps_lock.
+ */
+#ifndef RM_GPU_GPUNET_INT_H
+#define RM_GPU_GPUNET_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "gpu/gpunet.h"
+#include "mem/copyq.h"
+#include "mem/cuda.h"
+#include "remote/sock.h"
+
+#define GN_DEFAULT_SOCKS  128u
+#define GN_DEFAULT_RING   (256u << 10)
+#define GN_SLOTS          256u
+#define GN_CLIENTS_MAX    16
+#define GN_WORKERS_MAX    16
+#define GN_MAPS           64u   /* peers' buffers kept mapped (CUDA IPC) until destroy */
+/* A command answered later (a TCP connect in flight). Not a status and not
+ * a socket: REMORA_INPROGRESS (1) is also socket 1. */
+#define GN_PENDING        (-1000000)
+#define GN_EV_CTL         0x80000000u /* epoll data: socket i's control fd (BK_GPU) */
+
+/* BK_RESERVED: handed out by sock_alloc, backend not set up yet (no worker
+ * touches it). BK_GPU: a GPU socket of another proxy on this host, over a
+ * local seqpacket socket (gpunet_peer.c). */
+enum { BK_NONE, BK_TCP, BK_TCP_CONNECTING, BK_TCP_LISTEN, BK_SOCK, BK_SOCK_LISTEN, BK_RESERVED,
+       BK_GPU };
+
+/* A peer's buffer mapped here (CUDA IPC), shared by the sockets using it. */
+typedef struct gp_map {
+    pid_t    pid;       /* the exporting process: handles are only unique within one */
+    rm_cuda_ipc_handle_t handle;
+    uint8_t *base;      /* NULL: a free entry */
+    size_t   size;
+} gp_map_t;
+
+/* A buffer of ours offered to peers: its allocation's IPC handle, kept per
+ * worker (cuIpcGetMemHandle costs more than the lookup that validates it). */
+typedef struct gp_offer {
+    uint64_t             id;    /* rm_cuda_ptr_alloc's; 0: empty */
+    uint8_t             *base;
+    size_t               size;
+    rm_cuda_ipc_handle_t handle;
+} gp_offer_t;
+
+/* BK_GPU state, owned by the socket's worker. */
+typedef struct gp_state {
+    int      cfd;             /* the control socket (-1 until the acceptor gets it) */
+    int      ctl_readable, ctl_closed;
+    int      hello, fin_in, peer_closed;
+    pid_t    peer_pid;        /* SO_PEERCRED */
+    uint64_t last_rx_ns, last_ping_ns; /* liveness while the kernel waits on the peer */
+    uint32_t rx_bits;         /* what rg_sock_shm_t.rx_eof says (RG_RX_*) */
+    /* Our direct send: the kernel's dtx request, out as an RTS until DONE. */
+    uint32_t tx_seen;         /* the last dtx_seq answered */
+    uint32_t tx_id;           /* the dtx_seq out as an RTS (tx_busy) */
+    int      tx_busy, tx_cancel_sent;
+    uint64_t tx_deadline;     /* a canceled RTS must be answered by then */
+    /* The peer's direct send (its RTS), until one copy moved some of it. */
+    int      src_active, src_cancel;
+    uint64_t src_id, src_len;
+    uint64_t done_id;         /* the last RTS answered */
+    int      cancel_seen;     /* a CANCEL for cancel_id came before its RTS */
+    uint64_t cancel_id;
+    uint8_t *src;             /* in a peer's buffer mapped here (maps) */
+    /* The kernel's receive request and the copy serving it. */
+    uint32_t rx_seen;         /* the last drx_seq answered */
+    int      copying, copy_to_ring;
+    uint32_t copy_seq;
+    uint64_t copy_n;
+    rm_copy_t copy;           /* on the worker's copy queue while copying */
+    int      copy_ended;      /* its callback ran, with copy_st */
+    remora_status_t copy_st;
+    /* Control frames that found the socket full, sent before anything else. */
+    struct { uint32_t type; uint64_t a, b; } out[4];
+    unsigned nout;
+} gp_state_t;
+
+typedef struct psock {
+    int      kind;           /* atomic: the owner pumps BK_TCP/BK_SOCK/BK_GPU once it is set */
+    int      fd;
+    int      ufd;            /* BK_TCP_LISTEN: the local listener GPU peers connect to, or -1 */
+    remora_sock_h          rs;
+    remora_sock_listener_h rl;
+    int      readable;       /* epoll said so (TCP, local) */
+    int      closing, shutting; /* atomic: set by worker 0 (commands), read by the owner */
+    int      shut_done;
+    uint64_t tx_tail, rx_head;
+    int      pend_slot;      /* BK_TCP_CONNECTING: the command to answer */
+    uint32_t pend_seq;
+    uint64_t deadline;
+    gp_state_t gp;
+} psock_t;
+
+typedef struct paccept {
+    int      active, sock, nonblock;
+    uint32_t seq;
+} paccept_t;
+
+typedef struct pclient {
+    char            addr[128];
+    remora_client_h client;
+} pclient_t;
+
+struct remora_gpunet {
+    remora_context_h ctx, cctx;  /* cctx: this proxy's own, for remora:// connects */
+    remora_server_h  server;
+    int              device, host_queues;
+    unsigned         max_socks, nslots;
+    size_t           ring;
+    uint64_t         timeout_ns, spin_ns;
+    uint64_t         direct_min; /* 0: GPU peers on this host go through the rings only */
+    uint64_t         hb_ns, dead_ns; /* GPU peers' liveness: the context's heartbeat, peer timeout */
+    uint8_t         *mem;        /* host view */
+    uintptr_t        dev;        /* device address of mem */
+    size_t           mem_len;
+    void            *locks;      /* device memory (host memory in host_queues mode) */
+    void            *dnet;       /* device memory: the copy of *net kernels get (NULL: host queues) */
+    rg_net_t        *net;
+    rg_sock_shm_t   *sh;
+    rg_cmd_t        *cmds;
+    uint8_t         *tx, *rx;
+    psock_t         *ps;
+    uint32_t        *seen;
+    paccept_t       *acc;
+    pclient_t        clients[GN_CLIENTS_MAX];
+    unsigned         nclients;
+    unsigned         nworkers;   /* socket i's data is pumped by worker i % nworkers */
+    int              epfd[GN_WORKERS_MAX];
+    pthread_t        thread[GN_WORKERS_MAX];
+    rm_copyq_t      *copyq[GN_WORKERS_MAX];       /* each worker's device-to-device copies */
+    gp_offer_t       offers[GN_WORKERS_MAX][4];   /* each worker's, most recent first */
+    pthread_mutex_t  maps_lock;
+    gp_map_t         maps[GN_MAPS];
+    int              maps_full;  /* said once: the table is full */
+    atomic_int       stop;
+};
+
+static inline uint64_t ld_acq(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline uint32_t ld_acq32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void st_rel(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline void st_rel32(volatile int32_t *p, int32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline int kind_of(psock_t *p) { return __atomic_load_n(&p->kind, __ATOMIC_ACQUIRE); }
+static inline void set_kind(psock_t *p, int k) { __atomic_store_n(&p->kind, k, __ATOMIC_RELEASE); }
+static inline int flag(int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }
+static inline void set_flag(int *f) { __atomic_store_n(f, 1, __ATOMIC_RELEASE); }
+
+/* gpunet.c */
+int  gn_watch_ctl(remora_gpunet_h g, int i, int fd); /* a BK_GPU control fd to its owner's epoll */
+void gn_sock_free(remora_gpunet_h g, int i);
+void gn_sock_fail(remora_gpunet_h g, int i, remora_status_t st);
+
+/* gpunet_peer.c: GPU peers on this host. A TCP listener gets a local
+ * seqpacket listener beside it, named after its address; a connect to a
+ * TCP address tries that name first. */
+int  gp_listen(remora_gpunet_h g, int tcp_fd);   /* the local listener, or -1 (none) */
+int  gp_connect(remora_gpunet_h g, const struct sockaddr *sa, int *cfd); /* fd, or -1 */
+int  gp_accept(int ufd);                         /* a connected fd, or -1 */
+void gp_open(remora_gpunet_h g, int i, int cfd); /* before the socket is published */
+int  gp_pump(remora_gpunet_h g, int i);          /* the owner's step; 1 if anything moved */
+void gp_release(remora_gpunet_h g, int i);       /* from gn_sock_free */
+int  gp_poll_copies(remora_gpunet_h g, unsigned w); /* worker w's ended copies; 1 if any */
+remora_status_t gp_prepare(remora_gpunet_h g);   /* at create: copy queues, the closer */
+void gp_shutdown(remora_gpunet_h g);             /* proxy teardown, workers stopped */
+
+#endif

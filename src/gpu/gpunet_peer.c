@@ -1,0 +1,905 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * GPU sockets: a peer that is a GPU socket of another proxy on this host
+ * (docs/gpunet.md "GPU peers on one host").
+ *
+ * Design notes
+ * - Finding the peer. A proxy listening on tcp://ADDR:PORT also listens on
+ *   the abstract local name "remora-gpunet/ADDR:PORT" (SOCK_SEQPACKET). A
+ *   connect to a TCP address tries that name first (for a local address,
+ *   also the wildcard one); only a process of the same user is accepted on
+ *   either side (SO_PEERCRED), since the peer gets CUDA IPC handles. Plain
+ *   TCP peers never see any of this.
+ * - Frames. Every message is one seqpacket record: a gp_hdr_t and its
+ *   payload. Two sockets per connection: the stream (HELLO, then DATA with
+ *   ring bytes, RTS offering a direct send, FIN) and control (DONE answering
+ *   an RTS with the bytes taken or a status, CANCEL withdrawing one, PING,
+ *   PONG). The stream's order is its frames' order, and nothing is read
+ *   past an RTS until some of it was taken or past DATA the ring has no
+ *   room for; control is never held up behind it (a DONE behind unread DATA
+ *   would deadlock two kernels sending at once). The connector makes the
+ *   control pair and passes one end with its HELLO (SCM_RIGHTS).
+ * - Device to device. The receiving proxy copies out of the sender's
+ *   buffer (mapped with cuIpcOpenMemHandle, cached) on its worker's stream:
+ *   straight into the kernel's buffer when its receive request names one,
+ *   else into the receive ring. One copy, no host bounce; the sender's call
+ *   returns the bytes taken (maybe fewer than it offered, as POSIX allows).
+ * - Every request of the kernel is answered exactly once, and never while
+ *   a copy into its buffer may still be running.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "gpu/gpunet_int.h"
+#include "util/log.h"
+#include "util/time.h"
+
+#define GP_MAGIC   0x50475052u /* "RPGP" */
+#define GP_VERSION 1u
+#define GP_FRAME   (64u << 10) /* ring bytes in one DATA frame */
+
+enum { GP_HELLO = 1, GP_DATA = 2, GP_RTS = 3, GP_DONE = 4, GP_CANCEL = 5, GP_FIN = 6,
+       GP_PING = 7, GP_PONG = 8 };
+
+/* HELLO: a = magic << 32 | version. DATA: len bytes follow. RTS: a = id,
+ * b = bytes offered, a gp_rts_t follows. DONE: a = id, b = bytes taken or a
+ * negative status (int64). CANCEL: a = id. FIN: nothing. PING asks for a
+ * PONG: while the kernel waits on the peer, a peer silent past the context's
+ * peer timeout is dead (a killed process can take seconds to close its
+ * sockets while the driver tears its context down). */
+typedef struct gp_hdr {
+    uint32_t type, len;
+    uint64_t a, b;
+} gp_hdr_t;
+
+typedef struct gp_rts {
+    rm_cuda_ipc_handle_t handle;
+    uint64_t             offset;
+} gp_rts_t;
+
+/* ------------------------------------------------------------ finding the peer */
+
+static void local_name(const struct sockaddr *sa, int wildcard, struct sockaddr_un *un,
+                       socklen_t *len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    int n;
+
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        struct in_addr any = {.s_addr = htonl(INADDR_ANY)};
+        inet_ntop(AF_INET, wildcard ? &any : &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, wildcard ? &in6addr_any : &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+    }
+    memset(un, 0, sizeof(*un));
+    un->sun_family = AF_UNIX;
+    n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "remora-gpunet/%s:%u", host, port);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* A process of another user must not get our IPC handles, nor give us its. */
+static int same_user(int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.uid != geteuid()) {
+        rm_warn("gpunet: a local GPU-socket peer of another user (or unknown) refused");
+        return 0;
+    }
+    return 1;
+}
+
+/* Whether addr is one of this host's (a listener on the wildcard address
+ * takes connections to it). */
+static int is_local(const struct sockaddr *sa)
+{
+    struct sockaddr_storage probe;
+    socklen_t len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                               : sizeof(struct sockaddr_in);
+    int fd, ok;
+
+    memcpy(&probe, sa, len);
+    if (sa->sa_family == AF_INET6)
+        ((struct sockaddr_in6 *)&probe)->sin6_port = 0;
+    else
+        ((struct sockaddr_in *)&probe)->sin_port = 0;
+    if ((fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+        return 0;
+    ok = bind(fd, (struct sockaddr *)&probe, len) == 0;
+    close(fd);
+    return ok;
+}
+
+int gp_listen(remora_gpunet_h g, int tcp_fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss), ul;
+    struct sockaddr_un un;
+    int fd;
+
+    if (g->direct_min == 0 || getsockname(tcp_fd, (struct sockaddr *)&ss, &sl) != 0)
+        return -1;
+    local_name((struct sockaddr *)&ss, 0, &un, &ul);
+    if ((fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&un, ul) != 0 || listen(fd, 1024) != 0) {
+        rm_debug("gpunet: no local name %s for GPU peers: %s", un.sun_path + 1, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int try_name(const struct sockaddr_un *un, socklen_t len)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (const struct sockaddr *)un, len) != 0 || !same_user(fd)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The connector's HELLO carries the far end of the control pair. */
+static int hello_send(int fd, int pass_fd)
+{
+    gp_hdr_t h = {.type = GP_HELLO, .a = (uint64_t)GP_MAGIC << 32 | GP_VERSION};
+    struct iovec iov = {&h, sizeof(h)};
+    union {
+        struct cmsghdr c;
+        char           buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+
+    if (pass_fd >= 0) {
+        memset(&ctl, 0, sizeof(ctl));
+        msg.msg_control    = ctl.buf;
+        msg.msg_controllen = sizeof(ctl.buf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type  = SCM_RIGHTS;
+        c->cmsg_len   = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    return sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(h) ? 0 : -1;
+}
+
+int gp_connect(remora_gpunet_h g, const struct sockaddr *sa, int *cfd)
+{
+    struct sockaddr_un un;
+    socklen_t len;
+    int fd, pair[2];
+
+    if (g->direct_min == 0 || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+        return -1;
+    local_name(sa, 0, &un, &len);
+    if ((fd = try_name(&un, len)) < 0 && is_local(sa)) {
+        local_name(sa, 1, &un, &len);
+        fd = try_name(&un, len);
+    }
+    if (fd < 0)
+        return -1;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
+        close(fd);
+        return -1;
+    }
+    int ok = hello_send(fd, pair[1]) == 0;
+    close(pair[1]);
+    if (!ok) {
+        close(pair[0]);
+        close(fd);
+        return -1;
+    }
+    *cfd = pair[0];
+    return fd;
+}
+
+int gp_accept(int ufd)
+{
+    int fd = accept4(ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+    if (fd >= 0 && !same_user(fd)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* ------------------------------------------------------------ mappings */
+
+/* Process pid's buffer `h` mapped here; NULL if it cannot be (the caller
+ * falls back to the ring).
+ *
+ * Mappings are never closed while the proxy runs: cuIpcCloseMemHandle waits
+ * for every kernel of this process to end (seen on the H100: a close under a
+ * kernel that waits on a socket never returned), and an open of the same
+ * handle waits behind it. So an entry stays until remora_gpunet_destroy,
+ * after `alive` dropped and kernels returned; a full table sends new
+ * buffers through the ring. A dead peer's entries are never used again
+ * (handles are unique), and its memory is freed at that close. */
+static const gp_map_t *map_get(remora_gpunet_h g, pid_t pid, const rm_cuda_ipc_handle_t *h)
+{
+    gp_map_t *m = NULL, *slot = NULL;
+    void *base, *b2;
+    size_t size;
+
+    pthread_mutex_lock(&g->maps_lock);
+    for (unsigned k = 0; k < GN_MAPS && m == NULL; k++) {
+        gp_map_t *e = &g->maps[k];
+        if (e->base && e->pid == pid && memcmp(&e->handle, h, sizeof(*h)) == 0)
+            m = e;
+        else if (e->base == NULL && slot == NULL)
+            slot = e;
+    }
+    if (m == NULL && slot == NULL && !g->maps_full) {
+        g->maps_full = 1;
+        rm_info("gpunet: %u peer buffers mapped: new ones go through the rings", GN_MAPS);
+    }
+    if (m == NULL && slot != NULL && rm_cuda_ipc_open(g->device, h, &base) == REMORA_OK) {
+        if (rm_cuda_ptr_range(g->device, base, &b2, &size) == REMORA_OK) {
+            *slot = (gp_map_t){.pid = pid, .handle = *h, .base = base, .size = size};
+            m = slot;
+        } else {
+            rm_cuda_ipc_close(g->device, base); /* never used by a kernel: nothing to wait for */
+        }
+    }
+    pthread_mutex_unlock(&g->maps_lock);
+    return m;
+}
+
+/* ------------------------------------------------------------ frames */
+
+/* One frame: 1 sent, 0 the socket is full (try later), < 0 a status. */
+static int frame_send(int fd, uint32_t type, uint64_t a, uint64_t b, const void *p1, size_t n1,
+                      const void *p2, size_t n2)
+{
+    gp_hdr_t h = {.type = type, .len = (uint32_t)(n1 + n2), .a = a, .b = b};
+    struct iovec iov[3] = {{&h, sizeof(h)}, {(void *)p1, n1}, {(void *)p2, n2}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n2 ? 3 : n1 ? 2 : 1};
+
+    if (sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+        return 1;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : REMORA_ERR_DISCONNECTED;
+}
+
+/* A control frame now, or queued behind the ones that found the socket full
+ * (or that came before the control socket: the acceptor gets it with HELLO). */
+static int ctl_send(psock_t *p, uint32_t type, uint64_t a, uint64_t b)
+{
+    gp_state_t *gp = &p->gp;
+    int r = gp->nout || gp->cfd < 0 ? 0 : frame_send(gp->cfd, type, a, b, NULL, 0, NULL, 0);
+
+    if (r != 0)
+        return r < 0 ? r : 0;
+    if (gp->nout == sizeof(gp->out) / sizeof(gp->out[0]))
+        return REMORA_ERR_PROTOCOL; /* cannot happen: at most one of each kind is owed */
+    gp->out[gp->nout].type = type;
+    gp->out[gp->nout].a    = a;
+    gp->out[gp->nout].b    = b;
+    gp->nout++;
+    return 0;
+}
+
+static int ctl_flush(psock_t *p)
+{
+    gp_state_t *gp = &p->gp;
+
+    while (gp->nout && gp->cfd >= 0) {
+        int r = frame_send(gp->cfd, gp->out[0].type, gp->out[0].a, gp->out[0].b, NULL, 0, NULL, 0);
+        if (r <= 0)
+            return r;
+        memmove(&gp->out[0], &gp->out[1], --gp->nout * sizeof(gp->out[0]));
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ answers to the kernel */
+
+static void publish_bits(rg_sock_shm_t *s, gp_state_t *gp)
+{
+    __atomic_store_n(&s->rx_eof, gp->rx_bits, __ATOMIC_RELEASE);
+}
+
+static void answer_tx(rg_sock_shm_t *s, gp_state_t *gp, uint32_t seq, int32_t res)
+{
+    s->dtx_res = res;
+    __atomic_store_n(&s->dtx_done, seq, __ATOMIC_RELEASE);
+    gp->tx_seen = seq;
+}
+
+static void answer_rx(rg_sock_shm_t *s, gp_state_t *gp, uint32_t seq, int32_t res)
+{
+    s->drx_res = res;
+    __atomic_store_n(&s->drx_done, seq, __ATOMIC_RELEASE);
+    gp->rx_seen = seq;
+}
+
+/* The socket failed: answer what the kernel waits for (after any copy). */
+static void answer_all(rg_sock_shm_t *s, gp_state_t *gp, int32_t st)
+{
+    uint32_t seq;
+
+    if (gp->copying)
+        return;
+    if ((seq = ld_acq32(&s->dtx_seq)) != gp->tx_seen)
+        answer_tx(s, gp, seq, st);
+    if ((seq = ld_acq32(&s->drx_seq)) != gp->rx_seen)
+        answer_rx(s, gp, seq, st);
+}
+
+static void src_drop(psock_t *p, rg_sock_shm_t *s)
+{
+    gp_state_t *gp = &p->gp;
+
+    gp->src_active = gp->src_cancel = 0;
+    gp->rx_bits &= ~RG_RX_SRC;
+    publish_bits(s, gp);
+}
+
+/* ------------------------------------------------------------ copies */
+
+static void copy_ended(rm_copy_t *copy, remora_status_t status)
+{
+    gp_state_t *gp = rm_container_of(copy, gp_state_t, copy);
+
+    gp->copy_ended = 1;
+    gp->copy_st    = status;
+}
+
+/* On the owner's copy queue, which polls a word for the end: no CUDA object
+ * is made on this path (docs/gpunet.md). */
+static int copy_start(remora_gpunet_h g, int i, void *dst, uint64_t n)
+{
+    psock_t *p = &g->ps[i];
+    rm_copyq_t *q = g->copyq[(unsigned)i % g->nworkers];
+    remora_status_t st;
+
+    p->gp.copy_ended = 0;
+    if ((st = rm_copyq_start(q, &p->gp.copy, dst, p->gp.src, (size_t)n, copy_ended)) != REMORA_OK)
+        return st;
+    p->gp.copying = 1;
+    p->gp.copy_n  = n;
+    return REMORA_OK;
+}
+
+int gp_poll_copies(remora_gpunet_h g, unsigned w)
+{
+    return g->copyq[w] != NULL && rm_copyq_busy(g->copyq[w]) && rm_copyq_poll(g->copyq[w]) > 0;
+}
+
+/* A copy finished: the kernel and the sender learn how much moved. */
+static int copy_progress(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sock_shm_t *s = &g->sh[i];
+    remora_status_t st;
+    int r;
+
+    if (!gp->copying)
+        return 0;
+    if (!gp->copy_ended)
+        return 1;
+    gp->copying = 0;
+    if ((st = gp->copy_st) != REMORA_OK) {
+        gn_sock_fail(g, i, REMORA_ERR_IO);
+        return 1;
+    }
+    if (gp->copy_to_ring) {
+        p->rx_head += gp->copy_n;
+        st_rel(&s->rx_head, p->rx_head);
+        answer_rx(s, gp, gp->copy_seq, RG_RES_RING);
+    } else {
+        answer_rx(s, gp, gp->copy_seq, (int32_t)gp->copy_n);
+    }
+    r = ctl_send(p, GP_DONE, gp->src_id, gp->copy_n);
+    gp->done_id = gp->src_id;
+    src_drop(p, s);
+    if (r < 0)
+        gn_sock_fail(g, i, (remora_status_t)r);
+    return 1;
+}
+
+/* ------------------------------------------------------------ the device's side */
+
+/* The kernel's receive request: from the ring, out of the peer's buffer, or later. */
+static int serve_request(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sock_shm_t *s = &g->sh[i];
+    uint32_t seq = ld_acq32(&s->drx_seq);
+    remora_status_t st;
+
+    if (seq == gp->rx_seen || gp->copying)
+        return 0;
+    uint64_t used = p->rx_head - ld_acq(&s->rx_tail);
+    if (used != 0) {
+        answer_rx(s, gp, seq, RG_RES_RING);
+        return 1;
+    }
+    if (gp->src_active) {
+        uint64_t dst = s->drx_ptr, len = s->drx_len, n = gp->src_len;
+        void *to;
+        gp->copy_seq = seq;
+        gp->copy_to_ring = dst == 0;
+        if (dst != 0) {
+            n  = n < len ? n : len;
+            to = (void *)(uintptr_t)dst;
+        } else { /* the ring is empty: its first contiguous stretch */
+            size_t off = (size_t)(p->rx_head & (g->ring - 1));
+            n  = n < g->ring - off ? n : g->ring - off;
+            to = g->rx + (size_t)i * g->ring + off;
+        }
+        if (n == 0) {
+            answer_rx(s, gp, seq, REMORA_ERR_INVALID_PARAM);
+            return 1;
+        }
+        if ((st = copy_start(g, i, to, n)) != REMORA_OK) {
+            rm_warn("gpunet: device-to-device copy failed (%s)", remora_status_string(st));
+            gn_sock_fail(g, i, REMORA_ERR_IO);
+        }
+        return 1;
+    }
+    if (gp->fin_in || gp->peer_closed) {
+        answer_rx(s, gp, seq, 0);
+        return 1;
+    }
+    if (ld_acq32(&s->drx_cancel) == seq) {
+        answer_rx(s, gp, seq, REMORA_ERR_TIMED_OUT);
+        return 1;
+    }
+    return 0;
+}
+
+/* The IPC handle and offset of ptr for an RTS (worker w's cache first); 0,
+ * or -1 if ptr is not device memory that can be shared. The entry used
+ * moves to the front (size_of_offer reads it). */
+static int offer_handle(remora_gpunet_h g, unsigned w, void *ptr, gp_rts_t *rts)
+{
+    gp_offer_t *c = g->offers[w], hit;
+    unsigned n = sizeof(g->offers[0]) / sizeof(g->offers[0][0]), k;
+    uint64_t id;
+    void *base;
+    size_t size, off;
+
+    if (rm_cuda_ptr_alloc(ptr, &id, &base, &size) != REMORA_OK)
+        return -1;
+    for (k = 0; k < n && c[k].id != id; k++) {}
+    if (k == n) { /* new: the oldest entry goes */
+        hit = (gp_offer_t){.id = id, .base = base, .size = size};
+        if (rm_cuda_ipc_get(base, &hit.handle, &off) != REMORA_OK)
+            return -1;
+        k = n - 1;
+    } else {
+        hit = c[k];
+    }
+    memmove(&c[1], &c[0], k * sizeof(c[0]));
+    c[0] = hit;
+    rts->handle = hit.handle;
+    rts->offset = (uint64_t)((uint8_t *)ptr - hit.base);
+    return 0;
+}
+
+static size_t size_of_offer(remora_gpunet_h g, unsigned w)
+{
+    return g->offers[w][0].size;
+}
+
+/* The kernel's direct send: offered to the peer as an RTS, or back to the ring. */
+static int offer_send(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sock_shm_t *s = &g->sh[i];
+    uint32_t seq = ld_acq32(&s->dtx_seq);
+    gp_rts_t rts;
+    void *ptr;
+    uint64_t len;
+    int r;
+
+    if (gp->tx_busy) {
+        if (!gp->tx_cancel_sent && ld_acq32(&s->dtx_cancel) == gp->tx_id) {
+            if ((r = ctl_send(p, GP_CANCEL, gp->tx_id, 0)) < 0)
+                return r;
+            gp->tx_cancel_sent = 1;
+            gp->tx_deadline = rm_now_ns() + g->timeout_ns;
+        } else if (gp->tx_cancel_sent && rm_now_ns() > gp->tx_deadline) {
+            return REMORA_ERR_TIMED_OUT; /* the peer never answered: it may still read */
+        }
+        return 0;
+    }
+    if (seq == gp->tx_seen)
+        return 0;
+    ptr = (void *)(uintptr_t)s->dtx_ptr;
+    len = s->dtx_len;
+    memset(&rts, 0, sizeof(rts));
+    if (len == 0 || g->host_queues || offer_handle(g, (unsigned)i % g->nworkers, ptr, &rts) ||
+        rts.offset + len > size_of_offer(g, (unsigned)i % g->nworkers)) {
+        answer_tx(s, gp, seq, RG_RES_RING); /* not shareable: the kernel uses the ring */
+        return 1;
+    }
+    if ((r = frame_send(p->fd, GP_RTS, seq, len, &rts, sizeof(rts), NULL, 0)) <= 0)
+        return r;
+    gp->tx_busy = 1;
+    gp->tx_id = seq;
+    gp->tx_cancel_sent = 0;
+    return 1;
+}
+
+/* Device -> peer: ring bytes as DATA, then the direct send, then FIN. */
+static int gp_tx(remora_gpunet_h g, int i, int *busy)
+{
+    psock_t *p = &g->ps[i];
+    rg_sock_shm_t *s = &g->sh[i];
+    uint8_t *txr = g->tx + (size_t)i * g->ring;
+    uint64_t head = ld_acq(&s->tx_head);
+    int r;
+
+    if ((r = ctl_flush(p)) < 0)
+        return r;
+    if (head - p->tx_tail > g->ring)
+        return REMORA_ERR_PROTOCOL; /* a kernel wrote past the ring */
+    while (head != p->tx_tail) {
+        size_t off = (size_t)(p->tx_tail & (g->ring - 1));
+        size_t n = (size_t)(head - p->tx_tail), n1;
+        n  = n < GP_FRAME ? n : GP_FRAME;
+        n1 = n < g->ring - off ? n : g->ring - off;
+        if ((r = frame_send(p->fd, GP_DATA, 0, 0, txr + off, n1, txr, n - n1)) <= 0)
+            return r;
+        p->tx_tail += n;
+        st_rel(&s->tx_tail, p->tx_tail);
+        *busy = 1;
+    }
+    if ((r = offer_send(g, i)) != 0) {
+        *busy = 1;
+        if (r < 0)
+            return r;
+    }
+    if ((flag(&p->closing) || flag(&p->shutting)) && !p->shut_done && !p->gp.tx_busy &&
+        ld_acq32(&s->dtx_seq) == p->gp.tx_seen) {
+        if ((r = frame_send(p->fd, GP_FIN, 0, 0, NULL, 0, NULL, 0)) <= 0)
+            return r;
+        p->shut_done = 1;
+        *busy = 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ the peer's side */
+
+/* A frame from the stream (ctl 0) or the control socket (ctl 1). */
+static int on_frame(remora_gpunet_h g, int i, int ctl, const gp_hdr_t *h, const void *body)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sock_shm_t *s = &g->sh[i];
+    int is_ctl = h->type == GP_DONE || h->type == GP_CANCEL || h->type == GP_PING ||
+                 h->type == GP_PONG;
+
+    if ((!gp->hello && h->type != GP_HELLO) || is_ctl != ctl)
+        return REMORA_ERR_PROTOCOL;
+    switch (h->type) {
+    case GP_HELLO:
+        if (h->a != ((uint64_t)GP_MAGIC << 32 | GP_VERSION))
+            return REMORA_ERR_VERSION;
+        gp->hello = 1;
+        return 0;
+    case GP_DATA: /* already in the ring */
+        p->rx_head += h->len;
+        st_rel(&s->rx_head, p->rx_head);
+        return 0;
+    case GP_RTS: {
+        gp_rts_t rts;
+        if (h->len != sizeof(rts) || h->b == 0 || h->b > INT32_MAX)
+            return REMORA_ERR_PROTOCOL;
+        memcpy(&rts, body, sizeof(rts));
+        if (gp->cancel_seen && gp->cancel_id == h->a) { /* its CANCEL came first */
+            gp->cancel_seen = 0;
+            return ctl_send(p, GP_DONE, h->a, (uint64_t)(int64_t)REMORA_ERR_TIMED_OUT);
+        }
+        const gp_map_t *m = g->host_queues ? NULL : map_get(g, gp->peer_pid, &rts.handle);
+        if (m == NULL || rts.offset > m->size || h->b > m->size - rts.offset)
+            return ctl_send(p, GP_DONE, h->a, (uint64_t)(int64_t)RG_RES_RING);
+        gp->src        = m->base + rts.offset;
+        gp->src_len    = h->b;
+        gp->src_id     = h->a;
+        gp->src_active = 1;
+        gp->rx_bits |= RG_RX_SRC;
+        publish_bits(s, gp);
+        return 0;
+    }
+    case GP_DONE:
+        if (!gp->tx_busy || h->a != gp->tx_id)
+            return REMORA_ERR_PROTOCOL;
+        gp->tx_busy = 0;
+        answer_tx(s, gp, (uint32_t)h->a, (int32_t)(int64_t)h->b);
+        return 0;
+    case GP_CANCEL:
+        if (!gp->src_active || h->a != gp->src_id) {
+            /* Either our DONE crossed it, or its RTS is still unread. */
+            if (h->a != gp->done_id) {
+                gp->cancel_seen = 1;
+                gp->cancel_id   = h->a;
+            }
+            return 0;
+        }
+        if (gp->copying) {
+            gp->src_cancel = 1; /* the copy's DONE answers it */
+            return 0;
+        }
+        src_drop(p, s);
+        gp->done_id = h->a;
+        return ctl_send(p, GP_DONE, h->a, (uint64_t)(int64_t)REMORA_ERR_TIMED_OUT);
+    case GP_PING:
+        return ctl_send(p, GP_PONG, 0, 0);
+    case GP_PONG:
+        return 0;
+    case GP_FIN:
+        gp->fin_in = 1;
+        gp->rx_bits |= RG_RX_EOF;
+        publish_bits(s, gp);
+        return 0;
+    default:
+        return REMORA_ERR_PROTOCOL;
+    }
+}
+
+/* The fd a HELLO passed (SCM_RIGHTS), or -1. */
+static int passed_fd(struct msghdr *msg)
+{
+    int fd = -1;
+
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int)) && fd < 0)
+            memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    return fd;
+}
+
+/* Peer -> device, the stream: frames while the ring has room and no offer
+ * of the peer is pending. */
+static int gp_rx(remora_gpunet_h g, int i, int *busy)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sock_shm_t *s = &g->sh[i];
+    uint8_t *rxr = g->rx + (size_t)i * g->ring;
+
+    while (p->readable && !gp->src_active && !gp->peer_closed) {
+        size_t space = g->ring - (size_t)(p->rx_head - ld_acq(&s->rx_tail));
+        size_t off = (size_t)(p->rx_head & (g->ring - 1)), n1 = g->ring - off;
+        int into_ring = space >= GP_FRAME;
+        gp_hdr_t h;
+        gp_rts_t small;
+        union {
+            struct cmsghdr c;
+            char           buf[CMSG_SPACE(sizeof(int))];
+        } ctl;
+        struct iovec iov[3] = {{&h, sizeof(h)}};
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+        ssize_t r;
+
+        if (!gp->hello) {
+            msg.msg_control    = ctl.buf;
+            msg.msg_controllen = sizeof(ctl.buf);
+        }
+        if (into_ring) { /* DATA lands in the ring; the others are copied out of it */
+            iov[1] = (struct iovec){rxr + off, n1 < GP_FRAME ? n1 : GP_FRAME};
+            iov[2] = (struct iovec){rxr, GP_FRAME - iov[1].iov_len};
+            msg.msg_iovlen = iov[2].iov_len ? 3 : 2;
+        } else {
+            r = recv(p->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                p->readable = 0;
+                break;
+            }
+            if (r > 0 && (r != (ssize_t)sizeof(h) || h.type == GP_DATA))
+                break; /* waits for the kernel to make room */
+            iov[1] = (struct iovec){&small, sizeof(small)};
+        }
+        r = recvmsg(p->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                p->readable = 0;
+                break;
+            }
+            return REMORA_ERR_DISCONNECTED;
+        }
+        if (r == 0) { /* the peer closed: after its FIN an end, before it a failure */
+            gp->peer_closed = 1;
+            if (!gp->fin_in) {
+                rm_info("gpunet: GPU peer of socket %d went away", i);
+                return REMORA_ERR_DISCONNECTED;
+            }
+            break;
+        }
+        if (!gp->hello) {
+            int fd = passed_fd(&msg);
+            if (fd >= 0 && (gp->cfd >= 0 || gn_watch_ctl(g, i, fd) != 0)) {
+                close(fd);
+                return REMORA_ERR_PROTOCOL;
+            }
+            if (fd >= 0)
+                gp->cfd = fd;
+            if (gp->cfd < 0)
+                return REMORA_ERR_PROTOCOL; /* the connector passes it */
+        }
+        if ((size_t)r < sizeof(h) || (size_t)r != sizeof(h) + h.len || (msg.msg_flags & MSG_TRUNC) ||
+            (h.type == GP_DATA && !into_ring))
+            return REMORA_ERR_PROTOCOL;
+        if (h.type != GP_DATA && h.len && into_ring) { /* gather it out of the ring */
+            size_t k = h.len < sizeof(small) ? h.len : sizeof(small), k1 = k < n1 ? k : n1;
+            memcpy(&small, rxr + off, k1);
+            memcpy((uint8_t *)&small + k1, rxr, k - k1);
+        }
+        int st = on_frame(g, i, 0, &h, &small);
+        if (st < 0)
+            return st;
+        gp->last_rx_ns = rm_now_ns();
+        *busy = 1;
+    }
+    return 0;
+}
+
+/* Control frames, whatever the stream is waiting for. */
+static int gp_ctl_rx(remora_gpunet_h g, int i, int *busy)
+{
+    gp_state_t *gp = &g->ps[i].gp;
+
+    while (gp->ctl_readable && gp->cfd >= 0 && !gp->ctl_closed) {
+        gp_hdr_t h;
+        ssize_t r = recv(gp->cfd, &h, sizeof(h), MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return REMORA_ERR_DISCONNECTED;
+            gp->ctl_readable = 0;
+            break;
+        }
+        if (r == 0) { /* the stream tells how it ended; no answer comes from here on */
+            gp->ctl_closed = 1;
+            break;
+        }
+        if (r != (ssize_t)sizeof(h) || h.len != 0)
+            return REMORA_ERR_PROTOCOL;
+        int st = on_frame(g, i, 1, &h, NULL);
+        if (st < 0)
+            return st;
+        gp->last_rx_ns = rm_now_ns();
+        *busy = 1;
+    }
+    return 0;
+}
+
+/* While the kernel waits on the peer (an offer out, a receive request
+ * open), a peer silent for a heartbeat is asked for a PONG, and one silent
+ * for the peer timeout is dead. */
+static int liveness(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    uint64_t now = rm_now_ns();
+    int waiting = gp->tx_busy || ld_acq32(&g->sh[i].drx_seq) != gp->rx_seen;
+
+    if (!waiting || g->hb_ns == 0 || gp->peer_closed) {
+        gp->last_rx_ns = now;
+        return 0;
+    }
+    if (gp->ctl_closed && gp->tx_busy)
+        return REMORA_ERR_DISCONNECTED; /* the DONE it waits for cannot come */
+    if (now - gp->last_rx_ns > g->dead_ns) {
+        rm_warn("gpunet: GPU peer of socket %d silent for %llu ms: disconnected", i,
+                (unsigned long long)((now - gp->last_rx_ns) / 1000000u));
+        return REMORA_ERR_DISCONNECTED;
+    }
+    if (now - gp->last_rx_ns > g->hb_ns && now - gp->last_ping_ns > g->hb_ns) {
+        gp->last_ping_ns = now;
+        return ctl_send(p, GP_PING, 0, 0);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ the socket */
+
+void gp_open(remora_gpunet_h g, int i, int cfd)
+{
+    psock_t *p = &g->ps[i];
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+
+    memset(&p->gp, 0, sizeof(p->gp));
+    p->gp.cfd = cfd;
+    if (getsockopt(p->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0)
+        p->gp.peer_pid = cr.pid;
+    p->gp.rx_bits = RG_RX_REQ;
+    p->gp.last_rx_ns = rm_now_ns();
+    publish_bits(&g->sh[i], &p->gp);
+    /* The connector's HELLO went with the control socket (gp_connect). */
+    if (cfd < 0 && hello_send(p->fd, -1) != 0)
+        st_rel32(&g->sh[i].error, REMORA_ERR_DISCONNECTED);
+}
+
+int gp_pump(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    rg_sock_shm_t *s = &g->sh[i];
+    int busy = copy_progress(g, i), st;
+
+    if (s->error) {
+        answer_all(s, &p->gp, s->error);
+        if (flag(&p->closing) && !p->gp.copying) {
+            gn_sock_free(g, i);
+            return 1;
+        }
+        return busy;
+    }
+    if ((st = gp_ctl_rx(g, i, &busy)) < 0 || (st = gp_tx(g, i, &busy)) < 0 ||
+        (st = gp_rx(g, i, &busy)) < 0 || (st = liveness(g, i)) < 0) {
+        gn_sock_fail(g, i, (remora_status_t)st);
+        return 1;
+    }
+    if (flag(&p->closing) && p->shut_done && !p->gp.copying && p->gp.nout == 0) {
+        gn_sock_free(g, i);
+        return 1;
+    }
+    return serve_request(g, i) | busy;
+}
+
+void gp_release(remora_gpunet_h g, int i)
+{
+    gp_state_t *gp = &g->ps[i].gp;
+
+    if (gp->copying) /* a copy reads the peer's buffer and writes ours: let it end */
+        rm_copyq_drain(g->copyq[(unsigned)i % g->nworkers]);
+    gp->copying = 0;
+    if (gp->cfd >= 0)
+        close(gp->cfd); /* leaves the epoll set with it */
+    gp->cfd = -1;
+}
+
+remora_status_t gp_prepare(remora_gpunet_h g)
+{
+    remora_status_t st;
+
+    if (g->host_queues || g->direct_min == 0)
+        return REMORA_OK; /* no device-to-device copies */
+    for (unsigned w = 0; w < g->nworkers; w++) {
+        if ((g->copyq[w] = rm_copyq_create()) == NULL)
+            return REMORA_ERR_NO_MEMORY;
+        if ((st = rm_copyq_prepare(g->copyq[w], g->device)) != REMORA_OK)
+            return st;
+    }
+    return REMORA_OK;
+}
+
+/* After the workers stopped and `alive` dropped: kernels return, so the
+ * closes (which wait for them) end. Also undoes a failed gp_prepare. */
+void gp_shutdown(remora_gpunet_h g)
+{
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++) {
+        rm_copyq_destroy(g->copyq[w]); /* drains: no copy reads a mapping closed below */
+        g->copyq[w] = NULL;
+    }
+    for (unsigned k = 0; k < GN_MAPS; k++)
+        if (g->maps[k].base) {
+            rm_cuda_ipc_close(g->device, g->maps[k].base);
+            g->maps[k].base = NULL;
+        }
+}
