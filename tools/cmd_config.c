@@ -47,6 +47,9 @@ static const cli_config_var_t cli_config_vars[] = {
      "proxy: small GPU sources of stream operations are copied by the proxy thread"},
     {"REMORA_GPUNET_SPIN_US", "2000", "GPU socket proxy: busy-poll this long before sleeping"},
     {"REMORA_GPUNET_THREADS", "ncpu/2, 1..8", "GPU socket proxy worker threads"},
+    {"REMORA_GPUNET_DIRECT_MIN", "65536",
+     "GPU sockets between GPUs of one host: sends and receives this large go device to device "
+     "(0: never)"},
 };
 
 #define CLI_NCONFIG (sizeof(cli_config_vars) / sizeof(cli_config_vars[0]))
