@@ -102,5 +102,28 @@ if wait "$spid"; then say "PASSED gpu_echo_server (served 16)"; else say "FAILED
 step gpunet_bench 150 "$build/gpunet_bench" --iters 20000 --blocks 64 --mib-per-stream 64
 grep -E '_us|_GBps|failed' "$out/gpunet_bench.log" | sed 's/^/    /' | tee -a "$summary"
 
+# 5. GPU <-> GPU again under MPS. Without it two processes on one GPU
+#    time-slice: a kernel waiting on a socket keeps its slice, so each
+#    message waits for a switch (milliseconds). With MPS (how services that
+#    share a GPU are run) both kernels run at once. The daemon is ours,
+#    started only if none runs, and stopped at the end; no GPU setting
+#    changes.
+if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && ! pgrep -x nvidia-cuda-mps >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=$out/mps CUDA_MPS_LOG_DIRECTORY=$out/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    for mib in 4 16; do
+      step "gpunet_bench_mps_${mib}MiB" 90 "$build/gpunet_bench" --only gpu-gpu --gg-mib "$mib"
+      grep -E '_GBps|failed' "$out/gpunet_bench_mps_${mib}MiB.log" | sed 's/^/    MPS: /' | tee -a "$summary"
+    done
+    echo quit | nvidia-cuda-mps-control
+  else
+    say "SKIPPED gpunet_bench under MPS (the daemon did not start)"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+else
+  say "SKIPPED gpunet_bench under MPS (no nvidia-cuda-mps-control, or MPS already running)"
+fi
+
 say "== $fails failed step(s); logs in $out"
 exit "$fails"
