@@ -8,7 +8,11 @@
  * every round; no host thread touches the data path.
  *
  *   stream_pingpong RANK LISTEN_PORT PEER_PORT [ITERS] [SIZE] [--raw|--raw-local]
- *                   [--local] [--bare]
+ *                   [--local] [--bare] [--gpu N]
+ *
+ * --gpu N puts this rank on GPU N (default 0): ranks on two GPUs measure
+ * the path between GPUs (peer copies over NVLink or PCIe) without the one
+ * GPU switching between the two processes' contexts.
  *
  * Both processes run on one host (127.0.0.1); the path is the client's
  * (REMORA_PATH, UCX_TLS): same-host GPU regions take CUDA IPC with the
@@ -88,6 +92,7 @@ static int run_rank(int rank, const char *lport, const char *pport, int iters, s
                     int bare);
 
 static int g_local; /* --local: the ranks are threads of this process */
+static int g_dev;   /* --gpu N: this rank's GPU (default 0) */
 
 struct local_rank {
     int         rank, iters, bare, rc;
@@ -98,7 +103,7 @@ struct local_rank {
 static void *local_main(void *arg)
 {
     struct local_rank *r = (struct local_rank *)arg;
-    CK(cudaSetDevice(0));
+    CK(cudaSetDevice(g_dev));
     r->rc = run_rank(r->rank, r->lport, r->pport, r->iters, r->size, r->bare);
     return NULL;
 }
@@ -122,7 +127,7 @@ int main(int argc, char **argv)
 {
     int ndev = 0, raw = 0, raw_local = 0, local = 0, bare = 0;
     if (argc < 4) {
-        fprintf(stderr, "usage: %s RANK LISTEN_PORT PEER_PORT [ITERS] [SIZE] [--raw]\n", argv[0]);
+        fprintf(stderr, "usage: %s RANK LISTEN_PORT PEER_PORT [ITERS] [SIZE] [--raw] [--gpu N]\n", argv[0]);
         return 2;
     }
     int rank = atoi(argv[1]);
@@ -133,6 +138,8 @@ int main(int argc, char **argv)
         raw_local |= strcmp(argv[i], "--raw-local") == 0;
         local |= strcmp(argv[i], "--local") == 0;
         bare |= strcmp(argv[i], "--bare") == 0;
+        if (strcmp(argv[i], "--gpu") == 0 && i + 1 < argc)
+            g_dev = atoi(argv[i + 1]);
     }
     /* Kernels loaded with the module, not at their first launch (see the
      * comment before the loop); measured: with lazy loading the TCP
@@ -144,7 +151,11 @@ int main(int argc, char **argv)
         printf("SKIPPED: no GPU\n");
         return 77;
     }
-    CK(cudaSetDevice(0));
+    if (g_dev < 0 || g_dev >= ndev) {
+        printf("SKIPPED: --gpu %d, %d GPU(s) here\n", g_dev, ndev);
+        return 77;
+    }
+    CK(cudaSetDevice(g_dev));
     if (raw_local)
         return run_raw_local(iters, size);
     if (raw)
@@ -172,9 +183,10 @@ static int run_rank(int rank, const char *lport, const char *pport, int iters, s
     remora_server_params_t sp = {REMORA_SERVER_FIELD_LISTEN_ADDR, listen};
     RK(remora_server_create(sctx, &sp, &server));
     remora_mem_params_t mp = {};
-    mp.field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE;
+    mp.field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE | REMORA_MEM_FIELD_DEVICE;
     mp.length = size ? size : 1;
     mp.type = REMORA_MEM_CUDA;
+    mp.device = g_dev;
     RK(remora_mem_create(sctx, &mp, &mem));
     remora_region_params_t rp = {};
     rp.field_mask = REMORA_REGION_FIELD_FLAGS;

@@ -102,6 +102,17 @@ if wait "$spid"; then say "PASSED gpu_echo_server (served 16)"; else say "FAILED
 step gpunet_bench 150 "$build/gpunet_bench" --iters 20000 --blocks 64 --mib-per-stream 64
 grep -E '_us|_GBps|failed' "$out/gpunet_bench.log" | sed 's/^/    /' | tee -a "$summary"
 
+# 4b. GPU <-> GPU between two GPUs (sender on GPU 0, receiver on GPU 1):
+#     peer copies against cudaMemcpyPeer. Skipped with one GPU.
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+  for mib in 4 16; do
+    step "gpunet_bench_2gpu_${mib}MiB" 90 "$build/gpunet_bench" --only gpu-gpu --gg-mib "$mib" --sink-gpu 1
+    grep -E '_GBps|failed' "$out/gpunet_bench_2gpu_${mib}MiB.log" | sed 's/^/    two GPUs: /' | tee -a "$summary"
+  done
+else
+  say "SKIPPED gpunet_bench_2gpu_* (fewer than two GPUs)"
+fi
+
 # 5. GPU <-> GPU again under MPS. Without it two processes on one GPU
 #    time-slice: a kernel waiting on a socket keeps its slice, so each
 #    message waits for a switch (milliseconds). With MPS (how services that

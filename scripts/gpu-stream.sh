@@ -32,6 +32,8 @@ pingpong() {
   esac
   have_gpu || { echo "SKIPPED: no GPU"; return 77; }
   local tmo=${REMORA_PP_TIMEOUT:-120} log1 log0
+  # REMORA_PP_GPU1=N: rank 1 on GPU N (rank 0 stays on GPU 0).
+  [ "${REMORA_PP_GPU1:-0}" != 0 ] && extra+=(--gpu "$REMORA_PP_GPU1")
   log1=$(mktemp /tmp/remora_pp1_XXXXXX); log0=$(mktemp /tmp/remora_pp0_XXXXXX)
   env "${envs[@]}" REMORA_LOG=${REMORA_LOG:-warn} timeout -k 5 "$tmo" "$bin" 1 "$p1" "$p0" "$iters" "$size" "${extra[@]}" \
       > "$log1" 2>&1 &
@@ -131,6 +133,18 @@ lp=$(( 20000 + ($$ * 13) % 20000 ))
 step pingpong_tcp_local 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_pingpong" 0 "$lp" $((lp + 1)) 10000 64 --local
 step pingpong_tcp_local_bare 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_pingpong" 0 $((lp + 2)) $((lp + 3)) 10000 64 --local --bare
 
+# 2b. The same between two processes on GPU 0 and GPU 1 (skipped with one
+#     GPU): no context switching between the ranks, peer copies over NVLink.
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+  step pingpong2_ipc 130 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
+  step pingpong2_raw 130 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" raw 10000 64
+  step pingpong2_tcp 130 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
+  step pingpong2_ipc_1MiB 60 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
+  step pingpong2_raw_1MiB 60 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" raw 1000 1048576
+else
+  say "[SKIP] pingpong2_*: fewer than two GPUs here (two processes on GPU 0 and GPU 1)"
+fi
+
 # 3. Benchmark: TCP (staging) and the same-host default.
 step bench_tcp 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_bench"
 step bench_am 100 REMORA_PATH=am -- "$gpu/stream_bench" 0.5
@@ -170,6 +184,14 @@ for b in bench_tcp bench_am; do
   done
 done
 say "  same-host 1 MiB put_signal ping-pong RTT: $(val pingpong_ipc_1MiB rtt_us) us"
+if [ -f "$out/pingpong2_ipc.log" ]; then
+  ipc2=$(val pingpong2_ipc rtt_us); raw2=$(val pingpong2_raw rtt_us); tcp2=$(val pingpong2_tcp rtt_us)
+  say "  two GPUs (ranks on GPU 0 and GPU 1), 64 B: IPC ${ipc2:-n/a} us (path $(val pingpong2_ipc path)), raw ${raw2:-n/a} us, TCP ${tcp2:-n/a} us"
+  check "two GPUs: ratio remora / raw, 64 B" "$(ratio "$ipc2" "$raw2")" "<=" 1.5
+  check "two GPUs: TCP ping-pong RTT - host read RTT (us)" "$(diff_ "$tcp2" "$rd")" "<=" 10
+  say "  two GPUs, 1 MiB: IPC $(val pingpong2_ipc_1MiB rtt_us) us, raw $(val pingpong2_raw_1MiB rtt_us) us"
+  check "two GPUs: ratio remora / raw, 1 MiB" "$(ratio "$(val pingpong2_ipc_1MiB rtt_us)" "$(val pingpong2_raw_1MiB rtt_us)")" "<=" 1.5
+fi
 say ""
 [ "$failed" = 0 ] && say "ALL STEPS PASSED (or skipped)" || say "SOME STEPS FAILED: see the logs in $out"
 exit $failed
