@@ -372,7 +372,9 @@ static int copy_start(remora_gpunet_h g, int i, void *dst, uint64_t n)
     remora_status_t st;
 
     p->gp.copy_ended = 0;
-    if ((st = rm_copyq_start(q, &p->gp.copy, dst, p->gp.src, (size_t)n, copy_ended)) != REMORA_OK)
+    /* On our device: the peer's buffer is mapped in its context only. */
+    if ((st = rm_copyq_start_on(q, g->device, &p->gp.copy, dst, p->gp.src, (size_t)n,
+                                copy_ended)) != REMORA_OK)
         return st;
     p->gp.copying = 1;
     p->gp.copy_n  = n;

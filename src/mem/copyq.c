@@ -61,11 +61,18 @@ remora_status_t rm_copyq_prepare(rm_copyq_t *q, int device)
 remora_status_t rm_copyq_start(rm_copyq_t *q, rm_copy_t *copy, void *dst, const void *src,
                                size_t length, rm_copy_cb_t done)
 {
+    if (dst == NULL || src == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    return rm_copyq_start_on(q, rm_cuda_copy_device(dst, src), copy, dst, src, length, done);
+}
+
+remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, void *dst,
+                                  const void *src, size_t length, rm_copy_cb_t done)
+{
     remora_status_t st;
 
     if (q == NULL || copy == NULL || done == NULL || dst == NULL || src == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    int device = rm_cuda_copy_device(dst, src);
     if (device < 0 || device >= q->ndev || q->dev[device].stream == NULL)
         return REMORA_ERR_UNSUPPORTED; /* not prepared: never set up on this path */
     rm_copyq_dev_t *d = &q->dev[device];

@@ -69,6 +69,10 @@ remora_status_t rm_copyq_prepare(rm_copyq_t *q, int device);
  */
 remora_status_t rm_copyq_start(rm_copyq_t *q, rm_copy_t *copy, void *dst, const void *src,
                                size_t length, rm_copy_cb_t done);
+/* The same on a device the caller names: one whose context holds a mapping
+ * the copy uses (a peer's buffer opened through CUDA IPC). */
+remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, void *dst,
+                                  const void *src, size_t length, rm_copy_cb_t done);
 /* Run the callbacks of the copies that finished; returns how many. */
 unsigned rm_copyq_poll(rm_copyq_t *q);
 /* Wait for every copy in flight and run its callback (also those that

@@ -700,14 +700,15 @@ remora_status_t rm_cuda_host_unregister(void *p)
 /* The context a copy runs in: the device of either side, else device 0. */
 int rm_cuda_copy_device(const void *dst, const void *src)
 {
-    rm_ptr_kind_t kind;
-    int device;
+    rm_ptr_kind_t dk = RM_PTR_HOST, sk = RM_PTR_HOST;
+    int dd = -1, sd = -1;
 
-    if (rm_cuda_ptr_kind(dst, &kind, &device) == REMORA_OK && device >= 0)
-        return device;
-    if (rm_cuda_ptr_kind(src, &kind, &device) == REMORA_OK && device >= 0)
-        return device;
-    return 0;
+    if (rm_cuda_ptr_kind(dst, &dk, &dd) != REMORA_OK)
+        dk = RM_PTR_HOST;
+    if (dk != RM_PTR_DEVICE && dk != RM_PTR_MANAGED &&
+        rm_cuda_ptr_kind(src, &sk, &sd) != REMORA_OK)
+        sk = RM_PTR_HOST;
+    return rm_cuda_copy_pick(dk, dd, sk, sd);
 }
 
 /* The stream rm_cuda_copy runs on: one non-blocking stream per device, made

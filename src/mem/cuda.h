@@ -102,8 +102,27 @@ remora_status_t rm_cuda_host_alloc_mapped(int device, size_t length, void **p, v
 remora_status_t rm_cuda_host_register(void *p, size_t length);
 remora_status_t rm_cuda_host_unregister(void *p);
 
-/** The device a copy between dst and src runs on: dst's, else src's, else 0. */
+/** The device a copy between dst and src runs on (rm_cuda_copy_pick). */
 int rm_cuda_copy_device(const void *dst, const void *src);
+/**
+ * The choice itself: the device whose memory the copy touches, dst's before
+ * src's, then the context of pinned host memory, else 0. Device memory comes
+ * first because a copy queued in another device's context waits on the
+ * memory's own device (GPU 1 -> pinned memory of GPU 0's context, queued
+ * on GPU 0, never ended while a stream of GPU 1 waited for it).
+ */
+static inline int rm_cuda_copy_pick(rm_ptr_kind_t dk, int dd, rm_ptr_kind_t sk, int sd)
+{
+    if ((dk == RM_PTR_DEVICE || dk == RM_PTR_MANAGED) && dd >= 0)
+        return dd;
+    if ((sk == RM_PTR_DEVICE || sk == RM_PTR_MANAGED) && sd >= 0)
+        return sd;
+    if (dk == RM_PTR_PINNED_HOST && dd >= 0)
+        return dd;
+    if (sk == RM_PTR_PINNED_HOST && sd >= 0)
+        return sd;
+    return 0;
+}
 /** Blocking copy in any direction (unified addressing infers it). */
 remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length);
 /** Enqueue a copy on a stream; host memory must be pinned for it to overlap. */

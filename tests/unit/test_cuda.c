@@ -94,6 +94,20 @@ static void test_no_gpu_public(void **state)
     assert_int_equal(remora_cuda_can_access_peer(0, 0, &can), REMORA_ERR_UNSUPPORTED);
 }
 
+/* Which device's context runs a copy: the device memory's own, before any
+ * pinned host memory's (a GPU 1 -> host copy queued on GPU 0 hung). */
+static void test_copy_pick(void **state)
+{
+    (void)state;
+    assert_int_equal(rm_cuda_copy_pick(RM_PTR_PINNED_HOST, 0, RM_PTR_DEVICE, 1), 1);
+    assert_int_equal(rm_cuda_copy_pick(RM_PTR_DEVICE, 1, RM_PTR_PINNED_HOST, 0), 1);
+    assert_int_equal(rm_cuda_copy_pick(RM_PTR_DEVICE, 0, RM_PTR_DEVICE, 1), 0);
+    assert_int_equal(rm_cuda_copy_pick(RM_PTR_HOST, -1, RM_PTR_MANAGED, 2), 2);
+    assert_int_equal(rm_cuda_copy_pick(RM_PTR_PINNED_HOST, 1, RM_PTR_HOST, -1), 1);
+    assert_int_equal(rm_cuda_copy_pick(RM_PTR_HOST, -1, RM_PTR_PINNED_HOST, 2), 2);
+    assert_int_equal(rm_cuda_copy_pick(RM_PTR_HOST, -1, RM_PTR_HOST, -1), 0);
+}
+
 static void test_no_gpu_mem(void **state)
 {
     remora_context_h ctx = new_context();
@@ -536,6 +550,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_gpu_unsupported),
         cmocka_unit_test(test_no_gpu_public),
         cmocka_unit_test(test_no_gpu_mem),
+        cmocka_unit_test(test_copy_pick),
     };
     const struct CMUnitTest gpu[] = {
         cmocka_unit_test(test_devices),
