@@ -315,15 +315,17 @@ static int echo_sizes(cudaStream_t st, const char *addr)
     return ok;
 }
 
-/* The peer of case 5b, another process on the same GPU. */
-static int global_echo_child(const char *port, int n)
+/* The peer of cases 5b and 9, another process on GPU `dev`. */
+static int global_echo_child(const char *port, int n, int dev)
 {
     remora_context_h ctx;
     remora_gpunet_h net;
     remora_gpunet_params_t gp = {};
     gp.field_mask = REMORA_GPUNET_FIELD_TIMEOUT_MS;
     gp.timeout_ms = 10000;
-    if (remora_context_create(NULL, &ctx) || remora_gpunet_create(ctx, 0, &gp, &net) ||
+    if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess)
+        return 1;
+    if (remora_context_create(NULL, &ctx) || remora_gpunet_create(ctx, dev, &gp, &net) ||
         rg_install(remora_gpunet_device_handle(net)))
         return 1;
     char addr[64];
@@ -342,19 +344,20 @@ static int global_echo_child(const char *port, int n)
     _exit(ok && res[0] == n ? 0 : 1);
 }
 
-/* Start the 5b peer; its pid, with *port set, or -1. */
-static pid_t start_global_echo(unsigned *port, int n)
+/* Start the peer of 5b or 9 on GPU dev; its pid, with *port set, or -1. */
+static pid_t start_global_echo(unsigned *port, int n, int dev)
 {
     int probe = tcp_listen_any(port), fds[2];
     close(probe);
-    char ports[16], ns[16], line[64] = "";
+    char ports[16], ns[16], ds[16], line[64] = "";
     snprintf(ports, sizeof(ports), "%u", *port);
     snprintf(ns, sizeof(ns), "%d", n);
+    snprintf(ds, sizeof(ds), "%d", dev);
     if (pipe(fds) != 0) return -1;
     pid_t pid = fork();
     if (pid == 0) {
         dup2(fds[1], 1);
-        execl("/proc/self/exe", "test_gpunet", "--global-echo", ports, ns, (char *)NULL);
+        execl("/proc/self/exe", "test_gpunet", "--global-echo", ports, ns, ds, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -374,7 +377,7 @@ static void peer_killed_case(cudaStream_t st, uint8_t *src)
     int *r3 = mapped_ints(3);
     unsigned long long *ns;
     cudaHostAlloc((void **)&ns, sizeof(*ns), cudaHostAllocMapped);
-    pid_t pid = start_global_echo(&port, 1);
+    pid_t pid = start_global_echo(&port, 1, 0);
     CHECK(pid > 0);
     snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
     k_until_error<<<1, 256, 0, st>>>(dev_string(addr), src, r3, ns);
@@ -389,6 +392,48 @@ static void peer_killed_case(cudaStream_t st, uint8_t *src)
     report("GPU peer (global memory) killed mid-stream: kernel gets an error", ok);
 }
 
+/* 5b and 9: a kernel here echoes 1 B..4 MiB, in pieces, through a GPU peer
+ * process on GPU `dev` whose kernel receives into and sends from global
+ * memory (device to device when large), byte-exact. */
+static int echo_global(cudaStream_t st, int dev)
+{
+    static const int lens[] = {1, 64, 4096, 65536, 300001, 1 << 20, 4 << 20, 4 << 20};
+    static const int pieces[] = {1, 64, 4096, 65536, 4099, 1 << 20, 4 << 20, 1 << 20};
+    const int n = sizeof(lens) / sizeof(lens[0]);
+    int ok = 1;
+    unsigned port;
+    char addr[64];
+    pid_t pid = start_global_echo(&port, n, dev);
+    CHECK(pid > 0);
+    uint8_t *src, *dst, *hs = (uint8_t *)malloc(4 << 20), *hd = (uint8_t *)malloc(4 << 20);
+    cudaMalloc(&src, 4 << 20);
+    cudaMalloc(&dst, 4 << 20);
+    for (int i = 0; i < (4 << 20); i++) hs[i] = (uint8_t)(i * 7 + (i >> 13));
+    cudaMemcpy(src, hs, 4 << 20, cudaMemcpyHostToDevice);
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+    char *a = dev_string(addr);
+    int *res = mapped_ints(1);
+    for (int k = 0; k < n && pid > 0 && ok; k++) {
+        cudaMemset(dst, 0, 4 << 20);
+        double t0 = now_ms();
+        k_echo<<<1, 1024, 0, st>>>(a, src, dst, lens[k], pieces[k], res);
+        CHECK(wait_stream(st, 60000));
+        CHECK(res[0] == lens[k]);
+        cudaMemcpy(hd, dst, lens[k], cudaMemcpyDeviceToHost);
+        CHECK(memcmp(hd, hs, lens[k]) == 0);
+        printf("  %d bytes in pieces of %d, peer on GPU %d: %d (%.1f ms)\n", lens[k], pieces[k],
+               dev, res[0], now_ms() - t0);
+    }
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cudaFree(src);
+    cudaFree(dst);
+    free(hs);
+    free(hd);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     int ngpu = 0;
@@ -400,8 +445,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     cudaSetDevice(0);
     cudaFree(0);
-    if (argc == 4 && !strcmp(argv[1], "--global-echo"))
-        return global_echo_child(argv[2], atoi(argv[3]));
+    if (argc == 5 && !strcmp(argv[1], "--global-echo"))
+        return global_echo_child(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 2 && !strcmp(argv[1], "--peer-killed")) { /* that case alone */
         remora_context_h c;
         remora_gpunet_h n;
@@ -535,42 +580,12 @@ int main(int argc, char **argv)
     }
     /* 5b */
     {
-        static const int lens[] = {1, 64, 4096, 65536, 300001, 1 << 20, 4 << 20, 4 << 20};
-        static const int pieces[] = {1, 64, 4096, 65536, 4099, 1 << 20, 4 << 20, 1 << 20};
-        const int n = sizeof(lens) / sizeof(lens[0]);
-        int ok = 1;
-        unsigned port;
-        pid_t pid = start_global_echo(&port, n);
-        CHECK(pid > 0);
-        uint8_t *src, *dst, *hs = (uint8_t *)malloc(4 << 20), *hd = (uint8_t *)malloc(4 << 20);
+        uint8_t *src;
         cudaMalloc(&src, 4 << 20);
-        cudaMalloc(&dst, 4 << 20);
-        for (int i = 0; i < (4 << 20); i++) hs[i] = (uint8_t)(i * 7 + (i >> 13));
-        cudaMemcpy(src, hs, 4 << 20, cudaMemcpyHostToDevice);
-        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
-        char *a = dev_string(addr);
-        int *res = mapped_ints(1);
-        for (int k = 0; k < n && pid > 0 && ok; k++) {
-            cudaMemset(dst, 0, 4 << 20);
-            double t0 = now_ms();
-            k_echo<<<1, 1024, 0, st>>>(a, src, dst, lens[k], pieces[k], res);
-            CHECK(wait_stream(st, 60000));
-            CHECK(res[0] == lens[k]);
-            cudaMemcpy(hd, dst, lens[k], cudaMemcpyDeviceToHost);
-            CHECK(memcmp(hd, hs, lens[k]) == 0);
-            printf("  %d bytes in pieces of %d: %d (%.1f ms)\n", lens[k], pieces[k], res[0],
-                   now_ms() - t0);
-        }
-        int status = -1;
-        if (pid > 0) waitpid(pid, &status, 0);
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        report("GPU peer in another process, global memory (device to device), byte-exact", ok);
-
+        report("GPU peer in another process, global memory (device to device), byte-exact",
+               echo_global(st, 0));
         peer_killed_case(st, src);
         cudaFree(src);
-        cudaFree(dst);
-        free(hs);
-        free(hd);
     }
     /* 6 */
     {
@@ -612,6 +627,9 @@ int main(int argc, char **argv)
     /* 9 */
     if (ngpu < 2)
         printf("WAIVED two GPUs: %d GPU(s) here (a separate two-GPU issue)\n", ngpu);
+    else
+        report("GPU peer on the other GPU (device to device across GPUs), byte-exact",
+               echo_global(st, 1));
     /* 7 */
     {
         int ok = 1, *res = mapped_ints(3);
