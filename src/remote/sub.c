@@ -19,6 +19,13 @@
  *   ring's `claimed` once the push was out; batch_check discards what the
  *   producer may have touched, as for a fetch. The next wait goes out before
  *   the pushed elements are delivered (docs/ring.md, "Fan-out").
+ * - A paced stream keeps a second wait armed. While answers bring one
+ *   element each (the subscriber has caught up), a wait for the element
+ *   after the awaited one goes out too, so the server holds a wait when the
+ *   producer commits it, and the producer's thread can answer at once,
+ *   however late the subscriber's next wait would reach a busy server. Under
+ *   load (answers bring several) it stops: a second wait would bring back
+ *   mostly what the first brought.
  * - Waiting for an answer spins only while answers come within 2 ms; longer
  *   waits sleep, leaving the CPU to whoever produces the answer.
  * - A subscriber asks the server (RING_WAIT) only when it has nothing left to
@@ -100,6 +107,10 @@ struct remora_sub {
     char              data_name[REMORA_NAME_MAX + 8]; /* a GPU ring's "NAME#data" */
     uint8_t           f_hdr[RM_RING_HDR_LEN];
     rm_op_t          *wait_op;     /* a RING_WAIT awaiting its answer */
+    uint64_t          wait_want;   /* ... the element it asked for */
+    rm_op_t          *wait_ahead;  /* the wait armed behind it (paced streams), or NULL */
+    uint64_t          ahead_want;
+    int               sparse;      /* the last answer brought at most one element */
 
     remora_sub_cb_t   cb;
     void             *cb_arg;
@@ -133,7 +144,8 @@ static void sub_body_release(remora_sub_h sub)
 
 /* ------------------------------------------------------------ waits */
 
-static remora_status_t wait_send(remora_sub_h sub)
+/* Send a RING_WAIT for element `want`; the op goes to *slot. */
+static remora_status_t wait_post(remora_sub_h sub, uint64_t want, rm_op_t **slot)
 {
     remora_client_h c = sub->client;
     rm_rregion_t *r;
@@ -155,7 +167,7 @@ static remora_status_t wait_send(remora_sub_h sub)
     } else {
         rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .region_id = r->id,
                       .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
-                      .offset = sub->next,
+                      .offset = want,
                       .length = sub->use_inline ? sub->inline_max : 0};
         if (sub->use_push) {
             h.kind  |= RM_RING_BULK;
@@ -176,12 +188,50 @@ static remora_status_t wait_send(remora_sub_h sub)
             }
             if (++c->nsubops == c->nops) /* it never holds up a disconnect */
                 rm_engine_complete(c->ctx, &c->drained);
-            sub->wait_op = op;
+            *slot = op;
         }
     }
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);
     return st;
+}
+
+/* The wait every answer is awaited through (the head). */
+static remora_status_t wait_send(remora_sub_h sub, uint64_t want)
+{
+    sub->wait_want = want;
+    return wait_post(sub, want, &sub->wait_op);
+}
+
+/* Small elements of every mode come inline: only those streams pipeline. */
+static int sub_pipelined(const remora_sub_h sub)
+{
+    return sub->mode == REMORA_SUB_EVERY && sub->use_inline && !sub->use_push;
+}
+
+/* A paced stream: the wait for the element after the awaited one. A failure
+ * only costs the head start; the head wait says what went wrong. */
+static void wait_ahead_send(remora_sub_h sub)
+{
+    if (sub->wait_op == NULL || sub->wait_ahead != NULL || !sub->sparse || !sub_pipelined(sub))
+        return;
+    sub->ahead_want = sub->wait_want + 1;
+    if (wait_post(sub, sub->ahead_want, &sub->wait_ahead) != REMORA_OK)
+        sub->wait_ahead = NULL;
+}
+
+/* Give the outstanding waits back (reattach, destroy). */
+static void waits_abandon(remora_sub_h sub)
+{
+    rm_op_t **ops[2] = {&sub->wait_op, &sub->wait_ahead};
+
+    for (int i = 0; i < 2; i++)
+        if (*ops[i]) {
+            rm_engine_lock(sub->client->ctx);
+            rm_client_op_abandon(*ops[i]);
+            rm_engine_unlock(sub->client->ctx);
+            *ops[i] = NULL;
+        }
 }
 
 /* Take the server's answer: the new head and any elements inline. */
@@ -215,7 +265,9 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     op->reply = NULL;
     rm_client_op_free(op);
     rm_engine_unlock(c->ctx);
-    sub->wait_op = NULL;
+    sub->wait_op    = sub->wait_ahead; /* the one armed behind it, if any */
+    sub->wait_want  = sub->ahead_want;
+    sub->wait_ahead = NULL;
 
     int push = push_req && h.length && len == h.length * sub->shape.stride;
     if (st == REMORA_OK && (h.length > sub->shape.capacity || h.size >= (1ull << 62) ||
@@ -228,6 +280,7 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     }
     if (h.size > sub->known_head)
         sub->known_head = h.size;
+    sub->sparse = h.length <= 1;
     if (push) {
         /* Whole slots, sent from the ring, and the server's verdict: the
          * ring's `claimed` once they were out. The slots it may have touched
@@ -239,11 +292,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         sub->f_first   = h.offset;
         sub->f_count   = h.length;
         batch_check(sub, claimed);
-        uint64_t saved = sub->next;
-        sub->next = h.offset + h.length;
-        if (wait_send(sub) != REMORA_OK)
+        if (wait_send(sub, h.offset + h.length) != REMORA_OK)
             sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
-        sub->next = saved;
         return REMORA_OK;
     }
     if (h.length) {
@@ -251,17 +301,14 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         sub->inline_body = body;
         sub->cur = (rm_batch_t){.data = body, .pitch = sub->shape.elem_size,
                                 .first = h.offset, .count = h.length};
-        if (sub->mode == REMORA_SUB_EVERY && h.length > 1 && h.offset + h.length > sub->next) {
+        if (sub->mode == REMORA_SUB_EVERY && h.length > 1 && h.offset + h.length > sub->next &&
+            sub->wait_op == NULL) {
             /* Under load (several came): ask for what follows now, so the
              * round trip overlaps with delivery. A lone element goes to the
-             * consumer first (the next wait is sent on the next call, long
-             * before the producer's next element at any rate a lone element
-             * means). */
-            uint64_t saved = sub->next;
-            sub->next = h.offset + h.length;
-            if (wait_send(sub) != REMORA_OK)
+             * consumer first; the wait armed behind this one (paced
+             * streams) or the next call's covers what follows. */
+            if (wait_send(sub, h.offset + h.length) != REMORA_OK)
                 sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
-            sub->next = saved;
         }
     } else if (sub->use_push && sub->spare == NULL && body && body_cap >= sub->push_cap) {
         sub->spare = body; /* a lent buffer that came back empty */
@@ -534,12 +581,7 @@ static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
     if ((st = rm_client_await_link(c, deadline, &gen, &instance)) != REMORA_OK)
         return st;
     fetch_cancel(sub);
-    if (sub->wait_op) {
-        rm_engine_lock(c->ctx);
-        rm_client_op_abandon(sub->wait_op);
-        rm_engine_unlock(c->ctx);
-        sub->wait_op = NULL;
-    }
+    waits_abandon(sub);
     sub->cur.pos = sub->cur.count;
     /* A server that has just started listens before it has exposed its
      * rings (ms, but a reconnect can land in them): a new instance gets a
@@ -627,9 +669,10 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
                 st = fetch_more(sub, sub->next);
                 goto check;
             }
-            if ((st = wait_send(sub)) != REMORA_OK)
+            if ((st = wait_send(sub, sub->next)) != REMORA_OK)
                 goto check;
         }
+        wait_ahead_send(sub);
         if ((st = wait_finish(sub, deadline)) != REMORA_OK)
             goto check;
         /* Nothing came inline (too large, or lost while the server copied it). */
@@ -899,11 +942,7 @@ void remora_sub_destroy(remora_sub_h sub)
         pthread_join(sub->thread, NULL);
     }
     fetch_cancel(sub);
-    if (sub->wait_op) {
-        rm_engine_lock(sub->client->ctx);
-        rm_client_op_abandon(sub->wait_op);
-        rm_engine_unlock(sub->client->ctx);
-    }
+    waits_abandon(sub);
     rm_client_sub_detach(sub->client); /* may free a client already disconnected */
     free(sub->inline_body);
     free(sub->push_body);

@@ -424,6 +424,69 @@ static void test_callback_form(void **state)
     it_client_close(&c);
 }
 
+static uint64_t ring_waits_received(remora_server_h s)
+{
+    remora_server_stats_t st = {.field_mask = REMORA_SERVER_STATS_FIELD_RING_WAITS};
+
+    it_assert_ok(remora_server_stats(s, &st));
+    return st.ring_waits;
+}
+
+/* A paced stream keeps a second wait armed: once an answer brought a lone
+ * element, the server holds waits for the next two elements while the
+ * subscriber is between calls, so a commit is answered at once. */
+static void test_paced_wait_armed_ahead(void **state)
+{
+    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
+                               .elem_size = 64, .capacity = 64};
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0"};
+    remora_context_h ctx;
+    remora_ring_h ring;
+    remora_server_h server;
+    char addr[64];
+    it_client_t c;
+    remora_sub_h sub;
+    remora_elem_info_t info = {0};
+    uint8_t elem[64] = {1}, buf[64];
+    (void)state;
+
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    it_assert_ok(remora_ring_create(ctx, &rp, &ring));
+    it_assert_ok(remora_server_create(ctx, &sp, &server));
+    it_assert_ok(remora_server_address(server, addr, sizeof(addr)));
+    it_assert_ok(remora_server_expose_ring(server, "r", ring));
+    it_assert_ok(it_client_open(&c, addr, NULL));
+    it_assert_ok(remora_client_subscribe(c.client, "r", NULL, &sub));
+    uint64_t w0 = ring_waits_received(server);
+    it_assert_ok(remora_ring_push(ring, elem, sizeof(elem), NULL));
+    it_assert_ok(remora_sub_next(sub, buf, sizeof(buf), &info, 5000));
+    assert_int_equal(info.seq, 0);
+    /* Nothing more: the call waits for element 1 with a wait for 2 behind it. */
+    it_assert_status(remora_sub_next(sub, buf, sizeof(buf), &info, 200), REMORA_ERR_TIMED_OUT);
+    /* Waits for 0, 1 and 2; where elements never come inline (the fetch
+     * and push variants: REMORA_RING_INLINE=0) only 0 and 1. */
+    const char *inl = getenv("REMORA_RING_INLINE");
+    uint64_t expect = inl && strtoull(inl, NULL, 0) < sizeof(elem) ? 2 : 3;
+    uint64_t armed = ring_waits_received(server) - w0;
+    if (armed != expect)
+        fail_msg("%llu waits reached the server, not %llu", (unsigned long long)armed,
+                 (unsigned long long)expect);
+    for (uint64_t k = 1; k <= 4; k++) {
+        elem[0] = (uint8_t)k;
+        it_assert_ok(remora_ring_push(ring, elem, sizeof(elem), NULL));
+        it_assert_ok(remora_sub_next(sub, buf, sizeof(buf), &info, 5000));
+        assert_int_equal(info.seq, k);
+        assert_int_equal(info.drops, 0);
+        assert_int_equal(buf[0], (uint8_t)k);
+    }
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+    remora_server_destroy(server);
+    remora_ring_destroy(ring);
+    remora_context_destroy(ctx);
+}
+
 /* The client goes before its subscriptions: they fail cleanly and can still
  * be destroyed (the client's memory goes with the last of them). */
 static void test_disconnect_before_destroy(void **state)
@@ -597,6 +660,7 @@ int main(void)
         cmocka_unit_test_teardown(test_drops_exact_every, it_teardown_reap),
         cmocka_unit_test_teardown(test_latest_increasing, it_teardown_reap),
         cmocka_unit_test_teardown(test_callback_form, it_teardown_reap),
+        cmocka_unit_test_teardown(test_paced_wait_armed_ahead, it_teardown_reap),
         cmocka_unit_test_teardown(test_clone_api, it_teardown_reap),
         cmocka_unit_test_teardown(test_disconnect_before_destroy, it_teardown_reap),
         cmocka_unit_test_teardown(test_producer_killed_then_back, it_teardown_reap),
