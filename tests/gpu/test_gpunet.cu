@@ -96,31 +96,10 @@ __global__ void k_echo_shared(const char *addr, int len, int rounds, int *result
     if (threadIdx.x == 0) result[blockIdx.x] = r < 0 ? r : 1;
 }
 
-/* Listen on addr; accept n connections one after another and echo each to EOF. */
-__global__ void k_server(const char *addr, int n, int *result)
-{
-    __shared__ uint8_t buf[4096];
-    int ls = rg_bind(addr), served = 0, r = 0;
-    if (ls < 0) { if (threadIdx.x == 0) result[0] = ls; return; }
-    if (threadIdx.x == 0) result[1] = 1; /* bound */
-    __threadfence_system();
-    for (int c = 0; c < n; c++) {
-        int s = rg_accept(ls);
-        if (s < 0) { r = s; break; }
-        while ((r = rg_recv(s, buf, sizeof(buf))) > 0) {
-            int sent = 0, m = 0;
-            while (sent < r && (m = rg_send(s, buf + sent, r - sent)) > 0) sent += m;
-        }
-        rg_close(s);
-        served++;
-    }
-    rg_close(ls);
-    if (threadIdx.x == 0) result[0] = r < 0 ? r : served;
-}
-
-/* Listen on addr; echo n connections one after another to EOF, through a
- * global-memory buffer (large receives and sends go device to device). */
-__global__ void k_global_server(const char *addr, uint8_t *buf, int cap, int n, int *result)
+/* Listen on addr; accept n connections one after another and echo each to
+ * EOF through buf (cap bytes). result[1] = 1 once bound; result[0] = the
+ * connections served, or the status that ended it. */
+__device__ void echo_server(const char *addr, uint8_t *buf, int cap, int n, int *result)
 {
     int ls = rg_bind(addr), served = 0, r = 0;
     if (ls < 0) { if (threadIdx.x == 0) result[0] = ls; return; }
@@ -138,6 +117,19 @@ __global__ void k_global_server(const char *addr, uint8_t *buf, int cap, int n, 
     }
     rg_close(ls);
     if (threadIdx.x == 0) result[0] = r < 0 ? r : served;
+}
+
+/* ... through shared memory (the rings). */
+__global__ void k_server(const char *addr, int n, int *result)
+{
+    __shared__ uint8_t buf[4096];
+    echo_server(addr, buf, sizeof(buf), n, result);
+}
+
+/* ... through global memory: large receives and sends go device to device. */
+__global__ void k_global_server(const char *addr, uint8_t *buf, int cap, int n, int *result)
+{
+    echo_server(addr, buf, cap, n, result);
 }
 
 /* Stream to a peer that dies: keep sending until an error; then recv. */
