@@ -32,6 +32,7 @@
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -230,10 +231,11 @@ int gp_accept(int ufd)
  * Mappings are never closed while the proxy runs: cuIpcCloseMemHandle waits
  * for every kernel of this process to end (seen on the H100: a close under a
  * kernel that waits on a socket never returned), and an open of the same
- * handle waits behind it. So an entry stays until remora_gpunet_destroy,
- * after `alive` dropped and kernels returned; a full table sends new
- * buffers through the ring. A dead peer's entries are never used again
- * (handles are unique), and its memory is freed at that close. */
+ * handle waits behind it. So an entry stays until remora_gpunet_destroy
+ * hands it to a thread that closes it once the process's kernels have
+ * ended (gp_shutdown); a full table sends new buffers through the ring. A
+ * dead peer's entries are never used again (handles are unique), and its
+ * memory is freed at that close. */
 static const gp_map_t *map_get(remora_gpunet_h g, pid_t pid, const rm_cuda_ipc_handle_t *h)
 {
     gp_map_t *m = NULL, *slot = NULL;
@@ -891,17 +893,68 @@ remora_status_t gp_prepare(remora_gpunet_h g)
     return REMORA_OK;
 }
 
-/* After the workers stopped and `alive` dropped: kernels return, so the
- * closes (which wait for them) end. Also undoes a failed gp_prepare. */
+/* What a stopped proxy leaves to close: its copy queues (their pinned words)
+ * and the peer buffers mapped here. Both calls wait for this process's
+ * kernels to end (as a free does), and a kernel of the application may run
+ * on for long after the proxy went: so a thread of its own closes them, and
+ * remora_gpunet_destroy does not wait for the application's kernels. */
+typedef struct gp_leftovers {
+    int         device;
+    rm_copyq_t *copyq[GN_WORKERS_MAX];
+    void       *bases[GN_MAPS];
+} gp_leftovers_t;
+
+static void *reaper_main(void *arg)
+{
+    gp_leftovers_t *l = arg;
+
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
+        rm_copyq_destroy(l->copyq[w]);
+    for (unsigned k = 0; k < GN_MAPS; k++)
+        if (l->bases[k])
+            rm_cuda_ipc_close(l->device, l->bases[k]);
+    free(l);
+    return NULL;
+}
+
+/* After the workers stopped (copies in flight end on their own: drained
+ * here, so no callback outlives the sockets). Also undoes a failed
+ * gp_prepare. */
 void gp_shutdown(remora_gpunet_h g)
 {
+    gp_leftovers_t *l = calloc(1, sizeof(*l));
+    int any = 0;
+    pthread_t t;
+    pthread_attr_t attr;
+
     for (unsigned w = 0; w < GN_WORKERS_MAX; w++) {
-        rm_copyq_destroy(g->copyq[w]); /* drains: no copy reads a mapping closed below */
+        if (g->copyq[w] == NULL)
+            continue;
+        rm_copyq_drain(g->copyq[w]);
+        if (l)
+            l->copyq[w] = g->copyq[w];
+        any = 1;
         g->copyq[w] = NULL;
     }
     for (unsigned k = 0; k < GN_MAPS; k++)
         if (g->maps[k].base) {
-            rm_cuda_ipc_close(g->device, g->maps[k].base);
+            if (l)
+                l->bases[k] = g->maps[k].base;
+            any = 1;
             g->maps[k].base = NULL;
         }
+    if (l == NULL || !any) {
+        if (any)
+            rm_warn("gpunet: out of memory: the proxy's mappings stay until the process ends");
+        free(l);
+        return;
+    }
+    l->device = g->device;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, reaper_main, l) != 0) {
+        rm_warn("gpunet: no thread to close the proxy's mappings: they stay until the process ends");
+        free(l);
+    }
+    pthread_attr_destroy(&attr);
 }
