@@ -26,9 +26,6 @@
  * - A push that does not complete (a stopped subscriber) stops counting
  *   against RM_PUSH_ACTIVE after RM_PUSH_STALL_NS, so it never holds up the
  *   others; it finishes (or fails with its connection) on its own.
- * - A subscriber may keep two waits queued (sub.c); its pushes go one after
- *   the other, the second starting when the first is out (push_busy), so
- *   the link does not idle for the round trip of its next wait.
  * - The producer never waits for any of this. A commit with waiters raises
  *   the ring's engine signal and returns; the progress thread answers. Only
  *   with at most RM_RING_DIRECT_MAX waiters and a free lock does the
@@ -309,40 +306,10 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
     }
 }
 
-/* A push of w's ring to w's connection is on the wire (stalled ones too).
- * The next wait of that subscriber starts when it is out, back to back,
- * not beside it: each push picks its elements when it starts, and two
- * started together would pick the same ones. */
-static int push_busy(remora_server_h s, const rm_ring_wait_t *w)
-{
-    rm_list_t *pos;
-
-    rm_list_for_each(pos, &s->pushes) {
-        const rm_ring_push_t *p = rm_container_of(pos, rm_ring_push_t, link);
-        if (p->conn == w->conn && p->mem == w->region->ring->mem)
-            return 1;
-    }
-    return 0;
-}
-
-/* The oldest queued wait whose subscriber has no push on the wire, or NULL. */
-static rm_ring_wait_t *push_next(remora_server_h s)
-{
-    rm_list_t *pos;
-
-    rm_list_for_each(pos, &s->pushq) {
-        rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
-        if (!push_busy(s, w))
-            return w;
-    }
-    return NULL;
-}
-
 /* Start queued pushes while fewer than RM_PUSH_ACTIVE are on the wire. */
 static void push_pump(remora_server_h s)
 {
     rm_list_t *pos, *tmp;
-    rm_ring_wait_t *w;
     uint64_t t = rm_now_ns();
 
     if (s->destroying)
@@ -355,10 +322,8 @@ static void push_pump(remora_server_h s)
             s->push_active--;
         }
     }
-    /* One at a time: a push that completes at once pumps again from its
-     * callback, so the queue is looked at afresh each round. */
-    while (s->push_active < RM_PUSH_ACTIVE && (w = push_next(s)) != NULL)
-        push_start(s, w);
+    while (s->push_active < RM_PUSH_ACTIVE && !rm_list_empty(&s->pushq))
+        push_start(s, rm_container_of(s->pushq.next, rm_ring_wait_t, link));
 }
 
 /* A wait whose element is there: answered now, or queued for a push. */

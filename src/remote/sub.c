@@ -19,15 +19,13 @@
  *   ring's `claimed` once the push was out; batch_check discards what the
  *   producer may have touched, as for a fetch. The next wait goes out before
  *   the pushed elements are delivered (docs/ring.md, "Fan-out").
- * - A second wait armed. While answers bring one element each (a paced
- *   stream the subscriber keeps up with, or pushes of large elements, one
- *   a push), a wait for the element after the awaited one goes out too. The
- *   server then holds a wait when the producer commits, and the producer's
- *   thread can answer at once, however late the subscriber's next wait
- *   would reach a busy server; a push starts as soon as the one before it
- *   is out, instead of a round trip later. Under load (answers bring
- *   several) it stops: a second wait would bring back mostly what the
- *   first brought.
+ * - A paced stream keeps a second wait armed. While answers bring one
+ *   element each (the subscriber has caught up), a wait for the element
+ *   after the awaited one goes out too, so the server holds a wait when the
+ *   producer commits it, and the producer's thread can answer at once,
+ *   however late the subscriber's next wait would reach a busy server. Under
+ *   load (answers bring several) it stops: a second wait would bring back
+ *   mostly what the first brought.
  * - Waiting for an answer spins only while answers come within 2 ms; longer
  *   waits sleep, leaving the CPU to whoever produces the answer.
  * - A subscriber asks the server (RING_WAIT) only when it has nothing left to
@@ -205,10 +203,10 @@ static remora_status_t wait_send(remora_sub_h sub, uint64_t want)
     return wait_post(sub, want, &sub->wait_op);
 }
 
-/* Elements that come with the answers (inline or pushed), every mode. */
+/* Small elements of every mode come inline: only those streams pipeline. */
 static int sub_pipelined(const remora_sub_h sub)
 {
-    return sub->mode == REMORA_SUB_EVERY && (sub->use_inline || sub->use_push);
+    return sub->mode == REMORA_SUB_EVERY && sub->use_inline && !sub->use_push;
 }
 
 /* A paced stream: the wait for the element after the awaited one. A failure
@@ -294,9 +292,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         sub->f_first   = h.offset;
         sub->f_count   = h.length;
         batch_check(sub, claimed);
-        if (sub->wait_op == NULL && wait_send(sub, h.offset + h.length) != REMORA_OK)
+        if (wait_send(sub, h.offset + h.length) != REMORA_OK)
             sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
-        wait_ahead_send(sub); /* the server pushes it as soon as this one is out */
         return REMORA_OK;
     }
     if (h.length) {

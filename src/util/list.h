@@ -30,8 +30,6 @@ static inline void rm_list_del(rm_list_t *e)
     e->prev = e->next = e;
 }
 
-#define rm_list_for_each(pos, head) for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
-
 #define rm_list_for_each_safe(pos, tmp, head) \
     for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
