@@ -127,7 +127,7 @@ for f in "$tmp"/v.*; do printf "  %-12s %s\n" "${f##*/v.}" "$(all "${f##*/v.}")"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
 echo
 printf "%-44s %12s %12s %8s   %s\n" "measure (medians of $REPS rounds)" "ring" "reference" "ratio" "target (16-core; 2-core)"
-rtt=$(med rtt)
+rtt=$([ -n "$SUBS" ] && med rtt || echo 0)
 for n in $SUBS; do
   printf "%-44s %12.1f %12.1f %8s   %s\n" "64 B @ 10 kHz x $n: p99 us (ref: RTT p50)" "$(med l$n.p99)" "$rtt" \
     "$(ratio "$(med l$n.p99)" "$rtt")" "$([ "$n" = 1 ] && echo '<= 3x; <= 6x' || echo '<= 500 us')"
