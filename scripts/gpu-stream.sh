@@ -93,7 +93,7 @@ summary=$out/summary.txt
 failed=0
 say() { echo "$*" | tee -a "$summary"; }
 
-for b in test_stream stream_pingpong stream_bench; do
+for b in test_stream stream_pingpong stream_bench stream_wait_probe; do
   [ -x "$gpu/$b" ] || { say "MISSING $gpu/$b (was nvcc found? see cmake output)"; exit 1; }
 done
 if ! have_gpu; then
@@ -144,6 +144,12 @@ if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
 else
   say "[SKIP] pingpong2_*: fewer than two GPUs here (two processes on GPU 0 and GPU 1)"
 fi
+
+# 2c. How late a stream notices a CPU-written word after waiting a while,
+#     and whether a memop on another stream of its context makes it look
+#     sooner (docs/stream.md, "Round trips between two processes").
+step wait_probe 120 -- "$gpu/stream_wait_probe" 2000
+grep -h '^wait_probe' "$out/wait_probe.log" | sed 's/^/    /' | tee -a "$summary"
 
 # 3. Benchmark: TCP (staging) and the same-host default.
 step bench_tcp 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_bench"
