@@ -36,6 +36,17 @@ static double now_us(void)
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
+/* Spin until *w == v; exit after a second (a stream that never answers). */
+static void await_word(volatile uint64_t *w, uint64_t v)
+{
+    double until = now_us() + 1e6;
+    while (*w != v)
+        if (now_us() > until) {
+            fprintf(stderr, "the stream did not write %llu within 1 s\n", (unsigned long long)v);
+            exit(1);
+        }
+}
+
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -74,7 +85,7 @@ int main(int argc, char **argv)
                 CKR(cuStreamWriteValue64((CUstream)s, (CUdeviceptr)(dwords + 8), (cuuint64_t)i, 0));
                 if (i % 256 == 0 || i == rounds) { /* the CPU runs the queued rounds meanwhile */
                     for (int j = i - (i % 256 ? i % 256 : 256) + 1; j <= i; j++) {
-                        while (words[8] != (uint64_t)(j - 1)) {}
+                        await_word(&words[8], (uint64_t)(j - 1));
                         double t0 = now_us();
                         while (now_us() - t0 < delays[d]) {}
                         double t1 = now_us();
@@ -82,7 +93,7 @@ int main(int argc, char **argv)
                         if (kick)
                             CKR(cuStreamWriteValue64((CUstream)k, (CUdeviceptr)(dwords + 16),
                                                      (cuuint64_t)j, 0));
-                        while (words[8] != (uint64_t)j) {}
+                        await_word(&words[8], (uint64_t)j);
                         lat[j - 1] = now_us() - t1;
                     }
                 }
