@@ -219,6 +219,17 @@ remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t
     return rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
 }
 
+void rm_conn_hold(rm_conn_t *c) { c->inflight++; }
+
+int rm_conn_release(rm_conn_t *c)
+{
+    int dead = c->dead;
+
+    c->inflight--;
+    conn_free_if_idle(c);
+    return dead;
+}
+
 void rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id, remora_status_t status,
                        rm_wbuf_t *body)
 {

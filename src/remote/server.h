@@ -60,7 +60,7 @@ typedef struct rm_conn {
     uint8_t         server_nonce[RM_NONCE_LEN];
     uint8_t         client_nonce[RM_NONCE_LEN];
     uint64_t        acked_epoch;
-    unsigned        inflight;   /* writes being received into region memory */
+    unsigned        inflight;   /* holds: writes landing in region memory, rm_conn_hold */
     int             dead;       /* failed or closed; freed when inflight == 0 */
     uint64_t        born_ns;
     char            peer_host[64]; /* the client's address, for logs and caps */
@@ -140,6 +140,12 @@ struct remora_server {
 
 /* server.c */
 remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp);
+/* Keep c's memory across a call that may close the connection at once (a
+ * send to a peer that went away can fail its endpoint inside the send, and
+ * the close frees the connection's ring waits). rm_conn_release says
+ * whether it died meanwhile, and frees it if this was the last hold. */
+void            rm_conn_hold(rm_conn_t *c);
+int             rm_conn_release(rm_conn_t *c);
 /* A reply of type with a status and an optional body (freed here). */
 void            rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id,
                               remora_status_t status, rm_wbuf_t *body);

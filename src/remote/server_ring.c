@@ -299,8 +299,10 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
                            .body_len = n * stride, .memh = ring->mem->memh, .bulk = 1,
                            .done = push_done, .arg = p};
     if (rm_conn_send(c, &h, &sp) != REMORA_OK) {
-        s->push_active--;
-        rm_list_del(&p->link);
+        if (p->server != NULL) { /* else the connection died in the send and let it go */
+            s->push_active--;
+            rm_list_del(&p->link);
+        }
         rm_mem_unref(p->mem);
         free(p);
     }
@@ -326,10 +328,28 @@ static void push_pump(remora_server_h s)
         push_start(s, rm_container_of(s->pushq.next, rm_ring_wait_t, link));
 }
 
-/* A wait whose element is there: answered now, or queued for a push. */
-static void answer(remora_server_h s, rm_ring_wait_t *w, const rm_ring_shape_t *now,
-                   rm_shared_body_t **shared)
+/* Answer w with a status and free it; 0 if its connection died in the
+ * send (then w, and every other wait of that connection, went with it). */
+static int wait_reply(rm_ring_wait_t *w, remora_status_t status)
 {
+    rm_conn_t *c = w->conn;
+
+    rm_conn_hold(c);
+    rm_conn_reply(c, RM_MSG_RING_NOTIFY, w->req_id, status, NULL);
+    if (rm_conn_release(c))
+        return 0;
+    wait_free(w);
+    return 1;
+}
+
+/* A wait whose element is there: answered now, or queued for a push. 0 if
+ * its connection died in the answer's send, as for wait_reply: a caller
+ * walking a list of waits starts over. */
+static int answer(remora_server_h s, rm_ring_wait_t *w, const rm_ring_shape_t *now,
+                  rm_shared_body_t **shared)
+{
+    rm_conn_t *c = w->conn;
+
     if (w->bulk) {
         if (!w->queued) {
             rm_list_del(&w->link);
@@ -338,10 +358,14 @@ static void answer(remora_server_h s, rm_ring_wait_t *w, const rm_ring_shape_t *
             w->queued = 1;
             rm_list_push_back(&s->pushq, &w->link);
         }
-        return;
+        return 1;
     }
-    notify(w->conn, w->region, w->req_id, w->want, w->mode, w->inline_max, now, shared);
+    rm_conn_hold(c);
+    notify(c, w->region, w->req_id, w->want, w->mode, w->inline_max, now, shared);
+    if (rm_conn_release(c))
+        return 0;
     wait_free(w);
+    return 1;
 }
 
 /* Answer the waits on this ring that its head now satisfies. */
@@ -354,11 +378,13 @@ static void ring_fire(remora_server_h s, remora_ring_h ring)
     /* Pairs with the producer's store of head then load of armed. */
     atomic_thread_fence(memory_order_seq_cst);
     rm_ring_snapshot(ring, &now);
+again: /* a connection that died in a send took its other waits: tmp may be one */
     rm_list_for_each_safe(pos, tmp, &s->waits) {
         rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
         if (w->region->ring != ring || now.head <= w->want)
             continue;
-        answer(s, w, &now, &shared);
+        if (!answer(s, w, &now, &shared))
+            goto again;
     }
     if (shared)
         shared_body_done(shared, UCS_OK);
@@ -417,8 +443,9 @@ void rm_server_ring_worker_stop(remora_server_h s)
     rm_engine_remove_signal(s->ctx, &s->rings_sig);
 }
 
-/* A connection at its limit of waits: answer (CANCELED) and drop its oldest. */
-static void evict_oldest_wait(rm_conn_t *c)
+/* A connection at its limit of waits: answer (CANCELED) and drop its
+ * oldest. 0 if the connection died in that answer's send. */
+static int evict_oldest_wait(rm_conn_t *c)
 {
     rm_list_t *lists[2] = {&c->server->pushq, &c->server->waits}, *pos, *tmp;
 
@@ -427,11 +454,10 @@ static void evict_oldest_wait(rm_conn_t *c)
             rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
             if (w->conn != c)
                 continue;
-            rm_conn_reply(c, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_CANCELED, NULL);
-            wait_free(w);
-            return;
+            return wait_reply(w, REMORA_ERR_CANCELED);
         }
     }
+    return 1;
 }
 
 void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
@@ -456,8 +482,9 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
         notify(c, r, hdr->req_id, hdr->offset, RM_RING_MODE(hdr->kind), inline_max, &now, NULL);
         return;
     }
-    if (c->nwaits >= RM_RING_WAITS_MAX)
-        evict_oldest_wait(c); /* most likely a subscription long gone */
+    /* At the limit: most likely a subscription long gone. */
+    if (c->nwaits >= RM_RING_WAITS_MAX && !evict_oldest_wait(c))
+        return; /* c died in the send */
     if ((w = calloc(1, sizeof(*w))) == NULL) {
         rm_conn_reply(c, RM_MSG_RING_NOTIFY, hdr->req_id, REMORA_ERR_NO_MEMORY, NULL);
         return;
@@ -512,12 +539,13 @@ static void waits_region_gone(remora_server_h s, const rm_region_t *r)
     rm_list_t *lists[2] = {&s->waits, &s->pushq}, *pos, *tmp;
 
     for (int i = 0; i < 2; i++) {
+again:
         rm_list_for_each_safe(pos, tmp, lists[i]) {
             rm_ring_wait_t *w = rm_container_of(pos, rm_ring_wait_t, link);
             if (w->region != r)
                 continue;
-            rm_conn_reply(w->conn, RM_MSG_RING_NOTIFY, w->req_id, REMORA_ERR_NOT_FOUND, NULL);
-            wait_free(w);
+            if (!wait_reply(w, REMORA_ERR_NOT_FOUND))
+                goto again; /* its connection died: its other waits went too */
         }
     }
 }
