@@ -146,7 +146,8 @@ static void notify(rm_conn_t *c, rm_region_t *r, uint64_t req_id, uint64_t want,
     } else {
         h.offset = from;
     }
-    rm_conn_send(c, &h, &sp);
+    if (rm_conn_send(c, &h, &sp) != REMORA_OK && sp.done)
+        sp.done(sp.arg, UCS_ERR_CANCELED); /* a failed send never calls back: its reference */
 }
 
 /* ------------------------------------------------------------ pushes */
