@@ -70,7 +70,7 @@ typedef struct gp_state {
     int      tx_busy, tx_cancel_sent;
     uint64_t tx_deadline;     /* a canceled RTS must be answered by then */
     /* The peer's direct send (its RTS), until one copy moved some of it. */
-    int      src_active, src_cancel;
+    int      src_active;
     uint64_t src_id, src_len;
     uint64_t done_id;         /* the last RTS answered */
     int      cancel_seen;     /* a CANCEL for cancel_id came before its RTS */

@@ -350,7 +350,7 @@ static void src_drop(psock_t *p, rg_sock_shm_t *s)
 {
     gp_state_t *gp = &p->gp;
 
-    gp->src_active = gp->src_cancel = 0;
+    gp->src_active = 0;
     gp->rx_bits &= ~RG_RX_SRC;
     publish_bits(s, gp);
 }
@@ -645,10 +645,8 @@ static int on_frame(remora_gpunet_h g, int i, int ctl, const gp_hdr_t *h, const 
             }
             return 0;
         }
-        if (gp->copying) {
-            gp->src_cancel = 1; /* the copy's DONE answers it */
-            return 0;
-        }
+        if (gp->copying)
+            return 0; /* the copy's DONE answers it */
         src_drop(p, s);
         gp->done_id = h->a;
         return ctl_send(p, GP_DONE, h->a, (uint64_t)(int64_t)REMORA_ERR_TIMED_OUT);
