@@ -10,12 +10,14 @@ Starts `remora serve` (a 64 MiB pattern region) and `remora stream serve` (a rin
   2. 64 B read round trip (target <= remora bench's + 3 us),
   3. a ring of 64 B elements consumed by a Python iterator (target >= 300,000 elements/s),
 and prints each figure with remora bench's and the ratio. --json prints one JSON line.
-Each figure is the median of --rounds rounds (default 7) that alternate the two. Every
-round of either side is a fresh process (`remora bench` is one by nature; the Python
-reader is this script with --reader), so both sides draw their CPU and memory placement
-the same way: on the 16-core host a 1 MiB memcpy from the server's memory ran at 8-15
-GB/s depending on where a process landed, and one long-lived Python process compared
-its single placement with five of `remora bench`'s.
+Rounds (--rounds, default 11) alternate the two, and every round of either side is a
+fresh process (`remora bench` is one by nature; the Python reader is this script with
+--reader), so both sides draw their memory placement the same way. On the 16-core GPU
+host a 1 MiB memcpy from the server's memory runs at 7-15 GB/s depending on where a
+process's pages land, steady within the process; one long-lived Python process used to
+compare its single draw with five of `remora bench`'s. The 1 MiB ratio is given twice:
+median round against median round, and best round against best round (the placement
+noise is one-sided: no program copies faster than its best placement allows).
 """
 import argparse
 import glob
@@ -125,7 +127,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--path", default=None, help="force a data path for both (REMORA_PATH)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--rounds", type=int, default=7, help="alternating rounds per figure")
+    ap.add_argument("--rounds", type=int, default=11, help="alternating rounds per figure")
     ap.add_argument("--reader", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=1 << 20, help=argparse.SUPPRESS)
     ap.add_argument("--region-size", type=int, default=64 << 20, help=argparse.SUPPRESS)
@@ -156,6 +158,8 @@ def main():
                     got = {first: pair[first](), second: pair[second]()}
                     rounds.append((got[0], got[1]))
                 res[key + "_rounds"] = [round(py["gbps"] / rb["gbps"], 3) for rb, py in rounds]
+                res[key + "_best"] = {"remora_bench": max(rb["gbps"] for rb, _ in rounds),
+                                      "python": max(py["gbps"] for _, py in rounds)}
                 res[key] = {"remora_bench": median_by(rounds, 0, "gbps"),
                             "python": median_by(rounds, 1, "gbps")}
     finally:
@@ -170,16 +174,20 @@ def main():
         ring.kill()
     mb, m64, rr = res["1MiB"], res["64B"], res["ring64"]
     ratio = mb["python"]["gbps"] / mb["remora_bench"]["gbps"]
+    best = res["1MiB_best"]
+    best_ratio = best["python"] / best["remora_bench"]
     extra = m64["python"]["lat_us_p50"] - m64["remora_bench"]["lat_us_p50"]
     if a.json:
         print(json.dumps(dict(res, path=path)))
         return
     print(f"path {path} (remora bench: {mb['remora_bench']['path']}), {a.seconds:g} s each")
     print(f"{'measure':34} {'python':>12} {'remora bench':>13} {'':>18} target")
-    print(f"{'1 MiB read into numpy, GB/s':34} {mb['python']['gbps']:12.3f} "
+    print(f"{'1 MiB into numpy, GB/s, median':34} {mb['python']['gbps']:12.3f} "
           f"{mb['remora_bench']['gbps']:13.3f} {'ratio %.2fx' % ratio:>18} >= 0.9x "
           f"{'met' if ratio >= 0.9 else 'NOT met'}")
-    print(f"{'  (each round, python / bench)':34} "
+    print(f"{'  best round, GB/s':34} {best['python']:12.3f} {best['remora_bench']:13.3f} "
+          f"{'ratio %.2fx' % best_ratio:>18} >= 0.9x {'met' if best_ratio >= 0.9 else 'NOT met'}")
+    print(f"{'  each round, python / bench':34} "
           f"{' '.join('%.2f' % x for x in res['1MiB_rounds'])}")
     print(f"{'64 B read round trip p50, us':34} {m64['python']['lat_us_p50']:12.2f} "
           f"{m64['remora_bench']['lat_us_p50']:13.2f} {'+%.2f us' % extra:>18} <= +3 us "
