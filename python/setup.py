@@ -39,7 +39,7 @@ ext = Extension(
     "remora._remora",
     sources=[os.path.join("src", f) for f in
              ("module.c", "errors.c", "buffer.c", "queue.c", "server.c", "client.c",
-              "ring.c")],
+              "ring.c", "signals.c")],
     depends=[os.path.join("src", "rp.h")],
     libraries=["remora"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wshadow",

@@ -22,14 +22,15 @@ from ._remora import (  # noqa: F401  (re-exported)
     AddressError, AuthError, Busy, Canceled, Closed, ConnectionRefused, DeviceView,
     Disconnected, Element, Error, Event, Exists, InvalidParam, IOError, Memory, NoMemory,
     NotFound, OutOfRange, ProtocolError, ReadOnly, RegionInfo, Request, Ring, Server,
-    SlotContext, Subscription, TimedOut, TransportError, Unsupported, VersionError,
+    Signals, SlotContext, Subscription, TimedOut, TransportError, Unsupported, VersionError,
     cuda_info, library_version, status_string,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Context", "Memory", "Server", "Client", "Request", "Ring", "Subscription", "Element",
+    "Context", "Memory", "Server", "Client", "Request", "Ring", "Signals", "Subscription",
+    "Element",
     "CallbackSubscription", "DeviceView", "RegionInfo", "Event", "SlotContext",
     "Error", "InvalidParam", "NoMemory", "TimedOut", "Disconnected", "NotFound", "OutOfRange",
     "ReadOnly", "AuthError", "ProtocolError", "Unsupported", "ConnectionRefused",

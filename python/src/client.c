@@ -198,8 +198,9 @@ static PyObject *rp_region_info_object(const remora_region_info_t *ri)
     PyStructSequence_SET_ITEM(o, 3, PyBool_FromLong(!!(ri->access & REMORA_ACCESS_READ)));
     PyStructSequence_SET_ITEM(o, 4, PyBool_FromLong(!!(ri->access & REMORA_ACCESS_WRITE)));
     PyStructSequence_SET_ITEM(o, 5, PyLong_FromUnsignedLongLong(ri->generation));
-    PyStructSequence_SET_ITEM(o, 6, PyUnicode_FromString(ri->kind == REMORA_REGION_RING
-                                                             ? "ring"
+    PyStructSequence_SET_ITEM(o, 6, PyUnicode_FromString(ri->kind == REMORA_REGION_RING ? "ring"
+                                                         : ri->kind == REMORA_REGION_SIGNALS
+                                                             ? "signals"
                                                              : "plain"));
     if (PyErr_Occurred()) {
         Py_DECREF(o);
@@ -513,6 +514,33 @@ static PyObject *rp_client_write_nb(rp_client_t *self, PyObject *args, PyObject 
     return rp_client_nb(self, args, kw, 1);
 }
 
+/* signal(name, index, value, op='set') */
+static PyObject *rp_client_signal(rp_client_t *self, PyObject *args, PyObject *kw)
+{
+    static char       *kwlist[] = {"name", "index", "value", "op", NULL};
+    const char        *name, *opname = "set";
+    PyObject          *iobj, *vobj;
+    size_t             index;
+    uint64_t           v;
+    remora_signal_op_t op;
+    remora_status_t    st;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|s", kwlist, &name, &iobj, &vobj, &opname))
+        return NULL;
+    if (rp_client_open(self) < 0 || rp_size(iobj, 0, &index) < 0 ||
+        rp_signal_value(vobj, &v) < 0 || rp_signal_op(opname, &op) < 0)
+        return NULL;
+    rp_enter(&self->base);
+    Py_BEGIN_ALLOW_THREADS
+    st = remora_client_signal(self->handle, name, index, op, v);
+    Py_END_ALLOW_THREADS
+    rp_leave(&self->base);
+    if (st != REMORA_OK)
+        return rp_raise(st, "signal(%s[%zu] %s %llu)", name, index, opname,
+                        (unsigned long long)v);
+    Py_RETURN_NONE;
+}
+
 static PyObject *rp_client_ping(rp_client_t *self, PyObject *unused)
 {
     double          us = 0;
@@ -661,6 +689,11 @@ static PyMethodDef rp_client_methods[] = {
      "Request. out must not be touched until the request is done."},
     {"write_nb", RP_FN(rp_client_write_nb), RP_KW,
      "write_nb(name, offset, data, length=None)\n--\n\nStart a write; returns a Request."},
+    {"signal", RP_FN(rp_client_signal), RP_KW,
+     "signal(name, index, value, op='set')\n--\n\nSet ('set') or add to ('add', modulo "
+     "2**64) word index of the server's signal array name; returns once the server applied "
+     "it. Updates of one client are applied in order. OutOfRange for a bad index, "
+     "InvalidParam when name is not a signal array."},
     {"ping", (PyCFunction)rp_client_ping, METH_NOARGS,
      "ping()\n--\n\nRound trip to the server and back, in seconds."},
     {"path", (PyCFunction)rp_client_path, METH_VARARGS,

@@ -455,7 +455,7 @@ static PyStructSequence_Field rp_region_info_fields[] = {
     {"readable", "clients may read"},
     {"writable", "clients may write"},
     {"generation", "starts at 1, increases on every replace"},
-    {"kind", "'plain' or 'ring'"},
+    {"kind", "'plain', 'ring' or 'signals'"},
     {NULL},
 };
 static PyStructSequence_Desc rp_region_info_desc = {
@@ -479,7 +479,7 @@ PyMODINIT_FUNC PyInit__remora(void)
     PyTypeObject *types[] = {&rp_ContextType, &rp_MemoryType, &rp_ServerType,
                              &rp_ClientType,  &rp_RequestType, &rp_RingType,
                              &rp_SubscriptionType, &rp_ElementType, &rp_DeviceViewType,
-                             &rp_SlotContextType, &rp_SlotBufferType};
+                             &rp_SlotContextType, &rp_SlotBufferType, &rp_SignalsType};
     PyObject     *m = PyModule_Create(&rp_module);
 
     if (m == NULL)

@@ -59,7 +59,7 @@ struct rp_context {
 /* Types. */
 extern PyTypeObject rp_ContextType, rp_MemoryType, rp_ServerType, rp_ClientType,
     rp_RequestType, rp_RingType, rp_SubscriptionType, rp_ElementType, rp_DeviceViewType,
-    rp_SlotContextType, rp_SlotBufferType;
+    rp_SlotContextType, rp_SlotBufferType, rp_SignalsType;
 extern PyTypeObject *rp_RegionInfoType, *rp_EventType;
 
 /* ---------------------------------------------------------------- errors (errors.c) */
@@ -156,6 +156,12 @@ PyObject        *rp_ring_wrap(rp_context_t *ctx, remora_ring_h handle);
 PyObject        *rp_element_new(size_t size);
 void            *rp_element_data(PyObject *elem);
 void             rp_element_set(PyObject *elem, uint64_t seq, uint64_t drops);
+/* Signals (signals.c). */
+remora_signals_h rp_signals_handle(PyObject *sig);
+/* An int in [-2**63, 2**64) as a signal value (negatives wrap). */
+int              rp_signal_value(PyObject *obj, uint64_t *v);
+/* "set" / "add" as an op; ValueError otherwise. */
+int              rp_signal_op(const char *s, remora_signal_op_t *op);
 
 #define RP_MODULE "remora._remora"
 

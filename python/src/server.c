@@ -33,8 +33,8 @@ typedef struct rp_memory {
 typedef struct rp_server {
     rp_obj_t        base;
     remora_server_h handle;
-    PyObject       *regions; /* name -> Memory or Ring */
-    PyObject       *retired; /* [Memory or Ring] */
+    PyObject       *regions; /* name -> Memory, Ring or Signals */
+    PyObject       *retired; /* [Memory, Ring or Signals] */
     char            addr[128];
 } rp_server_t;
 
@@ -495,28 +495,40 @@ static PyObject *rp_server_replace(rp_server_t *self, PyObject *args, PyObject *
     return rp_server_put(self, args, kw, 1);
 }
 
-static PyObject *rp_server_expose_ring(rp_server_t *self, PyObject *args)
+/* expose_ring / expose_signals: the library call, then the server keeps obj. */
+static PyObject *rp_server_expose_obj(rp_server_t *self, PyObject *args, PyTypeObject *type,
+                                      const char *what)
 {
     const char     *name;
-    PyObject       *ring;
+    PyObject       *obj;
     remora_status_t st;
-    remora_ring_h   rh;
 
-    if (!PyArg_ParseTuple(args, "sO!", &name, &rp_RingType, &ring))
+    if (!PyArg_ParseTuple(args, "sO!", &name, type, &obj))
         return NULL;
-    if (rp_check_open(&self->base, "Server") < 0 || rp_check_open((rp_obj_t *)ring, "Ring") < 0)
+    if (rp_check_open(&self->base, "Server") < 0 || rp_check_open((rp_obj_t *)obj, what) < 0)
         return NULL;
-    rh = rp_ring_handle(ring);
     rp_enter(&self->base);
     Py_BEGIN_ALLOW_THREADS
-    st = remora_server_expose_ring(self->handle, name, rh);
+    st = type == &rp_RingType
+             ? remora_server_expose_ring(self->handle, name, rp_ring_handle(obj))
+             : remora_server_expose_signals(self->handle, name, rp_signals_handle(obj));
     Py_END_ALLOW_THREADS
     rp_leave(&self->base);
     if (st != REMORA_OK)
-        return rp_raise(st, "expose_ring(%s)", name);
-    if (self->regions != NULL && PyDict_SetItemString(self->regions, name, ring) < 0)
+        return rp_raise(st, "expose %s (%s)", what, name);
+    if (self->regions != NULL && PyDict_SetItemString(self->regions, name, obj) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *rp_server_expose_ring(rp_server_t *self, PyObject *args)
+{
+    return rp_server_expose_obj(self, args, &rp_RingType, "Ring");
+}
+
+static PyObject *rp_server_expose_signals(rp_server_t *self, PyObject *args)
+{
+    return rp_server_expose_obj(self, args, &rp_SignalsType, "Signals");
 }
 
 static PyObject *rp_server_unexpose(rp_server_t *self, PyObject *args)
@@ -628,6 +640,9 @@ static PyMethodDef rp_server_methods[] = {
      "old memory is kept until sync_clients() or close()."},
     {"expose_ring", (PyCFunction)rp_server_expose_ring, METH_VARARGS,
      "expose_ring(name, ring)\n--\n\nExpose a Ring (read-only to clients)."},
+    {"expose_signals", (PyCFunction)rp_server_expose_signals, METH_VARARGS,
+     "expose_signals(name, signals)\n--\n\nExpose Signals: clients set or add to them "
+     "(Client.signal); plain writes are refused. One server at a time (Busy)."},
     {"unexpose", (PyCFunction)rp_server_unexpose, METH_VARARGS,
      "unexpose(name)\n--\n\nRemove a region; clients get a 'region_removed' event."},
     {"sync_clients", RP_FN(rp_server_sync_clients), RP_KW,

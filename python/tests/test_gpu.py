@@ -135,3 +135,21 @@ def test_gpu_ring(ctxs, server, client_of):
         assert int(out[0]) == (i if i < 8 else 200) and bool((out == out[0]).all())
     e = ring.newest()  # host copy of a GPU element
     assert bytes(e) == b"\xc8" * 4096
+
+
+@need_cupy
+def test_signals_seen_by_the_gpu(ctxs, server, client_of):
+    """The words are mapped for the device: a CuPy array over device_ptr sees what a
+    client's signal wrote, and a GPU write is seen by Signals.wait."""
+    sig = remora.Signals(ctxs[0], 4)
+    server.expose_signals("sig", sig)
+    assert isinstance(sig.device_ptr, int) and sig.device_ptr != 0
+    mem = cupy.cuda.UnownedMemory(sig.device_ptr, 4 * 8, sig)
+    words = cupy.ndarray((4,), cupy.uint64, cupy.cuda.MemoryPointer(mem, 0))
+    cli = client_of(server)
+    cli.signal("sig", 2, 12345)
+    cli.signal("sig", 2, 5, op="add")
+    assert int(words[2]) == 12350
+    words[1] = 77                        # a kernel writing the mapped host word
+    cupy.cuda.Device().synchronize()
+    assert sig.wait(1, 77, "eq", timeout=2.0) == 77
