@@ -29,6 +29,7 @@ if [ ! -e "$build/src/libremora.so" ]; then
   echo "== building libremora ($build)"
   timeout 120 "$root/scripts/gpu-test.sh" "$build" > "$out/gpu-test-build.log" 2>&1 || true
   [ -e "$build/src/libremora.so" ] || { echo "libremora did not build: see $out/gpu-test-build.log"; exit 1; }
+  build=$(cd "$build" && pwd) # absolute now that it exists
 fi
 if [ -d "$root/.gpu-deps" ]; then # headers the machine lacks (scripts/gpu-deps.sh)
   export LD_LIBRARY_PATH=$root/.gpu-deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
