@@ -5,7 +5,7 @@
 #   scripts/gpu-python.sh OUTDIR [BUILD_DIR]     (default build-gpu; built if missing)
 # Uses the machine's python3 (3.12 with CuPy and torch). The extension is built
 # in place (pip install --no-build-isolation into a venv when pip and setuptools
-# are there, else `python3 setup.py build_ext --inplace`). Bounded: < 4 minutes.
+# are there, else `python3 setup.py build_ext --inplace`). Bounded: < 6 minutes.
 # Exit status: that of the GPU tests.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,6 +63,6 @@ timeout 60 "$pyrun" -m pytest -q -rs -p no:cacheprovider "$root/python/tests" \
   --ignore="$root/python/tests/test_gpu.py" --junitxml="$out/python-tests.xml"
 echo "python suite exit: $?"
 echo "== benchmark (map path, then am)"
-timeout 60 "$pyrun" "$root/python/bench.py" --remora "$build/tools/remora" --seconds 3
-timeout 60 "$pyrun" "$root/python/bench.py" --remora "$build/tools/remora" --seconds 3 --path am
+timeout 120 "$pyrun" "$root/python/bench.py" --remora "$build/tools/remora" --seconds 3
+timeout 120 "$pyrun" "$root/python/bench.py" --remora "$build/tools/remora" --seconds 3 --path am
 exit $rc
