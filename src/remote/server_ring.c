@@ -33,6 +33,7 @@
  *   of one or two subscribers); its cost per commit is thus bounded whatever
  *   the number of subscribers.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,13 @@ typedef struct rm_ring_push {
 } rm_ring_push_t;
 
 static void push_pump(remora_server_h s);
+
+/* A push no longer on the wire's count (done, detached or stalled): once each. */
+static void push_count_out(remora_server_h s)
+{
+    assert(s->push_active > 0);
+    s->push_active--;
+}
 
 static void wait_free(rm_ring_wait_t *w)
 {
@@ -216,6 +224,15 @@ static void push_done(void *arg, ucs_status_t status)
         free(p);
         return;
     }
+    /* Counted out and unlisted before the verdict's send: a connection that
+     * dies in that send detaches the pushes still listed (and counts them
+     * out itself), and this one must not be counted out twice. */
+    if (!p->stalled) {
+        push_count_out(s);
+        if (status == UCS_OK && p->bytes)
+            push_fit_add(s, (double)p->bytes, (double)(rm_now_ns() - p->start_ns));
+    }
+    rm_list_del(&p->link);
     if (status == UCS_OK) {
         /* The verdict: the slots are out of the ring; whatever the producer
          * claims from now on cannot touch the copy. The subscriber delivers
@@ -224,14 +241,10 @@ static void push_done(void *arg, ucs_status_t status)
         v.length = 0;
         v.size   = atomic_load_explicit(p->claimed, memory_order_acquire);
         rm_send_params_t vp = {0};
+        rm_conn_hold(p->conn);
         rm_conn_send(p->conn, &v, &vp);
+        rm_conn_release(p->conn);
     }
-    if (!p->stalled) {
-        s->push_active--;
-        if (status == UCS_OK && p->bytes)
-            push_fit_add(s, (double)p->bytes, (double)(rm_now_ns() - p->start_ns));
-    }
-    rm_list_del(&p->link);
     rm_mem_unref(p->mem);
     free(p);
     push_pump(s);
@@ -301,7 +314,7 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
                            .done = push_done, .arg = p};
     if (rm_conn_send(c, &h, &sp) != REMORA_OK) {
         if (p->server != NULL) { /* else the connection died in the send and let it go */
-            s->push_active--;
+            push_count_out(s);
             rm_list_del(&p->link);
         }
         rm_mem_unref(p->mem);
@@ -322,7 +335,7 @@ static void push_pump(remora_server_h s)
         double expect = 8.0 * push_time_ns(s, (double)p->bytes);
         if (!p->stalled && t - p->start_ns > (expect > RM_PUSH_STALL_NS ? expect : RM_PUSH_STALL_NS)) {
             p->stalled = 1; /* a stopped or slow subscriber: stop waiting for it */
-            s->push_active--;
+            push_count_out(s);
         }
     }
     while (s->push_active < RM_PUSH_ACTIVE && !rm_list_empty(&s->pushq))
@@ -527,7 +540,7 @@ void rm_server_ring_conn_gone(rm_conn_t *c)
             continue;
         rm_list_del(&p->link);
         if (!p->stalled)
-            s->push_active--;
+            push_count_out(s);
         p->conn   = NULL;
         p->server = NULL;
     }

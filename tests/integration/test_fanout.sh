@@ -15,6 +15,10 @@
 #              a producer that outruns every copy gets the subscriber's warning
 #   churn      subscribers join and leave 100 times (some killed) while the
 #              producer runs: the server's fds and RSS stay flat
+#   killpush   4 subscribers of pushed 256 KiB elements killed mid-stream, then
+#              a new one, 60 times: each new one gets its elements (a
+#              connection dying in a push's verdict send was counted out
+#              twice, and the ring pushed to no one again)
 # Sizing for a 2-core CI machine: 16 (not 64) 1 MiB subscribers, since 64
 # processes each receiving 1 MiB frames leave each a share too small to say
 # anything about fairness within seconds; the 64-subscriber case uses 64 B
@@ -199,6 +203,22 @@ churn)
   [ "$fd1" -le $((fd0 + 2)) ] || fail "fds grew from $fd0 to $fd1"
   [ "$rss1" -le $((rss0 + 8192)) ] || fail "RSS grew from $rss0 to $rss1 KiB"
   echo "PASS: 100 subscribers joined and left, fds and RSS flat"
+  ;;
+killpush)
+  serve --ring f=256Kx16 --rate 500
+  for c in $(seq 60); do
+    kp=()
+    for _ in 1 2 3 4; do
+      "$remora" stream read "$addr/f" --seconds 5 >/dev/null 2>&1 &
+      kp+=($!)
+    done
+    for p in "${kp[@]}"; do sleep "0.0$((RANDOM % 9 + 1))"; kill -9 "$p"; done
+    wait "${kp[@]}" 2>/dev/null || true
+    "$remora" stream read "$addr/f" --count 5 --verify --timeout 5000 >/dev/null 2>"$tmp/e.c" ||
+      fail "cycle $c: $(cat "$tmp/e.c")"
+  done
+  kill -0 "$srv" || fail "the server died"
+  echo "PASS: 240 subscribers of pushed elements killed, 60 served after them"
   ;;
 *)
   fail "unknown case $case_"
