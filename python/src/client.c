@@ -13,6 +13,8 @@
  */
 #include "rp.h"
 
+#include <time.h>
+
 #define RP_EVQ_MAX 4096
 
 typedef struct rp_evq_item {
@@ -414,6 +416,47 @@ static PyObject *rp_client_read(rp_client_t *self, PyObject *args, PyObject *kw)
     return result;
 }
 
+/*
+ * _read_loop(name, out, count, span): count blocking reads of len(out) bytes
+ * at consecutive offsets (wrapping before span), in C with the GIL released;
+ * returns the seconds they took. The loop `remora bench` runs, without the
+ * binding: python/bench.py times it against the same reads from Python in
+ * one process, which no process-to-process noise can reach.
+ */
+static PyObject *rp_client_read_loop(rp_client_t *self, PyObject *args)
+{
+    const char     *name;
+    PyObject       *out;
+    Py_ssize_t      count;
+    unsigned long long span;
+    rp_buf_t        b;
+    remora_status_t st = REMORA_OK;
+    struct timespec t0, t1;
+
+    if (!PyArg_ParseTuple(args, "sOnK", &name, &out, &count, &span) || rp_client_open(self) < 0)
+        return NULL;
+    if (rp_buf_get(out, 1, &b) < 0)
+        return NULL;
+    if (b.len == 0 || span < b.len || count < 0) {
+        rp_buf_release(&b);
+        PyErr_SetString(PyExc_ValueError, "_read_loop: empty buffer, span below it, or count < 0");
+        return NULL;
+    }
+    uint64_t blocks = span / b.len;
+    rp_enter(&self->base);
+    Py_BEGIN_ALLOW_THREADS
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (Py_ssize_t i = 0; i < count && st == REMORA_OK; i++)
+        st = remora_client_read(self->handle, name, (uint64_t)i % blocks * b.len, b.ptr, b.len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    Py_END_ALLOW_THREADS
+    rp_leave(&self->base);
+    rp_buf_release(&b);
+    if (st != REMORA_OK)
+        return rp_raise(st, "_read_loop(%s)", name);
+    return PyFloat_FromDouble((double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+}
+
 /* write(name, offset, data, length=None) */
 static PyObject *rp_client_write(rp_client_t *self, PyObject *args, PyObject *kw)
 {
@@ -689,6 +732,9 @@ static PyMethodDef rp_client_methods[] = {
      "Request. out must not be touched until the request is done."},
     {"write_nb", RP_FN(rp_client_write_nb), RP_KW,
      "write_nb(name, offset, data, length=None)\n--\n\nStart a write; returns a Request."},
+    {"_read_loop", (PyCFunction)rp_client_read_loop, METH_VARARGS,
+     "_read_loop(name, out, count, span)\n--\n\nBenchmark hook: count reads into out in C "
+     "(consecutive blocks wrapping before span); returns the seconds taken."},
     {"signal", RP_FN(rp_client_signal), RP_KW,
      "signal(name, index, value, op='set')\n--\n\nSet ('set') or add to ('add', modulo "
      "2**64) word index of the server's signal array name; returns once the server applied "

@@ -371,3 +371,20 @@ def test_no_leaks_over_100k_reads(ctxs, server, client_of):
             pass
 
     check(missing, 5_000)
+
+
+def test_read_loop_hook(server, client_of):
+    """Client._read_loop (python/bench.py's C loop): consecutive blocks, wrapping."""
+    a = RNG.integers(0, 256, size=4 * 4096, dtype=np.uint8)
+    server.expose("a", a)
+    cli = client_of(server)
+    out = np.empty(4096, np.uint8)
+    took = cli._read_loop("a", out, 6, a.nbytes)   # blocks 0 1 2 3 0 1
+    assert isinstance(took, float) and took > 0
+    np.testing.assert_array_equal(out, a[4096:8192])
+    with pytest.raises(ValueError):
+        cli._read_loop("a", out, 1, 100)            # span below the buffer
+    with pytest.raises(remora.NotFound):
+        cli._read_loop("nothing", out, 1, a.nbytes)
+    with pytest.raises(TypeError):
+        cli._read_loop("a", b"read-only", 1, a.nbytes)
