@@ -168,21 +168,31 @@ static PyObject *rp_signals_read(rp_signals_t *self, PyObject *arg)
     return rp_signals_item(self, i);
 }
 
-static PyObject *rp_signals_update(rp_signals_t *self, PyObject *args, remora_signal_op_t op)
+/* Word i op= value: the one update behind set(), add() and s[i] = v. */
+static int rp_signals_apply(rp_signals_t *self, Py_ssize_t i, PyObject *vobj,
+                            remora_signal_op_t op)
 {
-    Py_ssize_t      i;
-    PyObject       *vobj;
     size_t          index;
     uint64_t        v;
     remora_status_t st;
 
-    if (!PyArg_ParseTuple(args, "nO", &i, &vobj))
-        return NULL;
     if (rp_signals_open(self) < 0 || rp_signals_index(self, i, &index) < 0 ||
         rp_signal_value(vobj, &v) < 0)
+        return -1;
+    if ((st = remora_signals_update(self->handle, index, op, v)) != REMORA_OK) {
+        rp_raise(st, "Signals.%s(%zu)", op == REMORA_SIGNAL_SET ? "set" : "add", index);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *rp_signals_update(rp_signals_t *self, PyObject *args, remora_signal_op_t op)
+{
+    Py_ssize_t i;
+    PyObject  *vobj;
+
+    if (!PyArg_ParseTuple(args, "nO", &i, &vobj) || rp_signals_apply(self, i, vobj, op) < 0)
         return NULL;
-    if ((st = remora_signals_update(self->handle, index, op, v)) != REMORA_OK)
-        return rp_raise(st, "Signals.%s(%zu)", op == REMORA_SIGNAL_SET ? "set" : "add", index);
     Py_RETURN_NONE;
 }
 
@@ -198,22 +208,11 @@ static PyObject *rp_signals_add(rp_signals_t *self, PyObject *args)
 
 static int rp_signals_ass_item(rp_signals_t *self, Py_ssize_t i, PyObject *vobj)
 {
-    size_t          index;
-    uint64_t        v;
-    remora_status_t st;
-
     if (vobj == NULL) {
         PyErr_SetString(PyExc_TypeError, "signals cannot be deleted");
         return -1;
     }
-    if (rp_signals_open(self) < 0 || rp_signals_index(self, i, &index) < 0 ||
-        rp_signal_value(vobj, &v) < 0)
-        return -1;
-    if ((st = remora_signals_update(self->handle, index, REMORA_SIGNAL_SET, v)) != REMORA_OK) {
-        rp_raise(st, "Signals[%zu] =", index);
-        return -1;
-    }
-    return 0;
+    return rp_signals_apply(self, i, vobj, REMORA_SIGNAL_SET);
 }
 
 /* wait(index, value, cmp='geq', timeout=None) */
