@@ -102,6 +102,25 @@ if wait "$spid"; then say "PASSED gpu_echo_server (served 16)"; else say "FAILED
 step gpunet_bench 150 "$build/gpunet_bench" --iters 20000 --blocks 64 --mib-per-stream 64
 grep -E '_us|_GBps|failed' "$out/gpunet_bench.log" | sed 's/^/    /' | tee -a "$summary"
 
+# 4a. Large sends to a CPU sink: the kernel's threads copying into the ring
+#     (REMORA_GPUNET_BOUNCE_MIN=0) against the proxy copying the buffer out
+#     with the copy engine (bounce buffer; the minimum set to the send size),
+#     alternating, two rounds each of 1 GiB (loopback TCP moves +-30 %
+#     between rounds: compare medians of several runs).
+if [ -z "${GPUNET_SKIP_BOUNCE:-}" ]; then
+  for kib in 256 1024 4096 16384; do
+    for round in 1 2; do
+      for mode in ring bounce; do
+        bmin=0; [ "$mode" = bounce ] && bmin=$((kib * 1024))
+        REMORA_GPUNET_BOUNCE_MIN=$bmin step "gpunet_bench_${kib}KiB_${mode}_$round" 60 \
+          "$build/gpunet_bench" --only stream --msg-kib "$kib" --mib-per-stream 256
+        grep -E '_GBps|failed' "$out/gpunet_bench_${kib}KiB_${mode}_$round.log" |
+          sed "s/^/    $mode: /" | tee -a "$summary"
+      done
+    done
+  done
+fi
+
 # 4b. GPU <-> GPU between two GPUs (sender on GPU 0, receiver on GPU 1):
 #     peer copies against cudaMemcpyPeer. Skipped with one GPU.
 if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then

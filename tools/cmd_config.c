@@ -50,6 +50,9 @@ static const cli_config_var_t cli_config_vars[] = {
     {"REMORA_GPUNET_DIRECT_MIN", "65536",
      "GPU sockets between GPUs of one host: sends and receives this large go device to device "
      "(0: never)"},
+    {"REMORA_GPUNET_BOUNCE_MIN", "4194304",
+     "GPU sockets to CPU and TCP peers: sends this large from GPU memory are copied out by the "
+     "proxy's copy engine (0: never)"},
 };
 
 #define CLI_NCONFIG (sizeof(cli_config_vars) / sizeof(cli_config_vars[0]))

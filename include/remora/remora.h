@@ -1406,6 +1406,25 @@ REMORA_API remora_status_t remora_gpunet_create(remora_context_h context, int de
  * a device pointer, valid until remora_gpunet_destroy().
  */
 REMORA_API void *remora_gpunet_device_handle(remora_gpunet_h net);
+/** Counters of a proxy (remora_gpunet_stats), by the path the bytes took. */
+enum remora_gpunet_stats_field {
+    REMORA_GPUNET_STATS_FIELD_RING_BYTES     = 1u << 0, /**< sent from the send rings (kernels copied) */
+    REMORA_GPUNET_STATS_FIELD_BOUNCE_SENDS   = 1u << 1, /**< sends the proxy copied out of GPU memory */
+    REMORA_GPUNET_STATS_FIELD_BOUNCE_BYTES   = 1u << 2, /**< ... their bytes */
+    REMORA_GPUNET_STATS_FIELD_BOUNCE_TO_RING = 1u << 3  /**< offered sends sent back to the ring
+                                                             (bounce buffer busy, peer stalled) */
+};
+
+typedef struct remora_gpunet_stats {
+    /** In: the fields wanted (REMORA_GPUNET_STATS_FIELD_*). Out: those written. */
+    uint64_t field_mask;
+    uint64_t ring_bytes, bounce_sends, bounce_bytes, bounce_to_ring;
+} remora_gpunet_stats_t;
+
+/** Fill the fields of *stats named in stats->field_mask. Any thread; no lock
+ *  (relaxed counters: each exact, the set not one snapshot). */
+REMORA_API remora_status_t remora_gpunet_stats(remora_gpunet_h net, remora_gpunet_stats_t *stats);
+
 /**
  * Stop the proxy. Every socket fails: device calls in flight or later return
  * a negative status within their budget, never hang. The queue memory is kept

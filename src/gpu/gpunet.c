@@ -14,6 +14,9 @@
  *   rings themselves (posted PCIe writes; any buffer the kernel can read,
  *   shared memory included); the proxy hands ring memory straight to send()
  *   and recv(), so bytes are copied once on each side of the PCIe link.
+ *   Large sends from global memory are the exception: the proxy copies them
+ *   out with the copy engine (gpunet_bounce.c), or, to a GPU of this host,
+ *   device to device (gpunet_peer.c).
  * - Single writer per field (socket_abi.h). The proxy keeps its own copy of
  *   the counters it owns and publishes them with release stores after the
  *   data; it reads the device's counters with acquire loads.
@@ -112,6 +115,8 @@ void gn_sock_free(remora_gpunet_h g, int i)
 
     if (p->kind == BK_GPU)
         gp_release(g, i);
+    else if (p->kind == BK_TCP || p->kind == BK_SOCK)
+        gb_release(g, i);
     if (p->fd >= 0) {
         epoll_ctl(owner_ep(g, i, p->kind), EPOLL_CTL_DEL, p->fd, NULL);
         close(p->fd);
@@ -528,6 +533,22 @@ static int accepts_progress(remora_gpunet_h g)
 
 /* ------------------------------------------------------------ data */
 
+int64_t gn_backend_send(psock_t *p, const void *buf, size_t n)
+{
+    int64_t r;
+
+    if (p->kind == BK_TCP) {
+        r = send(p->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r < 0)
+            r = (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : REMORA_ERR_DISCONNECTED;
+    } else {
+        r = rm_sock_tx_hint(p->rs) ? remora_sock_send(p->rs, buf, n, 0) : 0;
+        if (r == REMORA_ERR_TIMED_OUT)
+            r = 0;
+    }
+    return r;
+}
+
 static int pump(remora_gpunet_h g, int i)
 {
     psock_t *p = &g->ps[i];
@@ -536,33 +557,33 @@ static int pump(remora_gpunet_h g, int i)
     int busy = 0, closing = flag(&p->closing);
 
     if (s->error) {
+        gb_fail(g, i); /* a kernel's direct send posted as it failed */
         if (closing) {
             gn_sock_free(g, i);
             return 1;
         }
         return 0;
     }
-    /* Device -> peer. */
+    /* Device -> peer: the bounce buffer's bytes (older), then the ring's. */
     uint64_t head = ld_acq(&s->tx_head);
     if (head - p->tx_tail > g->ring) {
         gn_sock_fail(g, i, REMORA_ERR_PROTOCOL); /* a kernel wrote past the ring */
         return 1;
     }
-    if (head != p->tx_tail) {
+    if (gb_busy(g, i)) {
+        int r = gb_pump(g, i, head == p->tx_tail);
+        if (r < 0) {
+            gn_sock_fail(g, i, (remora_status_t)r);
+            return 1;
+        }
+        busy |= r;
+    }
+    if (head != p->tx_tail && !gb_holds(g, i)) {
         size_t off = (size_t)(p->tx_tail & (g->ring - 1));
         size_t n   = (size_t)(head - p->tx_tail);
         if (n > g->ring - off)
             n = g->ring - off;
-        int64_t r;
-        if (p->kind == BK_TCP) {
-            r = send(p->fd, txr + off, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (r < 0)
-                r = (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : REMORA_ERR_DISCONNECTED;
-        } else {
-            r = rm_sock_tx_hint(p->rs) ? remora_sock_send(p->rs, txr + off, n, 0) : 0;
-            if (r == REMORA_ERR_TIMED_OUT)
-                r = 0;
-        }
+        int64_t r = gn_backend_send(p, txr + off, n);
         if (r < 0) {
             gn_sock_fail(g, i, (remora_status_t)r);
             return 1;
@@ -570,9 +591,11 @@ static int pump(remora_gpunet_h g, int i)
         if (r > 0) {
             p->tx_tail += (uint64_t)r;
             st_rel(&s->tx_tail, p->tx_tail);
+            gn_count(&g->ring_bytes, (uint64_t)r);
             busy = 1;
         }
-    } else if ((closing || flag(&p->shutting)) && !p->shut_done) {
+    } else if (head == p->tx_tail && !gb_busy(g, i) && (closing || flag(&p->shutting)) &&
+               !p->shut_done) {
         p->shut_done = 1;
         if (p->kind == BK_TCP)
             shutdown(p->fd, SHUT_WR);
@@ -769,7 +792,7 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
                          .tx_data = g->dev + off_tx, .rx_data = g->dev + off_rx,
                          .slot_locks = (uint64_t)(uintptr_t)g->locks,
                          .alive_ptr = g->dev + offsetof(rg_net_t, alive),
-                         .direct_min = g->direct_min};
+                         .direct_min = g->direct_min, .bounce_min = g->bounce_min};
     if (!g->host_queues) {
         /* Kernels read the constant header from device memory: each field
          * read across PCIe would cost a round trip per call. */
@@ -821,6 +844,7 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     g->host_queues = (fm & REMORA_GPUNET_FIELD_HOST_QUEUES) ? params->host_queues != 0 : 0;
     g->spin_ns     = env_u64("REMORA_GPUNET_SPIN_US", 2000) * 1000u;
     g->direct_min  = env_u64("REMORA_GPUNET_DIRECT_MIN", 64u << 10);
+    g->bounce_min  = env_u64("REMORA_GPUNET_BOUNCE_MIN", GN_BOUNCE_MIN_DEFAULT);
     g->hb_ns       = ctx->hb_interval_ns;
     g->dead_ns     = ctx->peer_timeout_ns;
     g->nslots      = GN_SLOTS;
@@ -863,7 +887,7 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
         }
     if ((st = alloc_queues(g)) != REMORA_OK)
         goto err_free;
-    if ((st = gp_prepare(g)) != REMORA_OK)
+    if ((st = gp_prepare(g)) != REMORA_OK || (st = gb_prepare(g)) != REMORA_OK)
         goto err_queues;
     for (unsigned w = 0; w < g->nworkers; w++) {
         worker_arg_t *wa = malloc(sizeof(*wa));
@@ -910,6 +934,34 @@ void *remora_gpunet_device_handle(remora_gpunet_h g)
     if (g == NULL)
         return NULL;
     return g->dnet ? g->dnet : (void *)g->dev;
+}
+
+static remora_status_t stats_fill(remora_gpunet_h g, remora_gpunet_stats_t *st)
+{
+    const struct {
+        uint64_t          bit;
+        uint64_t         *out;
+        _Atomic uint64_t *in;
+    } f[] = {
+        {REMORA_GPUNET_STATS_FIELD_RING_BYTES, &st->ring_bytes, &g->ring_bytes},
+        {REMORA_GPUNET_STATS_FIELD_BOUNCE_SENDS, &st->bounce_sends, &g->bounce_sends},
+        {REMORA_GPUNET_STATS_FIELD_BOUNCE_BYTES, &st->bounce_bytes, &g->bounce_bytes},
+        {REMORA_GPUNET_STATS_FIELD_BOUNCE_TO_RING, &st->bounce_to_ring, &g->bounce_to_ring},
+    };
+    uint64_t want = st->field_mask;
+
+    st->field_mask = 0;
+    for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
+        if (want & f[k].bit) {
+            *f[k].out = atomic_load_explicit(f[k].in, memory_order_relaxed);
+            st->field_mask |= f[k].bit;
+        }
+    return REMORA_OK;
+}
+
+remora_status_t remora_gpunet_stats(remora_gpunet_h g, remora_gpunet_stats_t *st)
+{
+    return g == NULL || st == NULL ? REMORA_ERR_INVALID_PARAM : stats_fill(g, st);
 }
 
 rg_net_t *rm_gpunet_host_view(remora_gpunet_h g)

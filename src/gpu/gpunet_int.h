@@ -89,6 +89,29 @@ typedef struct gp_state {
     unsigned nout;
 } gp_state_t;
 
+/* A worker's bounce buffer (gpunet_bounce.c): a staging ring of the proxy's
+ * own, owned by one socket at a time. Counters are positions in the bytes
+ * that socket sent through it; byte k is at buf[k % GN_BOUNCE_SPAN]. */
+#define GN_BOUNCE_SPAN        (2u << 20)
+#define GN_BOUNCE_CHUNK       (512u << 10) /* a copy, at most */
+#define GN_BOUNCE_MIN_DEFAULT (4u << 20)   /* REMORA_GPUNET_BOUNCE_MIN (docs/gpunet.md) */
+typedef struct gn_bounce {
+    uint8_t  *buf;            /* pinned (malloc'd with host queues); NULL: none */
+    int       sock;           /* its owner, -1: free */
+    uint64_t  copied, landed, sent; /* started into buf, in buf, handed to the peer */
+    int32_t   err;            /* a failed copy: answered, then the socket fails */
+    /* The owner's request being copied in (req_active), answered once landed. */
+    int       req_active, req_canceled;
+    uint32_t  req_seq;
+    uint64_t  req_src, req_len, req_base; /* kernel's buffer, bytes, `copied` at take */
+    uint64_t  progress_ns;    /* when the request last moved */
+    int       copying;        /* a copy is in flight (it may outlive its socket) */
+    int       copy_ended;
+    remora_status_t copy_st;
+    uint64_t  copy_n;
+    rm_copy_t copy;
+} gn_bounce_t;
+
 typedef struct psock {
     int      kind;           /* atomic: the owner pumps BK_TCP/BK_SOCK/BK_GPU once it is set */
     int      fd;
@@ -99,6 +122,7 @@ typedef struct psock {
     int      closing, shutting; /* atomic: set by worker 0 (commands), read by the owner */
     int      shut_done;
     uint64_t tx_tail, rx_head;
+    uint32_t tx_req_seen;    /* the last dtx_seq answered (not BK_GPU: gp.tx_seen) */
     int      pend_slot;      /* BK_TCP_CONNECTING: the command to answer */
     uint32_t pend_seq;
     uint64_t deadline;
@@ -123,6 +147,7 @@ struct remora_gpunet {
     size_t           ring;
     uint64_t         timeout_ns, spin_ns;
     uint64_t         direct_min; /* 0: GPU peers on this host go through the rings only */
+    uint64_t         bounce_min; /* 0: sends to other peers go through the rings only */
     uint64_t         hb_ns, dead_ns; /* GPU peers' liveness: the context's heartbeat, peer timeout */
     uint8_t         *mem;        /* host view */
     uintptr_t        dev;        /* device address of mem */
@@ -143,11 +168,18 @@ struct remora_gpunet {
     pthread_t        thread[GN_WORKERS_MAX];
     rm_copyq_t      *copyq[GN_WORKERS_MAX];       /* each worker's device-to-device copies */
     gp_offer_t       offers[GN_WORKERS_MAX][4];   /* each worker's, most recent first */
+    gn_bounce_t      bounce[GN_WORKERS_MAX];      /* each worker's */
     pthread_mutex_t  maps_lock;
     gp_map_t         maps[GN_MAPS];
     int              maps_full;  /* said once: the table is full */
     atomic_int       stop;
+    _Atomic uint64_t ring_bytes, bounce_sends, bounce_bytes, bounce_to_ring; /* remora_gpunet_stats */
 };
+
+static inline void gn_count(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
 
 static inline uint64_t ld_acq(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline uint32_t ld_acq32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -162,6 +194,21 @@ static inline void set_flag(int *f) { __atomic_store_n(f, 1, __ATOMIC_RELEASE); 
 int  gn_watch_ctl(remora_gpunet_h g, int i, int fd); /* a BK_GPU control fd to its owner's epoll */
 void gn_sock_free(remora_gpunet_h g, int i);
 void gn_sock_fail(remora_gpunet_h g, int i, remora_status_t st);
+
+int64_t gn_backend_send(psock_t *p, const void *buf, size_t n); /* BK_TCP/BK_SOCK: bytes taken or a status */
+
+/* gpunet_bounce.c: direct sends to CPU and TCP peers (BK_TCP, BK_SOCK),
+ * copied out of GPU memory through the worker's bounce buffer. */
+remora_status_t gb_prepare(remora_gpunet_h g);   /* at create, after gp_prepare */
+/* The bounce buffer's side of pump(): its bytes go out before the ring's
+ * (they are older), a kernel's direct send is taken once the ring is empty
+ * (before, only its cancel is answered). 1 if anything moved, 0 if not, or
+ * the status that failed the socket. */
+int  gb_pump(remora_gpunet_h g, int i, int ring_empty);
+int  gb_holds(remora_gpunet_h g, int i);  /* bytes of i wait in the bounce buffer: the ring waits */
+int  gb_busy(remora_gpunet_h g, int i);   /* ... or a direct send awaits its answer */
+void gb_fail(remora_gpunet_h g, int i);   /* the socket failed: answer what can be */
+void gb_release(remora_gpunet_h g, int i); /* from gn_sock_free */
 
 /* gpunet_peer.c: GPU peers on this host. A TCP listener gets a local
  * seqpacket listener beside it, named after its address; a connect to a

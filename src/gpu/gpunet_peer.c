@@ -570,6 +570,7 @@ static int gp_tx(remora_gpunet_h g, int i, int *busy)
             return r;
         p->tx_tail += n;
         st_rel(&s->tx_tail, p->tx_tail);
+        gn_count(&g->ring_bytes, n);
         *busy = 1;
     }
     if ((r = offer_send(g, i)) != 0) {
@@ -880,8 +881,8 @@ remora_status_t gp_prepare(remora_gpunet_h g)
 {
     remora_status_t st;
 
-    if (g->host_queues || g->direct_min == 0)
-        return REMORA_OK; /* no device-to-device copies */
+    if (g->host_queues || (g->direct_min == 0 && g->bounce_min == 0))
+        return REMORA_OK; /* no copies by the proxy */
     for (unsigned w = 0; w < g->nworkers; w++) {
         if ((g->copyq[w] = rm_copyq_create()) == NULL)
             return REMORA_ERR_NO_MEMORY;
@@ -891,8 +892,8 @@ remora_status_t gp_prepare(remora_gpunet_h g)
     return REMORA_OK;
 }
 
-/* What a stopped proxy leaves to close: its copy queues (their pinned words)
- * and the peer buffers mapped here. Both calls wait for this process's
+/* What a stopped proxy leaves to close: its copy queues (their pinned words),
+ * the peer buffers mapped here and the bounce buffers. These calls wait for this process's
  * kernels to end (as a free does), and a kernel of the application may run
  * on for long after the proxy went: so a thread of its own closes them, and
  * remora_gpunet_destroy does not wait for the application's kernels. */
@@ -900,6 +901,7 @@ typedef struct gp_leftovers {
     int         device;
     rm_copyq_t *copyq[GN_WORKERS_MAX];
     void       *bases[GN_MAPS];
+    void       *bounce[GN_WORKERS_MAX]; /* pinned bounce buffers (gpunet_bounce.c) */
 } gp_leftovers_t;
 
 static void *reaper_main(void *arg)
@@ -911,6 +913,9 @@ static void *reaper_main(void *arg)
     for (unsigned k = 0; k < GN_MAPS; k++)
         if (l->bases[k])
             rm_cuda_ipc_close(l->device, l->bases[k]);
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
+        if (l->bounce[w])
+            rm_cuda_host_free(l->bounce[w]);
     free(l);
     return NULL;
 }
@@ -941,6 +946,18 @@ void gp_shutdown(remora_gpunet_h g)
             any = 1;
             g->maps[k].base = NULL;
         }
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++) {
+        if (g->bounce[w].buf == NULL)
+            continue;
+        if (g->host_queues) {
+            free(g->bounce[w].buf);
+        } else {
+            if (l)
+                l->bounce[w] = g->bounce[w].buf;
+            any = 1;
+        }
+        g->bounce[w].buf = NULL;
+    }
     if (l == NULL || !any) {
         if (any)
             rm_warn("gpunet: out of memory: the proxy's mappings stay until the process ends");

@@ -3,6 +3,9 @@
  * GPU sockets on a real GPU (label gpu; exit 77 without one). Each case
  * prints PASSED or FAILED; the exit status is the number of failures.
  *   1 echo 1 B..4 MiB with a CPU remora peer (global-memory buffers)
+ *   1b the same with a TCP peer through a proxy whose sends of 4 KiB or
+ *      more are copied out by its copy engine (the bounce buffer), and that
+ *      peer reset mid-stream
  *   2 echo with a TCP peer from shared memory, odd sizes, partial sends
  *   3 64 thread blocks, a socket each, at once
  *   4 a GPU server (remora:SERVICE) accepting 3 CPU clients
@@ -361,6 +364,64 @@ static pid_t start_global_echo(unsigned *port, int n, int dev)
 }
 
 /* 5b, second part: the GPU peer killed mid-stream. */
+/* A TCP peer reset while the kernel streams 64 KiB sends from global memory. */
+static int reset_case(cudaStream_t st)
+{
+    int ok = 1, *res = mapped_ints(3);
+    unsigned long long *ns;
+    cudaHostAlloc((void **)&ns, sizeof(*ns), cudaHostAllocMapped);
+    unsigned port;
+    int lfd = tcp_listen_any(&port);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+    char *a = dev_string(addr);
+    uint8_t *buf;
+    cudaMalloc(&buf, 65536);
+    k_until_error<<<1, 256, 0, st>>>(a, buf, res, ns);
+    int pfd = accept(lfd, NULL, NULL);
+    char sink[65536];
+    recv(pfd, sink, sizeof(sink), 0); /* mid-transfer */
+    struct linger lg = {1, 0};
+    setsockopt(pfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(pfd);
+    CHECK(wait_stream(st, 15000));
+    printf("  send -> %d, recv -> %d, %.1f ms after the first send\n", res[0], res[1], *ns / 1e6);
+    CHECK(res[0] == REMORA_ERR_DISCONNECTED && res[1] == REMORA_ERR_DISCONNECTED);
+    close(lfd);
+    cudaFree(buf);
+    cudaFree(a);
+    return ok;
+}
+
+/* 1b: a second proxy, installed for the kernels of this case only, whose
+ * sends of 4 KiB or more go through its bounce buffer. */
+static int bounce_case(remora_context_h ctx, remora_gpunet_h main_net, cudaStream_t st,
+                       unsigned tport)
+{
+    int ok = 1;
+    remora_gpunet_h net;
+    char addr[64];
+    setenv("REMORA_GPUNET_BOUNCE_MIN", "4096", 1);
+    int made = remora_gpunet_create(ctx, 0, NULL, &net) == REMORA_OK;
+    unsetenv("REMORA_GPUNET_BOUNCE_MIN");
+    CHECK(made);
+    if (!made) return 0;
+    CHECK(rg_install(remora_gpunet_device_handle(net)) == cudaSuccess);
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", tport);
+    CHECK(echo_sizes(st, addr));
+    remora_gpunet_stats_t gs = {};
+    gs.field_mask = ~0ull;
+    CHECK(remora_gpunet_stats(net, &gs) == REMORA_OK);
+    printf("  %llu sends (%llu bytes) copied out by the proxy, %llu back to the ring, %llu ring bytes\n",
+           (unsigned long long)gs.bounce_sends, (unsigned long long)gs.bounce_bytes,
+           (unsigned long long)gs.bounce_to_ring, (unsigned long long)gs.ring_bytes);
+    CHECK(gs.bounce_sends > 0 && gs.bounce_bytes > (4u << 20));
+    CHECK(reset_case(st));
+    remora_gpunet_destroy(net);
+    CHECK(rg_install(remora_gpunet_device_handle(main_net)) == cudaSuccess);
+    return ok;
+}
+
 static void peer_killed_case(cudaStream_t st, uint8_t *src)
 {
     char addr[64];
@@ -486,6 +547,9 @@ int main(int argc, char **argv)
     /* 1 */
     snprintf(addr, sizeof(addr), "remora://%s/echo", saddr);
     report("echo 1 B..4 MiB, CPU remora peer", echo_sizes(st, addr));
+    /* 1b */
+    report("echo 1 B..4 MiB through the proxy's bounce buffer, TCP peer; peer reset",
+           bounce_case(ctx, net, st, tport));
     /* 2 */
     {
         int ok = 1, *res = mapped_ints(1);
@@ -580,29 +644,7 @@ int main(int argc, char **argv)
         cudaFree(src);
     }
     /* 6 */
-    {
-        int ok = 1, *res = mapped_ints(3);
-        unsigned long long *ns;
-        cudaHostAlloc((void **)&ns, sizeof(*ns), cudaHostAllocMapped);
-        unsigned port;
-        int lfd = tcp_listen_any(&port);
-        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
-        char *a = dev_string(addr);
-        uint8_t *buf;
-        cudaMalloc(&buf, 65536);
-        k_until_error<<<1, 256, 0, st>>>(a, buf, res, ns);
-        int pfd = accept(lfd, NULL, NULL);
-        char sink[65536];
-        recv(pfd, sink, sizeof(sink), 0); /* mid-transfer */
-        struct linger lg = {1, 0};
-        setsockopt(pfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-        close(pfd);
-        CHECK(wait_stream(st, 15000));
-        printf("  send -> %d, recv -> %d, %.1f ms after the first send\n", res[0], res[1], *ns / 1e6);
-        CHECK(res[0] == REMORA_ERR_DISCONNECTED && res[1] == REMORA_ERR_DISCONNECTED);
-        close(lfd);
-        report("peer killed mid-transfer: kernel gets an error", ok);
-    }
+    report("peer killed mid-transfer: kernel gets an error", reset_case(st));
     /* 8 (before 7, which ends the proxy) */
     {
         int ok = 1, *res = mapped_ints(6);

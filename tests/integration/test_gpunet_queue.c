@@ -48,6 +48,8 @@ static void gpu_spin(void)
 }
 
 static atomic_int g_direct_fallbacks; /* large sends to a GPU peer that went through the ring */
+static atomic_int g_bounced;          /* large sends to other peers the proxy sent itself */
+static atomic_int g_bounce_fallbacks; /* ... and those it sent back to the ring */
 
 static uint64_t ld(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
@@ -166,12 +168,20 @@ static int64_t emu_xfer(rg_net_t *n, int s, void *buf, int len, int send, uint64
     rg_sock_shm_t *sh = emu_sock(n, s);
     int req = (__atomic_load_n(&sh->rx_eof, __ATOMIC_ACQUIRE) & RG_RX_REQ) != 0;
     int big = n->direct_min && (uint64_t)len >= n->direct_min;
+    uint64_t offer_min = req ? n->direct_min : n->bounce_min; /* socket.cuh tx_offers */
     int64_t avail;
-    if (send && req && big) { /* host memory: the proxy answers "use the ring" */
+    if (send && offer_min && (uint64_t)len >= offer_min) {
+        /* A GPU peer: host memory cannot be shared, the answer is "use the
+         * ring". Other peers: the proxy copies the buffer out and sends it. */
         int32_t r = emu_request(n, sh, 1, buf, len, until);
+        if (r > 0 && !req)
+            g_bounced++;
         if (r != RG_RES_RING)
             return r;
-        g_direct_fallbacks++;
+        if (req)
+            g_direct_fallbacks++;
+        else
+            g_bounce_fallbacks++;
     }
     for (;;) {
         if (send) {
@@ -722,35 +732,197 @@ static void test_device_server_remora(void **state)
     remora_gpunet_destroy(g);
 }
 
-/* A TCP peer that resets mid-transfer: the "kernel's" next calls fail. */
-static void test_peer_reset(void **state)
+/* A TCP peer that resets mid-transfer: the "kernel's" next calls fail.
+ * Sends of `len` bytes (through the ring, or the proxy's bounce buffer). */
+static void peer_reset(size_t len)
 {
     remora_gpunet_h g = net_new(64u << 10, 5000);
     rg_net_t *n = remora_gpunet_device_handle(g);
     unsigned port;
     int lfd = tcp_listen_any(&port);
-    char addr[64], buf[65536] = {0};
+    char addr[64], *buf = calloc(1, len);
+    const int buf_len = (int)len;
 
     snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
     int s = emu_cmd(n, RG_OP_CONNECT, -1, 0, addr, 0);
     assert_true(s >= 0);
     int pfd = accept(lfd, NULL, NULL);
     assert_true(pfd >= 0);
-    assert_true(emu_xfer(n, s, buf, sizeof(buf), 1, 0) > 0);
+    assert_true(emu_xfer(n, s, buf, buf_len, 1, 0) > 0);
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     setsockopt(pfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     close(pfd); /* RST */
     double t0 = it_now_ms();
     int64_t r;
     do {
-        r = emu_xfer(n, s, buf, sizeof(buf), 1, 0);
+        r = emu_xfer(n, s, buf, buf_len, 1, 0);
     } while (r > 0 && it_now_ms() - t0 < 5000);
     assert_int_equal(r, REMORA_ERR_DISCONNECTED);
-    assert_int_equal(emu_xfer(n, s, buf, sizeof(buf), 0, 0), REMORA_ERR_DISCONNECTED);
+    assert_int_equal(emu_xfer(n, s, buf, buf_len, 0, 0), REMORA_ERR_DISCONNECTED);
     assert_true(it_now_ms() - t0 < 2000);
     assert_int_equal(emu_cmd(n, RG_OP_CLOSE, s, 0, NULL, 0), 0);
     close(lfd);
     remora_gpunet_destroy(g);
+    free(buf);
+}
+
+static void test_peer_reset(void **state)
+{
+    peer_reset(64u << 10);
+}
+
+/* ---------------------------------------------------------------- bounce buffers */
+
+/* A proxy whose sends of 4 KiB or more go through its bounce buffer. */
+static remora_gpunet_h net_new_bounce(size_t ring, unsigned timeout_ms)
+{
+    setenv("REMORA_GPUNET_BOUNCE_MIN", "4096", 1);
+    remora_gpunet_h g = net_new(ring, timeout_ms);
+    unsetenv("REMORA_GPUNET_BOUNCE_MIN");
+    return g;
+}
+
+/* Echo 1 B..4 MiB through the bounce buffer, TCP and remora peers; partial
+ * sends (the echo peer stops reading while its answers fill our ring) are
+ * reassembled. */
+static void test_bounce_echo(void **state)
+{
+    const char *addrs[2];
+    char tcp[64], rem[IT_ADDR_MAX + 32];
+    int before = atomic_load(&g_bounced);
+
+    snprintf(tcp, sizeof(tcp), "tcp://127.0.0.1:%u", g_tcp_echo_port);
+    snprintf(rem, sizeof(rem), "remora://%s/echo", g_server_addr);
+    addrs[0] = tcp;
+    addrs[1] = rem;
+    for (int k = 0; k < 2; k++) {
+        remora_gpunet_h g = net_new_bounce(64u << 10, 10000);
+        rg_net_t *n = remora_gpunet_device_handle(g);
+        assert_int_equal(n->bounce_min, 4096);
+        int s = emu_cmd(n, RG_OP_CONNECT, -1, 0, addrs[k], 0);
+        assert_true(s >= 0);
+        for (size_t len = 1; len <= (4u << 20); len *= 4)
+            emu_echo(n, s, len, len, len);
+        emu_echo(n, s, 300001, 40099, 2);
+        assert_int_equal(emu_cmd(n, RG_OP_CLOSE, s, 0, NULL, 0), 0);
+        remora_gpunet_stats_t st = {.field_mask = ~0ull};
+        it_assert_ok(remora_gpunet_stats(g, &st));
+        assert_int_equal(st.field_mask, 0xf);
+        assert_true(st.bounce_sends > 0 && st.bounce_bytes >= st.bounce_sends * 4096);
+        assert_true(st.ring_bytes > 0); /* the small ones */
+        remora_gpunet_destroy(g);
+    }
+    assert_true(atomic_load(&g_bounced) > before);
+    remora_gpunet_stats_t st = {.field_mask = REMORA_GPUNET_STATS_FIELD_RING_BYTES};
+    assert_int_equal(remora_gpunet_stats(NULL, &st), REMORA_ERR_INVALID_PARAM);
+}
+
+typedef struct drain { int fd; uint8_t *buf; size_t cap, got; } drain_t;
+
+static void *drain_all(void *arg)
+{
+    drain_t *d = arg;
+    ssize_t r;
+
+    while (d->got < d->cap && (r = recv(d->fd, d->buf + d->got, d->cap - d->got, 0)) > 0)
+        d->got += (size_t)r;
+    return NULL;
+}
+
+/* A peer that does not read: large sends return what went out (or time
+ * out within their budget), never hang; once it reads, the stream it gets
+ * is exactly what the sends said they sent, in order. */
+static void test_bounce_stalled_peer(void **state)
+{
+    remora_gpunet_h g = net_new_bounce(64u << 10, 2000);
+    rg_net_t *n = remora_gpunet_device_handle(g);
+    const size_t total = 64u << 20, piece = 4u << 20;
+    uint8_t *out = malloc(total);
+    unsigned port;
+    int lfd = tcp_listen_any(&port);
+    char addr[64];
+    size_t sent = 0;
+    int partial = 0, timed_out = 0;
+
+    it_fill_random(out, total, 7);
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+    int s = emu_cmd(n, RG_OP_CONNECT, -1, 0, addr, 0);
+    assert_true(s >= 0);
+    int pfd = accept(lfd, NULL, NULL);
+    assert_true(pfd >= 0);
+    /* Until the socket's buffers and the ring are full (a few MiB). */
+    for (int k = 0; k < 64 && !timed_out && sent + piece <= total; k++) {
+        double t = it_now_ms();
+        int64_t m = emu_xfer(n, s, out + sent, (int)piece, 1, 300000000u);
+        assert_true(m > 0 || m == REMORA_ERR_TIMED_OUT);
+        assert_true(it_now_ms() - t < 1300);
+        if (m > 0) {
+            assert_true((size_t)m <= piece);
+            partial += (size_t)m < piece;
+            sent += (size_t)m;
+        } else {
+            timed_out++;
+        }
+    }
+    assert_true(sent > 0);
+    assert_true(partial > 0);
+    assert_true(timed_out > 0); /* the ring filled too, and the peer still did not read */
+    drain_t d = {.fd = pfd, .buf = malloc(total), .cap = total};
+    pthread_t t;
+    pthread_create(&t, NULL, drain_all, &d);
+    while (sent < total) {
+        int64_t m = emu_xfer(n, s, out + sent, (int)(total - sent < piece ? total - sent : piece),
+                             1, 0);
+        assert_true(m > 0);
+        sent += (size_t)m;
+    }
+    assert_int_equal(emu_cmd(n, RG_OP_CLOSE, s, 0, NULL, 0), 0); /* the stream ends */
+    pthread_join(t, NULL);
+    remora_gpunet_stats_t st = {.field_mask = ~0ull};
+    it_assert_ok(remora_gpunet_stats(g, &st));
+    assert_int_equal(st.bounce_bytes + st.ring_bytes, total); /* every byte once */
+    assert_true(st.bounce_to_ring > 0);                         /* the stalled request */
+    assert_int_equal(d.got, total);
+    assert_memory_equal(d.buf, out, total);
+    free(d.buf);
+    free(out);
+    close(pfd);
+    close(lfd);
+    remora_gpunet_destroy(g);
+}
+
+/* The peer resets while the proxy sends from its bounce buffer. */
+static void test_bounce_peer_reset(void **state)
+{
+    setenv("REMORA_GPUNET_BOUNCE_MIN", "4096", 1);
+    peer_reset(1u << 20);
+    unsetenv("REMORA_GPUNET_BOUNCE_MIN");
+}
+
+/* 64 sockets on few workers: one bounce buffer each, the other sockets'
+ * requests go back to the ring; every byte arrives either way. */
+static void test_bounce_64_sockets(void **state)
+{
+    int bounced = atomic_load(&g_bounced), fell_back = atomic_load(&g_bounce_fallbacks);
+    remora_gpunet_h g = net_new_bounce(256u << 10, 20000);
+    pthread_t t[64];
+    par_t p[64];
+
+    for (int i = 0; i < 64; i++) {
+        p[i] = (par_t){.n = remora_gpunet_device_handle(g), .idx = i};
+        if (i % 2)
+            snprintf(p[i].addr, sizeof(p[i].addr), "tcp://127.0.0.1:%u", g_tcp_echo_port);
+        else
+            snprintf(p[i].addr, sizeof(p[i].addr), "remora://%s/echo", g_server_addr);
+        pthread_create(&t[i], NULL, par_one, &p[i]);
+    }
+    for (int i = 0; i < 64; i++) {
+        pthread_join(t[i], NULL);
+        assert_true(p[i].ok);
+    }
+    remora_gpunet_destroy(g);
+    assert_true(atomic_load(&g_bounced) > bounced);
+    assert_true(atomic_load(&g_bounce_fallbacks) > fell_back);
 }
 
 typedef struct waiter { rg_net_t *n; int s; int64_t r; double ms; } waiter_t;
@@ -859,6 +1031,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gpu_peer),
         cmocka_unit_test(test_gpu_peer_stopped),
         cmocka_unit_test(test_peer_reset),
+        cmocka_unit_test(test_bounce_echo),
+        cmocka_unit_test(test_bounce_stalled_peer),
+        cmocka_unit_test(test_bounce_peer_reset),
+        cmocka_unit_test(test_bounce_64_sockets),
         cmocka_unit_test(test_proxy_destroyed),
         cmocka_unit_test(test_bad_args),
     };

@@ -326,9 +326,9 @@ __device__ inline int32_t await(rg_net_t *net, rg_sock_shm_t *sh, bool send, uin
     }
 }
 
-/* One thread, a socket whose peer is a GPU on this host (RG_RX_REQ), send
- * side: a large send from global memory offers the buffer itself; the bytes
- * the peer took, a status, or RG_RES_RING (send through the ring). */
+/* One thread, send side: a large send from global memory offers the buffer
+ * itself (tx_offers); the bytes the peer or the proxy took, a status, or
+ * RG_RES_RING (send through the ring). */
 __device__ inline int64_t tx_direct(rg_net_t *net, rg_sock_shm_t *sh, const void *buf, int len,
                                     uint64_t until)
 {
@@ -338,6 +338,15 @@ __device__ inline int64_t tx_direct(rg_net_t *net, rg_sock_shm_t *sh, const void
     __threadfence_system();
     sh->dtx_seq = seq;
     return await(net, sh, true, seq, until);
+}
+
+/* A blocking send this large offers its buffer rather than copying it into
+ * the ring: to a GPU peer on this host (device to device), else to the proxy
+ * (copied out by the GPU's copy engine through its bounce buffer). */
+__device__ inline bool tx_offers(const rg_net_t *net, uint32_t bits, int len)
+{
+    uint64_t min = (bits & RG_RX_REQ) ? net->direct_min : net->bounce_min;
+    return min != 0 && (uint64_t)len >= min;
 }
 
 /* ... receive side, the ring found empty: ask the proxy, naming buf if the
@@ -388,8 +397,7 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
         else if (n == RG_OK) {
             uint64_t until = budget(net, timeout_ns);
             n = RG_RES_RING;
-            if (send && !nb && (x.rx_eof & RG_RX_REQ) && net->direct_min &&
-                (uint64_t)len >= net->direct_min && __isGlobal(buf)) {
+            if (send && !nb && tx_offers(net, x.rx_eof, len) && __isGlobal(buf)) {
                 n = tx_direct(net, sh, buf, len, until);
                 direct = n != RG_RES_RING;
                 if (!direct)

@@ -32,6 +32,13 @@
  * whose budget ran out writes *_cancel = seq and still waits for the answer
  * (it may say bytes moved: they did). Results: a byte count, 0 (receive:
  * end of stream), a negative status, or RG_RES_RING (use the ring).
+ *
+ * Sockets with any other peer (CPU, TCP) take direct sends too, of
+ * bounce_min bytes or more from global memory (0: none): the proxy copies
+ * the buffer out with the GPU's copy engine through a pinned bounce buffer
+ * and sends it, or answers RG_RES_RING (its bounce buffer is busy). The
+ * field sat in rg_net_t's padding, so proxies and kernels of ABI 3 built
+ * before it still agree: an older proxy leaves it 0.
  */
 #ifndef REMORA_DEVICE_SOCKET_ABI_H
 #define REMORA_DEVICE_SOCKET_ABI_H
@@ -122,7 +129,8 @@ typedef struct rg_net {
     uint64_t          slot_locks;  /* int[nslots], device memory: 0 free, 1 taken */
     uint64_t          alive_ptr;   /* address of the uint32_t kernels read as `alive` */
     uint64_t          direct_min;  /* sends and receives this large may go device to device */
-    uint64_t          pad1[2];
+    uint64_t          bounce_min;  /* other peers: sends this large are copied out by the proxy */
+    uint64_t          pad1;
 } rg_net_t;
 
 #endif
