@@ -22,6 +22,8 @@
  */
 #include <string.h>
 
+#include <cuda.h>
+
 #include "../tests/gpu/stream_common.h"
 #include "bench_util.h"
 
@@ -125,6 +127,7 @@ int main(int argc, char **argv)
     t0 = now_us();
     for (int i = 0; i < ns; i++)
         RK(remora_stream_signal(p.client, "sig", 0, REMORA_SIGNAL_ADD, 1, st));
+    double sig_enq = ns / ((now_us() - t0) / 1e6);
     RK(remora_stream_flush(p.client, st));
     CK(cudaStreamSynchronize(st));
     double sig_rate = ns / ((now_us() - t0) / 1e6);
@@ -132,6 +135,38 @@ int main(int argc, char **argv)
     RK(remora_signals_read(p.sig, 0, &v));
     printf("stream_signals_per_s=%.0f\n", sig_rate);
     printf("stream_signals_exact=%s\n", v == (uint64_t)ns ? "yes" : "NO");
+    /* What bounds the rate: the enqueueing thread, or the GPU working
+     * through one stream write per signal (the same count of bare
+     * cuStreamWriteValue64 on a mapped word, no remora). */
+    uint64_t *word, *dword;
+    CK(cudaHostAlloc((void **)&word, sizeof(*word), cudaHostAllocMapped));
+    CK(cudaHostGetDevicePointer((void **)&dword, word, 0));
+    t0 = now_us();
+    for (int i = 0; i < ns; i++)
+        cuStreamWriteValue64((CUstream)st, (CUdeviceptr)dword, (cuuint64_t)i + 1, 0);
+    double raw_enq = ns / ((now_us() - t0) / 1e6);
+    CK(cudaStreamSynchronize(st));
+    double raw_rate = ns / ((now_us() - t0) / 1e6);
+    /* The first 1000 on an idle stream (its queue not full yet), and writes
+     * without the memory barrier before each (not usable for signals: the
+     * work before must be visible first), to tell the CPU's share from the GPU's. */
+    CK(cudaStreamSynchronize(st));
+    t0 = now_us();
+    for (int i = 0; i < 1000; i++)
+        cuStreamWriteValue64((CUstream)st, (CUdeviceptr)dword, (cuuint64_t)i + 1, 0);
+    double raw_first = 1000 / ((now_us() - t0) / 1e6);
+    CK(cudaStreamSynchronize(st));
+    t0 = now_us();
+    for (int i = 0; i < ns; i++)
+        cuStreamWriteValue64((CUstream)st, (CUdeviceptr)dword, (cuuint64_t)i + 1,
+                             CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+    CK(cudaStreamSynchronize(st));
+    double raw_nobar = ns / ((now_us() - t0) / 1e6);
+    printf("raw_write64_first1000_enqueue_per_s=%.0f raw_write64_nobarrier_per_s=%.0f\n", raw_first,
+           raw_nobar);
+    printf("stream_signals_enqueue_per_s=%.0f (the calls alone, before the flush)\n", sig_enq);
+    printf("raw_write64_per_s=%.0f enqueue_per_s=%.0f last=%llu (bare cuStreamWriteValue64, "
+           "same stream)\n", raw_rate, raw_enq, (unsigned long long)*(volatile uint64_t *)word);
 
     const size_t sizes[] = {1u << 20, 16u << 20, 256u << 20};
     for (size_t k = 0; k < 3; k++) {

@@ -171,7 +171,6 @@ static void request_step(remora_gpunet_h g, gn_bounce_t *b, int i, int moved)
            : b->req_canceled ? REMORA_ERR_TIMED_OUT
                        : RG_RES_RING); /* stalled: the ring may still take some */
     b->req_active = 0;
-    b->copied = b->landed; /* nothing else of the request is in flight */
 }
 
 /* A request that found the ring empty: taken (appended to what the buffer

@@ -1083,13 +1083,17 @@ remora_status_t rm_cuda_ptr_range(int device, const void *p, void **base, size_t
 
 /*
  * The caller's CUstream, given as an opaque pointer. Work is enqueued with
- * the stream's own context current (cuStreamGetCtx); the legacy stream
- * (NULL) takes the calling thread's context, or device 0's primary one.
+ * the stream's own context current (cuStreamGetCtx). Usually it already is
+ * (the caller just launched on that stream): then nothing is pushed, and
+ * raw_pop() has nothing to undo. A push and a pop per call were a third of
+ * a queued stream signal's driver calls (src/gpu/stream.c).
  */
-static remora_status_t raw_push(void *stream)
+static remora_status_t raw_push(void *stream, int *pushed)
 {
-    CUcontext ctx = NULL;
+    CUcontext ctx = NULL, cur = NULL;
     CUresult r;
+
+    *pushed = 0;
 
     if (rm_cuda_init() != REMORA_OK)
         return REMORA_ERR_UNSUPPORTED;
@@ -1108,19 +1112,29 @@ static remora_status_t raw_push(void *stream)
         rm_error("not a CUDA stream: %p (%s)", stream, cu_string(r));
         return REMORA_ERR_INVALID_PARAM;
     }
+    if (cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
+        return REMORA_OK;
+    *pushed = 1;
     return cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+}
+
+static void raw_pop(int pushed)
+{
+    if (pushed)
+        ctx_pop();
 }
 
 remora_status_t rm_cuda_raw_check(void *stream, int *capturing)
 {
     remora_status_t status;
+    int pushed;
     int cap = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult r;
 
-    if ((status = raw_push(stream)) != REMORA_OK)
+    if ((status = raw_push(stream, &pushed)) != REMORA_OK)
         return status;
     r = cu.StreamIsCapturing((CUstream)stream, &cap);
-    ctx_pop();
+    raw_pop(pushed);
     if (r != CUDA_SUCCESS) {
         rm_error("cuStreamIsCapturing(%p): %s", stream, cu_string(r));
         return r == CUDA_ERROR_INVALID_HANDLE ? REMORA_ERR_INVALID_PARAM : REMORA_ERR_IO;
@@ -1137,50 +1151,54 @@ remora_status_t rm_cuda_raw_check(void *stream, int *capturing)
 remora_status_t rm_cuda_raw_write64(void *stream, void *dev_addr, uint64_t value)
 {
     remora_status_t status;
+    int pushed;
 
-    if ((status = raw_push(stream)) != REMORA_OK)
+    if ((status = raw_push(stream, &pushed)) != REMORA_OK)
         return status;
     status = cu_check(cu.StreamWriteValue64((CUstream)stream, dptr(dev_addr), value, 0),
                       "cuStreamWriteValue64");
-    ctx_pop();
+    raw_pop(pushed);
     return status;
 }
 
 remora_status_t rm_cuda_raw_wait64(void *stream, void *dev_addr, uint64_t value, int eq)
 {
     remora_status_t status;
+    int pushed;
 
-    if ((status = raw_push(stream)) != REMORA_OK)
+    if ((status = raw_push(stream, &pushed)) != REMORA_OK)
         return status;
     status = cu_check(cu.StreamWaitValue64((CUstream)stream, dptr(dev_addr), value,
                                            eq ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ),
                       "cuStreamWaitValue64");
-    ctx_pop();
+    raw_pop(pushed);
     return status;
 }
 
 remora_status_t rm_cuda_raw_copy(void *stream, void *dst, const void *src, size_t length)
 {
     remora_status_t status;
+    int pushed;
 
     if (length == 0)
         return REMORA_OK;
-    if ((status = raw_push(stream)) != REMORA_OK)
+    if ((status = raw_push(stream, &pushed)) != REMORA_OK)
         return status;
     status = cu_check(cu.MemcpyAsync(dptr(dst), dptr(src), length, (CUstream)stream),
                       "cuMemcpyAsync");
-    ctx_pop();
+    raw_pop(pushed);
     return status;
 }
 
 remora_status_t rm_cuda_raw_sync(void *stream)
 {
     remora_status_t status;
+    int pushed;
 
-    if ((status = raw_push(stream)) != REMORA_OK)
+    if ((status = raw_push(stream, &pushed)) != REMORA_OK)
         return status;
     status = cu_check(cu.StreamSynchronize((CUstream)stream), "cuStreamSynchronize");
-    ctx_pop();
+    raw_pop(pushed);
     return status;
 }
 

@@ -450,10 +450,9 @@ static void *par_one(void *arg)
     return NULL;
 }
 
-/* 64 "thread blocks", a socket each, at once: half TCP, half remora. */
-static void test_64_sockets(void **state)
+/* 64 "thread blocks" on g, a socket each, at once: half TCP, half remora. */
+static void run_64_sockets(remora_gpunet_h g)
 {
-    remora_gpunet_h g = net_new(256u << 10, 20000);
     pthread_t t[64];
     par_t p[64];
 
@@ -469,6 +468,12 @@ static void test_64_sockets(void **state)
         pthread_join(t[i], NULL);
         assert_true(p[i].ok);
     }
+}
+
+static void test_64_sockets(void **state)
+{
+    remora_gpunet_h g = net_new(256u << 10, 20000);
+    run_64_sockets(g);
     remora_gpunet_destroy(g);
 }
 
@@ -905,21 +910,8 @@ static void test_bounce_64_sockets(void **state)
 {
     int bounced = atomic_load(&g_bounced), fell_back = atomic_load(&g_bounce_fallbacks);
     remora_gpunet_h g = net_new_bounce(256u << 10, 20000);
-    pthread_t t[64];
-    par_t p[64];
 
-    for (int i = 0; i < 64; i++) {
-        p[i] = (par_t){.n = remora_gpunet_device_handle(g), .idx = i};
-        if (i % 2)
-            snprintf(p[i].addr, sizeof(p[i].addr), "tcp://127.0.0.1:%u", g_tcp_echo_port);
-        else
-            snprintf(p[i].addr, sizeof(p[i].addr), "remora://%s/echo", g_server_addr);
-        pthread_create(&t[i], NULL, par_one, &p[i]);
-    }
-    for (int i = 0; i < 64; i++) {
-        pthread_join(t[i], NULL);
-        assert_true(p[i].ok);
-    }
+    run_64_sockets(g);
     remora_gpunet_destroy(g);
     assert_true(atomic_load(&g_bounced) > bounced);
     assert_true(atomic_load(&g_bounce_fallbacks) > fell_back);
