@@ -161,11 +161,13 @@ static void yield_to_lockers(remora_context_h ctx)
         sched_yield();
 }
 
-/* One pass: UCX's events, then GPU copies that ended. Lock held. */
+/* One pass: UCX's events, endpoints that failed inside our sends, then GPU
+ * copies that ended. Lock held. */
 static unsigned progress_once(remora_context_h ctx)
 {
     unsigned n = ucp_worker_progress(ctx->worker);
 
+    n += rm_peer_failures_run(ctx);
     return n + rm_copyq_poll(ctx->copyq);
 }
 
@@ -888,6 +890,7 @@ static remora_status_t init_sync(remora_context_h ctx)
     pthread_cond_init(&ctx->prog_cv, &ca);
     pthread_condattr_destroy(&ca);
     rm_list_init(&ctx->deferred);
+    rm_list_init(&ctx->failing);
     rm_list_init(&ctx->signals);
     rm_list_init(&ctx->tickers);
     rm_engine_live_init(ctx);

@@ -88,6 +88,13 @@ struct rm_peer {
     rm_list_t            sends;  /* sends UCX still holds (ep.c) */
     rm_seal_t           *seal;   /* encryption keys (seal.h); NULL: a plain connection */
     int                  seal_failed; /* a sealed message failed a check: fail at next tick */
+    /* fail_later (a server's connections): an endpoint that fails inside
+     * one of our sends gets on_error after the progress pass (ctx->failing),
+     * not under the sender's feet. A client's own send learns of its
+     * disconnect at once, as its reconnect logic expects. */
+    int                  fail_later;
+    rm_list_t            fail_link;
+    remora_status_t      fail_status;
     rm_peer_t           *hash_next;
     /* A lingering close (ep.c): the endpoint being flushed (NULL once
      * closed, while the flush's callback is still due). */
@@ -138,6 +145,8 @@ struct remora_context {
     atomic_int      sleepers;
 
     rm_list_t       deferred;     /* guarded by lock */
+    rm_list_t       failing;      /* peers whose endpoint failed inside a send (ep.c), lock held */
+    int             in_send;      /* a send of ours is inside UCX (lock held) */
     rm_list_t       signals;      /* rm_signal_t, guarded by lock */
     atomic_int      signaled;     /* some signal is pending */
     rm_peer_t     **peers;        /* ep -> peer hash, guarded by lock */
@@ -266,6 +275,11 @@ void rm_engine_peer_remove(remora_context_h ctx, rm_peer_t *peer);
 
 /* Register a peer whose ep is set, so that its messages reach it. */
 remora_status_t rm_peer_attach(rm_peer_t *peer);
+/* Deliver on_error to the peers whose endpoint failed inside a send (a
+ * send's caller may be walking lists that on_error frees: it learns of the
+ * failure from the send's status, and the peer goes afterwards). Returns
+ * how many. Lock held, outside any handler: the progress pass. */
+unsigned rm_peer_failures_run(remora_context_h ctx);
 /* Unregister and close the ep (forcefully: pending operations are canceled). */
 void rm_peer_close(rm_peer_t *peer);
 /*

@@ -76,6 +76,19 @@ void rm_format_addr(const struct sockaddr *sa, char *buf, size_t len)
 
 /* ------------------------------------------------------------ endpoints */
 
+static int fail_pending(const rm_peer_t *peer)
+{
+    return peer->fail_link.next != NULL;
+}
+
+static void fail_unlink(rm_peer_t *peer)
+{
+    if (fail_pending(peer)) {
+        rm_list_del(&peer->fail_link);
+        peer->fail_link.next = peer->fail_link.prev = NULL;
+    }
+}
+
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     rm_peer_t *peer = arg;
@@ -85,9 +98,32 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (peer->failed || ep != peer->ep)
         return;
     rm_debug("endpoint %p failed: %s", (void *)ep, ucs_status_string(status));
-    peer->failed = 1;
+    peer->failed = 1; /* no more sends: they fail at once */
     rm_engine_peer_remove(peer->ctx, peer);
+    if (peer->ctx->in_send && peer->fail_later) {
+        /* Inside one of our sends: its caller may hold pointers into what
+         * on_error frees (a ring's waits, a connection's pushes). Two
+         * server crashes came from that (docs/security.md section 4); the
+         * peer now goes after the progress pass. */
+        peer->fail_status = rm_status_from_ucs(status);
+        rm_list_push_back(&peer->ctx->failing, &peer->fail_link);
+        rm_engine_kick(peer->ctx);
+        return;
+    }
     peer->ops->on_error(peer, rm_status_from_ucs(status));
+}
+
+unsigned rm_peer_failures_run(remora_context_h ctx)
+{
+    unsigned n = 0;
+
+    while (!rm_list_empty(&ctx->failing)) {
+        rm_peer_t *peer = rm_container_of(ctx->failing.next, rm_peer_t, fail_link);
+        fail_unlink(peer);
+        peer->ops->on_error(peer, peer->fail_status);
+        n++;
+    }
+    return n;
 }
 
 static ucp_ep_params_t base_ep_params(rm_peer_t *peer)
@@ -103,6 +139,7 @@ static ucp_ep_params_t base_ep_params(rm_peer_t *peer)
 
 remora_status_t rm_peer_attach(rm_peer_t *peer)
 {
+    fail_unlink(peer); /* a failure of its old endpoint is not news any more */
     peer->failed = 0;
     if (peer->sends.next == NULL)
         rm_list_init(&peer->sends);
@@ -253,6 +290,7 @@ static void force_close(ucp_ep_h ep)
  * the registration that routes the endpoint's messages and errors here. */
 static void close_side(rm_peer_t *peer)
 {
+    fail_unlink(peer); /* closed by its owner already: nothing left to tell */
     rm_peer_live_stop(peer);
     rm_peer_seal_stop(peer);
     rm_boot_rx_free(&peer->rx);
@@ -472,8 +510,10 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
     /* Listed before the call: whatever UCX does inside it, the entry is valid. */
     s->request = NULL;
     rm_list_push_back(&peer->sends, &s->link);
+    peer->ctx->in_send++; /* an endpoint failing in here is told later (ep_error_cb) */
     req = ucp_am_send_nbx(peer->ep, am_id, s->hdr, hlen, peer->seal ? s->cipher : sp->body,
                           sp->body_len, &p);
+    peer->ctx->in_send--;
     if (UCS_PTR_IS_PTR(req)) {
         s->request = req;
         return REMORA_OK;

@@ -1125,6 +1125,7 @@ static rm_conn_t *conn_new(remora_server_h w, int fd, const struct sockaddr_stor
     c->peer.sock.fd = fd;
     c->peer.sock.cb = conn_sock_cb;
     c->peer.failed  = 1; /* no endpoint yet */
+    c->peer.fail_later = 1; /* a close inside a send would free what the sender walks */
     c->server       = w;
     c->state        = CONN_HELLO;
     c->born_ns      = rm_now_ns();
