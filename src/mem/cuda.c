@@ -35,7 +35,6 @@ typedef int                   CUdevice;
 typedef unsigned long long    CUdeviceptr;
 typedef struct CUctx_st      *CUcontext;
 typedef struct CUstream_st   *CUstream;
-typedef struct CUevent_st    *CUevent;
 typedef struct { char reserved[RM_CUDA_IPC_HANDLE_SIZE]; } CUipcMemHandle;
 
 enum {
@@ -118,11 +117,6 @@ static struct cu_api {
     CUresult (*StreamCreate)(CUstream *, unsigned);
     CUresult (*StreamDestroy)(CUstream);
     CUresult (*StreamSynchronize)(CUstream);
-    CUresult (*EventCreate)(CUevent *, unsigned);
-    CUresult (*EventRecord)(CUevent, CUstream);
-    CUresult (*EventQuery)(CUevent);
-    CUresult (*EventSynchronize)(CUevent);
-    CUresult (*EventDestroy)(CUevent);
     CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
     CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
     CUresult (*IpcCloseMemHandle)(CUdeviceptr);
@@ -172,11 +166,6 @@ static const struct cu_sym {
     CU_SYM(StreamCreate, "cuStreamCreate"),
     CU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
     CU_SYM(StreamSynchronize, "cuStreamSynchronize"),
-    CU_SYM(EventCreate, "cuEventCreate"),
-    CU_SYM(EventRecord, "cuEventRecord"),
-    CU_SYM(EventQuery, "cuEventQuery"),
-    CU_SYM(EventSynchronize, "cuEventSynchronize"),
-    CU_SYM(EventDestroy, "cuEventDestroy_v2"),
     CU_SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
     CU_SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
     CU_SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
@@ -205,11 +194,6 @@ static CUcontext       ctx_primary[RM_CUDA_MAX_DEVICES]; /* retained on first us
 struct rm_cuda_stream {
     CUstream cu;
     int      device;
-};
-
-struct rm_cuda_event {
-    CUevent cu;
-    int     device;
 };
 
 static CUdeviceptr dptr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
@@ -832,81 +816,6 @@ remora_status_t rm_cuda_stream_query(rm_cuda_stream_h stream)
 }
 
 void *rm_cuda_stream_raw(rm_cuda_stream_h stream) { return stream ? (void *)stream->cu : NULL; }
-
-/* ---------------------------------------------------------------- events */
-
-remora_status_t rm_cuda_event_create(int device, rm_cuda_event_h *event_p)
-{
-    struct rm_cuda_event *e;
-    remora_status_t status;
-
-    if (event_p == NULL)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((status = ctx_push(device)) != REMORA_OK)
-        return status;
-    if ((e = calloc(1, sizeof(*e))) == NULL) {
-        status = REMORA_ERR_NO_MEMORY;
-    } else if ((status = cu_check(cu.EventCreate(&e->cu, CU_EVENT_DISABLE_TIMING),
-                                  "cuEventCreate")) != REMORA_OK) {
-        free(e);
-    } else {
-        e->device = device;
-        *event_p  = e;
-    }
-    ctx_pop();
-    return status;
-}
-
-void rm_cuda_event_destroy(rm_cuda_event_h event)
-{
-    if (event == NULL)
-        return;
-    if (ctx_push(event->device) == REMORA_OK) {
-        cu_check(cu.EventDestroy(event->cu), "cuEventDestroy");
-        ctx_pop();
-    }
-    free(event);
-}
-
-remora_status_t rm_cuda_event_record(rm_cuda_event_h event, rm_cuda_stream_h stream)
-{
-    remora_status_t status;
-
-    if (event == NULL || stream == NULL)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((status = ctx_push(stream->device)) != REMORA_OK)
-        return status;
-    status = cu_check(cu.EventRecord(event->cu, stream->cu), "cuEventRecord");
-    ctx_pop();
-    return status;
-}
-
-remora_status_t rm_cuda_event_query(rm_cuda_event_h event)
-{
-    remora_status_t status;
-    CUresult r;
-
-    if (event == NULL)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((status = ctx_push(event->device)) != REMORA_OK)
-        return status;
-    r = cu.EventQuery(event->cu);
-    ctx_pop();
-    return r == CUDA_ERROR_NOT_READY ? REMORA_INPROGRESS : cu_check(r, "cuEventQuery");
-}
-
-remora_status_t rm_cuda_event_sync(rm_cuda_event_h event)
-{
-    remora_status_t status;
-
-    if (event == NULL)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((status = ctx_push(event->device)) != REMORA_OK)
-        return status;
-    status = cu_check(cu.EventSynchronize(event->cu), "cuEventSynchronize");
-    ctx_pop();
-    return status;
-}
 
 /* ---------------------------------------------------------------- IPC */
 

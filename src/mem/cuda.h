@@ -51,9 +51,8 @@ typedef struct rm_cuda_ipc_handle {
     unsigned char bytes[RM_CUDA_IPC_HANDLE_SIZE];
 } rm_cuda_ipc_handle_t;
 
-/* A stream or event of one device; made and ended by the calls below. */
+/* A stream of one device; made and ended by the calls below. */
 typedef struct rm_cuda_stream *rm_cuda_stream_h;
-typedef struct rm_cuda_event  *rm_cuda_event_h;
 
 /* ---------------------------------------------------------------- driver */
 
@@ -129,7 +128,7 @@ remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length);
 remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const void *src,
                                    size_t length);
 
-/* ---------------------------------------------------------------- streams, events */
+/* ---------------------------------------------------------------- streams */
 
 /** A non-blocking stream (does not synchronize with the legacy stream 0). */
 remora_status_t rm_cuda_stream_create(int device, rm_cuda_stream_h *stream_p);
@@ -140,15 +139,6 @@ remora_status_t rm_cuda_stream_sync(rm_cuda_stream_h stream);
 remora_status_t rm_cuda_stream_query(rm_cuda_stream_h stream);
 /** Its CUstream, for the rm_cuda_raw_* calls. */
 void *rm_cuda_stream_raw(rm_cuda_stream_h stream);
-
-/** An event without timing (cheapest to record and query). */
-remora_status_t rm_cuda_event_create(int device, rm_cuda_event_h *event_p);
-void            rm_cuda_event_destroy(rm_cuda_event_h event);
-/** Mark the point in stream's work that query/sync wait for. */
-remora_status_t rm_cuda_event_record(rm_cuda_event_h event, rm_cuda_stream_h stream);
-/** REMORA_OK once the recorded work is done, REMORA_INPROGRESS before. Never blocks. */
-remora_status_t rm_cuda_event_query(rm_cuda_event_h event);
-remora_status_t rm_cuda_event_sync(rm_cuda_event_h event);
 
 /* ---------------------------------------------------------------- IPC */
 

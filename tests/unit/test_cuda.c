@@ -328,56 +328,65 @@ static void test_copyq(void **state)
     free(src);
 }
 
-/* Device -> host through two pinned chunks on two streams: what the staging
- * path does. Each chunk is reused only after its event says the last copy
- * out of it finished. */
+/* A chunk of the double buffer below: free again once its copy ended. */
+typedef struct dbuf_chunk {
+    rm_copy_t copy;
+    int       busy;
+} dbuf_chunk_t;
+
+static void dbuf_landed(rm_copy_t *copy, remora_status_t st)
+{
+    assert_int_equal(st, REMORA_OK);
+    rm_container_of(copy, dbuf_chunk_t, copy)->busy = 2; /* landed, not yet taken */
+}
+
+/* Device -> host through two pinned chunks on a copy queue: what the staging
+ * path does. Each chunk is reused only after its copy's callback said the
+ * copy out of the GPU into it ended, and its bytes were taken. */
 static void test_copy_double_buffered(void **state)
 {
     enum { CHUNK = 256 << 10, NCHUNKS = 17 };
     const size_t total = (size_t)CHUNK * NCHUNKS - 999;
     uint8_t *src = malloc(total), *dst = malloc(total), *stage[2];
-    rm_cuda_stream_h s[2];
-    rm_cuda_event_h e[2];
+    rm_copyq_t *q = rm_copyq_create();
+    dbuf_chunk_t c[2];
     size_t at[2] = {0, 0}, len[2] = {0, 0};
-    int busy[2] = {0, 0};
     void *dev;
 
+    memset(c, 0, sizeof(c));
     assert_non_null(src);
     assert_non_null(dst);
+    assert_non_null(q);
     fill(src, total, 9);
     assert_int_equal(rm_cuda_mem_alloc(0, total, &dev), REMORA_OK);
     assert_int_equal(rm_cuda_copy(dev, src, total), REMORA_OK);
-    for (int i = 0; i < 2; i++) {
+    assert_int_equal(rm_copyq_prepare(q, 0), REMORA_OK);
+    for (int i = 0; i < 2; i++)
         assert_int_equal(rm_cuda_host_alloc(CHUNK, (void **)&stage[i]), REMORA_OK);
-        assert_int_equal(rm_cuda_stream_create(0, &s[i]), REMORA_OK);
-        assert_int_equal(rm_cuda_event_create(0, &e[i]), REMORA_OK);
-    }
-    for (size_t off = 0, k = 0; off < total || busy[0] || busy[1]; k++) {
+    for (size_t off = 0, k = 0; off < total || c[0].busy || c[1].busy; k++) {
         int b = (int)(k % 2);
 
-        if (busy[b]) {
-            assert_int_equal(rm_cuda_event_sync(e[b]), REMORA_OK);
-            assert_int_equal(rm_cuda_event_query(e[b]), REMORA_OK);
+        for (long spins = 0; c[b].busy == 1 && spins < 100000000; spins++)
+            rm_copyq_poll(q);
+        assert_int_not_equal(c[b].busy, 1);
+        if (c[b].busy == 2) {
             memcpy(dst + at[b], stage[b], len[b]);
-            busy[b] = 0;
+            c[b].busy = 0;
         }
         if (off < total) {
             len[b] = total - off < CHUNK ? total - off : CHUNK;
             at[b]  = off;
-            assert_int_equal(rm_cuda_copy_async(s[b], stage[b], (uint8_t *)dev + off, len[b]),
+            c[b].busy = 1;
+            assert_int_equal(rm_copyq_start(q, &c[b].copy, stage[b], (uint8_t *)dev + off, len[b],
+                                            dbuf_landed),
                              REMORA_OK);
-            assert_int_equal(rm_cuda_event_record(e[b], s[b]), REMORA_OK);
-            busy[b] = 1;
             off += len[b];
         }
     }
     assert_memory_equal(dst, src, total);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(rm_cuda_stream_sync(s[i]), REMORA_OK);
-        rm_cuda_event_destroy(e[i]);
-        rm_cuda_stream_destroy(s[i]);
+    rm_copyq_destroy(q);
+    for (int i = 0; i < 2; i++)
         rm_cuda_host_free(stage[i]);
-    }
     rm_cuda_mem_free(0, dev);
     free(dst);
     free(src);
