@@ -1336,7 +1336,8 @@ REMORA_API remora_status_t remora_sock_connect(remora_client_h client, const cha
 REMORA_API int64_t remora_sock_send(remora_sock_h sock, const void *buf, size_t len,
                                     int timeout_ms);
 REMORA_API int64_t remora_sock_recv(remora_sock_h sock, void *buf, size_t len, int timeout_ms);
-/** No more sends: the peer's recv returns 0 once it has read everything. */
+/** No more sends: the peer's recv returns 0 once it has read everything; a send
+ *  after it returns REMORA_ERR_INVALID_PARAM, whatever the peer did meanwhile. */
 REMORA_API remora_status_t remora_sock_shutdown(remora_sock_h sock);
 /** Shut down and free the socket; unread bytes are dropped. */
 REMORA_API void remora_sock_close(remora_sock_h sock);

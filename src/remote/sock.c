@@ -548,14 +548,16 @@ int64_t remora_sock_send(remora_sock_h s, const void *buf, size_t len, int timeo
         return 0;
     rm_engine_lock(s->ctx);
     for (;;) {
+        /* Our own shutdown first: whether the peer's close has arrived yet
+         * must not change what a send after it returns. */
+        if (s->shut) {
+            rm_engine_unlock(s->ctx);
+            return REMORA_ERR_INVALID_PARAM;
+        }
         if (s->err || s->peer_closed) {
             remora_status_t st = s->err ? s->err : REMORA_ERR_DISCONNECTED;
             rm_engine_unlock(s->ctx);
             return st;
-        }
-        if (s->shut) {
-            rm_engine_unlock(s->ctx);
-            return REMORA_ERR_INVALID_PARAM;
         }
         if (s->tx_credit > 0)
             break;
