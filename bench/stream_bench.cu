@@ -148,27 +148,15 @@ int main(int argc, char **argv)
     CK(cudaStreamSynchronize(st));
     double raw_rate = ns / ((now_us() - t0) / 1e6);
     uint64_t raw_last = *(volatile uint64_t *)word;
-    /* The first 1000 on an idle stream (its queue not full yet), and writes
-     * without the memory barrier before each (not usable for signals: the
-     * work before must be visible first), to tell the CPU's share from the GPU's. */
+    /* The first 1000 on an idle stream (its queue not full yet): the CPU's
+     * own cost per write, against the steady rate above (the GPU's). */
     CK(cudaStreamSynchronize(st));
     t0 = now_us();
     for (int i = 0; i < 1000; i++)
         cuStreamWriteValue64((CUstream)st, (CUdeviceptr)dword, (cuuint64_t)i + 1, 0);
     double raw_first = 1000 / ((now_us() - t0) / 1e6);
     CK(cudaStreamSynchronize(st));
-    t0 = now_us();
-    CUresult nobar_err = CUDA_SUCCESS;
-    for (int i = 0; i < ns && nobar_err == CUDA_SUCCESS; i++)
-        nobar_err = cuStreamWriteValue64((CUstream)st, (CUdeviceptr)dword, (cuuint64_t)i + 1,
-                                         CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
-    CK(cudaStreamSynchronize(st));
-    double raw_nobar = ns / ((now_us() - t0) / 1e6);
     printf("raw_write64_first1000_enqueue_per_s=%.0f\n", raw_first);
-    if (nobar_err == CUDA_SUCCESS && *(volatile uint64_t *)word == (uint64_t)ns)
-        printf("raw_write64_nobarrier_per_s=%.0f\n", raw_nobar);
-    else
-        printf("raw_write64_nobarrier_per_s=unsupported (error %d)\n", (int)nobar_err);
     printf("stream_signals_enqueue_per_s=%.0f (the calls alone, before the flush)\n", sig_enq);
     printf("raw_write64_per_s=%.0f enqueue_per_s=%.0f (bare cuStreamWriteValue64, same stream; "
            "%s)\n", raw_rate, raw_enq, raw_last == (uint64_t)ns ? "all landed" : "NOT all landed");

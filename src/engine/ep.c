@@ -76,14 +76,10 @@ void rm_format_addr(const struct sockaddr *sa, char *buf, size_t len)
 
 /* ------------------------------------------------------------ endpoints */
 
-static int fail_pending(const rm_peer_t *peer)
-{
-    return peer->fail_link.next != NULL;
-}
-
+/* Off ctx->failing, if on it (a NULL link: not listed). */
 static void fail_unlink(rm_peer_t *peer)
 {
-    if (fail_pending(peer)) {
+    if (peer->fail_link.next != NULL) {
         rm_list_del(&peer->fail_link);
         peer->fail_link.next = peer->fail_link.prev = NULL;
     }

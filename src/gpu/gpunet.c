@@ -533,6 +533,32 @@ static int accepts_progress(remora_gpunet_h g)
 
 /* ------------------------------------------------------------ data */
 
+void gn_answer_tx(remora_gpunet_h g, int i, uint32_t seq, int32_t res)
+{
+    rg_sock_shm_t *s = &g->sh[i];
+
+    s->dtx_res = res;
+    __atomic_store_n(&s->dtx_done, seq, __ATOMIC_RELEASE);
+    g->ps[i].tx_seen = seq;
+}
+
+static void copy_ended(rm_copy_t *copy, remora_status_t status)
+{
+    gn_copy_t *c = rm_container_of(copy, gn_copy_t, copy);
+
+    c->ended  = 1;
+    c->status = status;
+}
+
+remora_status_t gn_copy_start(remora_gpunet_h g, int i, gn_copy_t *c, void *dst, const void *src,
+                              uint64_t n)
+{
+    c->ended = 0;
+    c->n     = n;
+    return rm_copyq_start_on(g->copyq[(unsigned)i % g->nworkers], g->device, &c->copy, dst, src,
+                             (size_t)n, copy_ended);
+}
+
 int64_t gn_backend_send(psock_t *p, const void *buf, size_t n)
 {
     int64_t r;
@@ -570,14 +596,12 @@ static int pump(remora_gpunet_h g, int i)
         gn_sock_fail(g, i, REMORA_ERR_PROTOCOL); /* a kernel wrote past the ring */
         return 1;
     }
-    if (gb_busy(g, i)) {
-        int r = gb_pump(g, i, head == p->tx_tail);
-        if (r < 0) {
-            gn_sock_fail(g, i, (remora_status_t)r);
-            return 1;
-        }
-        busy |= r;
+    int bounced = gb_pump(g, i, head == p->tx_tail); /* 0 at once when it has nothing */
+    if (bounced < 0) {
+        gn_sock_fail(g, i, (remora_status_t)bounced);
+        return 1;
     }
+    busy |= bounced;
     if (head != p->tx_tail && !gb_holds(g, i)) {
         size_t off = (size_t)(p->tx_tail & (g->ring - 1));
         size_t n   = (size_t)(head - p->tx_tail);

@@ -50,11 +50,6 @@ static gn_bounce_t *bounce_of(remora_gpunet_h g, int i)
     return &g->bounce[(unsigned)i % g->nworkers];
 }
 
-static rm_copyq_t *copyq_of(remora_gpunet_h g, int i)
-{
-    return g->copyq[(unsigned)i % g->nworkers];
-}
-
 remora_status_t gb_prepare(remora_gpunet_h g)
 {
     remora_status_t st;
@@ -74,27 +69,16 @@ remora_status_t gb_prepare(remora_gpunet_h g)
     return REMORA_OK;
 }
 
+/* gn_answer_tx, counted (remora_gpunet_stats). */
 static void answer(remora_gpunet_h g, int i, uint32_t seq, int32_t res)
 {
-    rg_sock_shm_t *s = &g->sh[i];
-
-    s->dtx_res = res;
-    __atomic_store_n(&s->dtx_done, seq, __ATOMIC_RELEASE);
-    g->ps[i].tx_req_seen = seq;
+    gn_answer_tx(g, i, seq, res);
     if (res > 0) {
         gn_count(&g->bounce_sends, 1);
         gn_count(&g->bounce_bytes, (uint64_t)res);
     } else if (res == RG_RES_RING) {
         gn_count(&g->bounce_to_ring, 1);
     }
-}
-
-static void copy_ended(rm_copy_t *copy, remora_status_t status)
-{
-    gn_bounce_t *b = rm_container_of(copy, gn_bounce_t, copy);
-
-    b->copy_ended = 1;
-    b->copy_st    = status;
 }
 
 /* The next piece of the request into the room the peer left. 1 if one started. */
@@ -119,14 +103,11 @@ static int copy_next(remora_gpunet_h g, gn_bounce_t *b, int i)
         b->landed += n;
         return 1;
     }
-    b->copy_ended = 0;
-    if (rm_copyq_start_on(copyq_of(g, i), g->device, &b->copy, dst, src, (size_t)n,
-                          copy_ended) != REMORA_OK) {
+    if (gn_copy_start(g, i, &b->copy, dst, src, n) != REMORA_OK) {
         b->err = REMORA_ERR_IO;
         return 0;
     }
     b->copying = 1;
-    b->copy_n  = n;
     b->copied += n;
     return 1;
 }
@@ -180,8 +161,8 @@ static void take(remora_gpunet_h g, gn_bounce_t *b, int i, uint32_t seq)
 {
     rg_sock_shm_t *s = &g->sh[i];
 
-    if (b->buf == NULL || (b->sock >= 0 && b->sock != i) || b->copying || s->dtx_len == 0 ||
-        (!g->host_queues && copyq_of(g, i) == NULL)) {
+    /* A buffer implies the worker's copy queue (gp_prepare made it first). */
+    if (b->buf == NULL || (b->sock >= 0 && b->sock != i) || b->copying || s->dtx_len == 0) {
         answer(g, i, seq, RG_RES_RING);
         return;
     }
@@ -205,17 +186,17 @@ int gb_pump(remora_gpunet_h g, int i, int ring_empty)
     int moved = 0, r;
     uint32_t seq = ld_acq32(&g->sh[i].dtx_seq);
 
-    if (b->sock != i && seq == g->ps[i].tx_req_seen)
+    if (b->sock != i && seq == g->ps[i].tx_seen)
         return 0;
-    if (b->sock == i && b->copying && b->copy_ended) {
+    if (b->sock == i && b->copying && b->copy.ended) {
         b->copying = 0;
         moved = 1;
-        if (b->copy_st == REMORA_OK)
-            b->landed += b->copy_n;
+        if (b->copy.status == REMORA_OK)
+            b->landed += b->copy.n;
         else
             b->err = REMORA_ERR_IO;
     }
-    if (!b->req_active && seq != g->ps[i].tx_req_seen) {
+    if (!b->req_active && seq != g->ps[i].tx_seen) {
         if (ring_empty) {
             take(g, b, i, seq);
             moved = 1;
@@ -251,7 +232,7 @@ int gb_holds(remora_gpunet_h g, int i)
 
 int gb_busy(remora_gpunet_h g, int i)
 {
-    return bounce_of(g, i)->sock == i || ld_acq32(&g->sh[i].dtx_seq) != g->ps[i].tx_req_seen;
+    return bounce_of(g, i)->sock == i || ld_acq32(&g->sh[i].dtx_seq) != g->ps[i].tx_seen;
 }
 
 void gb_fail(remora_gpunet_h g, int i)
@@ -261,14 +242,14 @@ void gb_fail(remora_gpunet_h g, int i)
     int32_t err = g->sh[i].error ? g->sh[i].error : REMORA_ERR_CANCELED;
 
     if (b->sock == i) {
-        if (b->copying && !b->copy_ended)
+        if (b->copying && !b->copy.ended)
             return; /* answered once the copy out of the kernel's buffer ended */
         b->copying = 0;
         if (b->req_active)
             answer(g, i, b->req_seq, err);
         b->req_active = 0;
         b->sock = -1;
-    } else if (seq != g->ps[i].tx_req_seen) {
+    } else if (seq != g->ps[i].tx_seen) {
         answer(g, i, seq, err);
     }
 }
@@ -277,7 +258,7 @@ void gb_release(remora_gpunet_h g, int i)
 {
     gn_bounce_t *b = bounce_of(g, i);
 
-    if (b->sock == i && b->copying && copyq_of(g, i))
-        rm_copyq_drain(copyq_of(g, i)); /* it reads the kernel's buffer */
+    if (b->sock == i && b->copying) /* it reads the kernel's buffer */
+        rm_copyq_drain(g->copyq[(unsigned)i % g->nworkers]);
     gb_fail(g, i);
 }

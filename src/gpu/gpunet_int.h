@@ -39,6 +39,15 @@
 enum { BK_NONE, BK_TCP, BK_TCP_CONNECTING, BK_TCP_LISTEN, BK_SOCK, BK_SOCK_LISTEN, BK_RESERVED,
        BK_GPU };
 
+/* A copy on a worker's copy queue (rm_copyq) and how it ended; polled by
+ * the socket's owner after gp_poll_copies ran the callbacks. */
+typedef struct gn_copy {
+    rm_copy_t       copy;
+    int             ended;  /* its callback ran, with status */
+    remora_status_t status;
+    uint64_t        n;      /* bytes */
+} gn_copy_t;
+
 /* A peer's buffer mapped here (CUDA IPC), shared by the sockets using it. */
 typedef struct gp_map {
     pid_t    pid;       /* the exporting process: handles are only unique within one */
@@ -65,7 +74,6 @@ typedef struct gp_state {
     uint64_t last_rx_ns, last_ping_ns; /* liveness while the kernel waits on the peer */
     uint32_t rx_bits;         /* what rg_sock_shm_t.rx_eof says (RG_RX_*) */
     /* Our direct send: the kernel's dtx request, out as an RTS until DONE. */
-    uint32_t tx_seen;         /* the last dtx_seq answered */
     uint32_t tx_id;           /* the dtx_seq out as an RTS (tx_busy) */
     int      tx_busy, tx_cancel_sent;
     uint64_t tx_deadline;     /* a canceled RTS must be answered by then */
@@ -80,10 +88,7 @@ typedef struct gp_state {
     uint32_t rx_seen;         /* the last drx_seq answered */
     int      copying, copy_to_ring;
     uint32_t copy_seq;
-    uint64_t copy_n;
-    rm_copy_t copy;           /* on the worker's copy queue while copying */
-    int      copy_ended;      /* its callback ran, with copy_st */
-    remora_status_t copy_st;
+    gn_copy_t copy;           /* on the worker's copy queue while copying */
     /* Control frames that found the socket full, sent before anything else. */
     struct { uint32_t type; uint64_t a, b; } out[4];
     unsigned nout;
@@ -106,10 +111,7 @@ typedef struct gn_bounce {
     uint64_t  req_src, req_len, req_base; /* kernel's buffer, bytes, `copied` at take */
     uint64_t  progress_ns;    /* when the request last moved */
     int       copying;        /* a copy is in flight (it may outlive its socket) */
-    int       copy_ended;
-    remora_status_t copy_st;
-    uint64_t  copy_n;
-    rm_copy_t copy;
+    gn_copy_t copy;
 } gn_bounce_t;
 
 typedef struct psock {
@@ -122,7 +124,7 @@ typedef struct psock {
     int      closing, shutting; /* atomic: set by worker 0 (commands), read by the owner */
     int      shut_done;
     uint64_t tx_tail, rx_head;
-    uint32_t tx_req_seen;    /* the last dtx_seq answered (not BK_GPU: gp.tx_seen) */
+    uint32_t tx_seen;        /* the last dtx_seq answered (gn_answer_tx) */
     int      pend_slot;      /* BK_TCP_CONNECTING: the command to answer */
     uint32_t pend_seq;
     uint64_t deadline;
@@ -196,6 +198,12 @@ void gn_sock_free(remora_gpunet_h g, int i);
 void gn_sock_fail(remora_gpunet_h g, int i, remora_status_t st);
 
 int64_t gn_backend_send(psock_t *p, const void *buf, size_t n); /* BK_TCP/BK_SOCK: bytes taken or a status */
+/* Answer the kernel's direct send (dtx) seq with res: bytes, a status or RG_RES_RING. */
+void gn_answer_tx(remora_gpunet_h g, int i, uint32_t seq, int32_t res);
+/* Start dst <- src on socket i's worker's copy queue, on our device (a
+ * peer's buffer is mapped in its context only); no CUDA object is made. */
+remora_status_t gn_copy_start(remora_gpunet_h g, int i, gn_copy_t *c, void *dst, const void *src,
+                              uint64_t n);
 
 /* gpunet_bounce.c: direct sends to CPU and TCP peers (BK_TCP, BK_SOCK),
  * copied out of GPU memory through the worker's bounce buffer. */

@@ -319,13 +319,6 @@ static void publish_bits(rg_sock_shm_t *s, gp_state_t *gp)
     __atomic_store_n(&s->rx_eof, gp->rx_bits, __ATOMIC_RELEASE);
 }
 
-static void answer_tx(rg_sock_shm_t *s, gp_state_t *gp, uint32_t seq, int32_t res)
-{
-    s->dtx_res = res;
-    __atomic_store_n(&s->dtx_done, seq, __ATOMIC_RELEASE);
-    gp->tx_seen = seq;
-}
-
 static void answer_rx(rg_sock_shm_t *s, gp_state_t *gp, uint32_t seq, int32_t res)
 {
     s->drx_res = res;
@@ -334,14 +327,16 @@ static void answer_rx(rg_sock_shm_t *s, gp_state_t *gp, uint32_t seq, int32_t re
 }
 
 /* The socket failed: answer what the kernel waits for (after any copy). */
-static void answer_all(rg_sock_shm_t *s, gp_state_t *gp, int32_t st)
+static void answer_all(remora_gpunet_h g, int i, int32_t st)
 {
+    rg_sock_shm_t *s = &g->sh[i];
+    gp_state_t *gp = &g->ps[i].gp;
     uint32_t seq;
 
     if (gp->copying)
         return;
-    if ((seq = ld_acq32(&s->dtx_seq)) != gp->tx_seen)
-        answer_tx(s, gp, seq, st);
+    if ((seq = ld_acq32(&s->dtx_seq)) != g->ps[i].tx_seen)
+        gn_answer_tx(g, i, seq, st);
     if ((seq = ld_acq32(&s->drx_seq)) != gp->rx_seen)
         answer_rx(s, gp, seq, st);
 }
@@ -357,29 +352,15 @@ static void src_drop(psock_t *p, rg_sock_shm_t *s)
 
 /* ------------------------------------------------------------ copies */
 
-static void copy_ended(rm_copy_t *copy, remora_status_t status)
-{
-    gp_state_t *gp = rm_container_of(copy, gp_state_t, copy);
-
-    gp->copy_ended = 1;
-    gp->copy_st    = status;
-}
-
-/* On the owner's copy queue, which polls a word for the end: no CUDA object
- * is made on this path (docs/gpunet.md). */
+/* Out of the peer's buffer, on the owner's copy queue (docs/gpunet.md). */
 static int copy_start(remora_gpunet_h g, int i, void *dst, uint64_t n)
 {
-    psock_t *p = &g->ps[i];
-    rm_copyq_t *q = g->copyq[(unsigned)i % g->nworkers];
+    gp_state_t *gp = &g->ps[i].gp;
     remora_status_t st;
 
-    p->gp.copy_ended = 0;
-    /* On our device: the peer's buffer is mapped in its context only. */
-    if ((st = rm_copyq_start_on(q, g->device, &p->gp.copy, dst, p->gp.src, (size_t)n,
-                                copy_ended)) != REMORA_OK)
+    if ((st = gn_copy_start(g, i, &gp->copy, dst, gp->src, n)) != REMORA_OK)
         return st;
-    p->gp.copying = 1;
-    p->gp.copy_n  = n;
+    gp->copying = 1;
     return REMORA_OK;
 }
 
@@ -399,21 +380,21 @@ static int copy_progress(remora_gpunet_h g, int i)
 
     if (!gp->copying)
         return 0;
-    if (!gp->copy_ended)
+    if (!gp->copy.ended)
         return 1;
     gp->copying = 0;
-    if ((st = gp->copy_st) != REMORA_OK) {
+    if ((st = gp->copy.status) != REMORA_OK) {
         gn_sock_fail(g, i, REMORA_ERR_IO);
         return 1;
     }
     if (gp->copy_to_ring) {
-        p->rx_head += gp->copy_n;
+        p->rx_head += gp->copy.n;
         st_rel(&s->rx_head, p->rx_head);
         answer_rx(s, gp, gp->copy_seq, RG_RES_RING);
     } else {
-        answer_rx(s, gp, gp->copy_seq, (int32_t)gp->copy_n);
+        answer_rx(s, gp, gp->copy_seq, (int32_t)gp->copy.n);
     }
-    r = ctl_send(p, GP_DONE, gp->src_id, gp->copy_n);
+    r = ctl_send(p, GP_DONE, gp->src_id, gp->copy.n);
     gp->done_id = gp->src_id;
     src_drop(p, s);
     if (r < 0)
@@ -530,14 +511,14 @@ static int offer_send(remora_gpunet_h g, int i)
         }
         return 0;
     }
-    if (seq == gp->tx_seen)
+    if (seq == p->tx_seen)
         return 0;
     ptr = (void *)(uintptr_t)s->dtx_ptr;
     len = s->dtx_len;
     memset(&rts, 0, sizeof(rts));
     if (len == 0 || g->host_queues || offer_handle(g, (unsigned)i % g->nworkers, ptr, &rts) ||
         rts.offset + len > size_of_offer(g, (unsigned)i % g->nworkers)) {
-        answer_tx(s, gp, seq, RG_RES_RING); /* not shareable: the kernel uses the ring */
+        gn_answer_tx(g, i, seq, RG_RES_RING); /* not shareable: the kernel uses the ring */
         return 1;
     }
     if ((r = frame_send(p->fd, GP_RTS, seq, len, &rts, sizeof(rts), NULL, 0)) <= 0)
@@ -579,7 +560,7 @@ static int gp_tx(remora_gpunet_h g, int i, int *busy)
             return r;
     }
     if ((flag(&p->closing) || flag(&p->shutting)) && !p->shut_done && !p->gp.tx_busy &&
-        ld_acq32(&s->dtx_seq) == p->gp.tx_seen) {
+        ld_acq32(&s->dtx_seq) == p->tx_seen) {
         if ((r = frame_send(p->fd, GP_FIN, 0, 0, NULL, 0, NULL, 0)) <= 0)
             return r;
         p->shut_done = 1;
@@ -635,7 +616,7 @@ static int on_frame(remora_gpunet_h g, int i, int ctl, const gp_hdr_t *h, const 
         if (!gp->tx_busy || h->a != gp->tx_id)
             return REMORA_ERR_PROTOCOL;
         gp->tx_busy = 0;
-        answer_tx(s, gp, (uint32_t)h->a, (int32_t)(int64_t)h->b);
+        gn_answer_tx(g, i, (uint32_t)h->a, (int32_t)(int64_t)h->b);
         return 0;
     case GP_CANCEL:
         if (!gp->src_active || h->a != gp->src_id) {
@@ -846,7 +827,7 @@ int gp_pump(remora_gpunet_h g, int i)
     int busy = copy_progress(g, i), st;
 
     if (s->error) {
-        answer_all(s, &p->gp, s->error);
+        answer_all(g, i, s->error);
         if (flag(&p->closing) && !p->gp.copying) {
             gn_sock_free(g, i);
             return 1;
