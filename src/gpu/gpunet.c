@@ -767,6 +767,12 @@ static void *proxy_main(void *arg)
 
 /* ------------------------------------------------------------ create, destroy */
 
+/* socket_abi.h: the groups a kernel's snapshot loads together, each in a
+ * 32-byte sector of its own. */
+_Static_assert(offsetof(rg_sock_shm_t, tx_head) == 0 && offsetof(rg_sock_shm_t, tx_tail) == 64 &&
+                   offsetof(rg_sock_shm_t, state) == 96 && sizeof(rg_sock_shm_t) == 128,
+               "rg_sock_shm_t layout");
+
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 
 static remora_status_t alloc_queues(remora_gpunet_h g)

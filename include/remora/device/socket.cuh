@@ -105,7 +105,8 @@ __device__ __forceinline__ void fence_acquire_sys()
 }
 
 /* One 16-byte volatile load. Several issued back to back cost one PCIe
- * round trip together, where dependent loads and fences cost one each. */
+ * round trip together if they fall in different 32-byte sectors (two of
+ * one sector are served in turn); dependent loads and fences cost one each. */
 __device__ __forceinline__ void ld_v2(const void *p, uint64_t &a, uint64_t &b)
 {
     asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
