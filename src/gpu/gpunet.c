@@ -687,19 +687,23 @@ static void drain_epoll(remora_gpunet_h g, int ep)
     }
 }
 
-/* Worker w: the data of sockets i % nworkers == w. */
-static int step_data(remora_gpunet_h g, unsigned w)
+/* Worker w: the data of sockets i % nworkers == w. *owned: how many it has. */
+static int step_data(remora_gpunet_h g, unsigned w, unsigned *owned)
 {
     int busy = 0;
 
     drain_epoll(g, g->epfd[w]);
     busy |= gp_poll_copies(g, w);
+    *owned = 0;
     for (unsigned i = w; i < g->max_socks; i += g->nworkers) {
         int k = kind_of(&g->ps[i]);
         if (k == BK_TCP || k == BK_SOCK)
             busy |= pump(g, (int)i);
         else if (k == BK_GPU)
             busy |= gp_pump(g, (int)i);
+        else
+            continue;
+        (*owned)++;
     }
     return busy;
 }
@@ -745,18 +749,21 @@ static void *proxy_main(void *arg)
     remora_gpunet_h g = wa->g;
     unsigned w = wa->w;
     uint64_t last = rm_now_ns();
+    unsigned owned;
 
     free(wa);
     while (!atomic_load_explicit(&g->stop, memory_order_relaxed)) {
         int busy = w == 0 ? step_control(g) : 0;
-        busy |= step_data(g, w);
+        busy |= step_data(g, w, &owned);
         if (busy) {
             last = rm_now_ns();
             continue;
         }
         uint64_t now = rm_now_ns();
         if (now - last > g->spin_ns) {
-            struct timespec ts = {0, 50000};
+            /* A worker with no socket has nothing a kernel waits on: its
+             * first socket's data waits at most a nap of 1 ms. */
+            struct timespec ts = {0, w != 0 && owned == 0 ? GN_NAP_EMPTY_NS : GN_NAP_NS};
             nanosleep(&ts, NULL);
         } else {
             rm_cpu_relax();
@@ -881,7 +888,7 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         uint64_t dflt = ncpu >= 4 ? (uint64_t)(ncpu / 2) : 1u;
-        uint64_t nw = env_u64("REMORA_GPUNET_THREADS", dflt > 8 ? 8 : dflt);
+        uint64_t nw = env_u64("REMORA_GPUNET_THREADS", dflt > GN_WORKERS_MAX ? GN_WORKERS_MAX : dflt);
         g->nworkers = nw < 1 ? 1u : nw > GN_WORKERS_MAX ? GN_WORKERS_MAX : (unsigned)nw;
     }
     for (unsigned w = 0; w < GN_WORKERS_MAX; w++)

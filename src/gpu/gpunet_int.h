@@ -26,7 +26,9 @@
 #define GN_DEFAULT_RING   (256u << 10)
 #define GN_SLOTS          256u
 #define GN_CLIENTS_MAX    16
-#define GN_WORKERS_MAX    16
+#define GN_WORKERS_MAX    16    /* REMORA_GPUNET_THREADS; default half the CPUs, up to this */
+#define GN_NAP_NS         50000L   /* an idle worker's nap, once it stopped spinning */
+#define GN_NAP_EMPTY_NS   1000000L /* ... of a worker (not 0) that owns no socket */
 #define GN_MAPS           64u   /* peers' buffers kept mapped (CUDA IPC) until destroy */
 /* A command answered later (a TCP connect in flight). Not a status and not
  * a socket: REMORA_INPROGRESS (1) is also socket 1. */
