@@ -232,12 +232,14 @@ __device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t fla
     __threadfence_system();
     int result = RG_ETIMEDOUT;
     for (;;) {
-        if (*(volatile uint32_t *)&c->done_seq == seq) {
+        /* Both loads issued before either is used: one PCIe round trip a look. */
+        uint32_t done = *(volatile uint32_t *)&c->done_seq, up = alive(net);
+        if (done == seq) {
             __threadfence_system();
             result = *(volatile int32_t *)&c->result;
             break;
         }
-        if (!alive(net)) {
+        if (!up) {
             result = RG_ECANCELED;
             break;
         }
@@ -308,12 +310,13 @@ __device__ inline int32_t await(rg_net_t *net, rg_sock_shm_t *sh, bool send, uin
     bool canceled = false;
     uint64_t grace = 0;
     for (;;) {
-        if (*done == seq) {
+        uint32_t d = *done, up = alive(net); /* one round trip a look, as in command() */
+        if (d == seq) {
             fence_acquire_sys();
             return send ? *(const volatile int32_t *)&sh->dtx_res
                         : *(const volatile int32_t *)&sh->drx_res;
         }
-        if (!alive(net))
+        if (!up)
             return RG_ECANCELED;
         uint64_t t = now_ns();
         if (!canceled && t > until) {
