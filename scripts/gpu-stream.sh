@@ -23,7 +23,7 @@ have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && grep -q GPU <<<"$(nvidia-s
 pingpong() {
   local bin=$1 mode=$2 iters=${3:-10000} size=${4:-64}
   local base=$(( 20000 + ($$ * 7 + RANDOM) % 20000 ))
-  local p0=$base p1=$((base + 1)) extra=() envs=()
+  local p0=$base p1=$((base + 1)) extra=() extra1=() envs=()
   case $mode in
     ipc) envs=(REMORA_PATH=auto) ;;
     tcp) envs=(UCX_TLS=tcp REMORA_PATH=staging) ;;
@@ -31,11 +31,19 @@ pingpong() {
     *) echo "unknown mode $mode" >&2; return 2 ;;
   esac
   have_gpu || { echo "SKIPPED: no GPU"; return 77; }
+  if [ "${REMORA_PP_GPU1:-0}" != 0 ] &&
+     [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -le "$REMORA_PP_GPU1" ]; then
+    echo "SKIPPED: rank 1 on GPU $REMORA_PP_GPU1, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPU(s) here"
+    return 77
+  fi
   local tmo=${REMORA_PP_TIMEOUT:-120} log1 log0
-  # REMORA_PP_GPU1=N: rank 1 on GPU N (rank 0 stays on GPU 0).
-  [ "${REMORA_PP_GPU1:-0}" != 0 ] && extra+=(--gpu "$REMORA_PP_GPU1")
+  # REMORA_PP_GPU1=N: rank 1 on GPU N (rank 0 stays on GPU 0). REMORA_PP_BARE=1:
+  # no kernels in the loop (--bare). Until session 16 --gpu went to both ranks,
+  # so the "two GPU" rows ran both on GPU 1.
+  [ "${REMORA_PP_GPU1:-0}" != 0 ] && extra1+=(--gpu "$REMORA_PP_GPU1")
+  [ "${REMORA_PP_BARE:-0}" != 0 ] && extra+=(--bare)
   log1=$(mktemp /tmp/remora_pp1_XXXXXX); log0=$(mktemp /tmp/remora_pp0_XXXXXX)
-  env "${envs[@]}" REMORA_LOG=${REMORA_LOG:-warn} timeout -k 5 "$tmo" "$bin" 1 "$p1" "$p0" "$iters" "$size" "${extra[@]}" \
+  env "${envs[@]}" REMORA_LOG=${REMORA_LOG:-warn} timeout -k 5 "$tmo" "$bin" 1 "$p1" "$p0" "$iters" "$size" "${extra[@]}" "${extra1[@]}" \
       > "$log1" 2>&1 &
   local pid1=$!
   env "${envs[@]}" REMORA_LOG=${REMORA_LOG:-warn} timeout -k 5 "$tmo" "$bin" 0 "$p0" "$p1" "$iters" "$size" "${extra[@]}" \
@@ -93,7 +101,7 @@ summary=$out/summary.txt
 failed=0
 say() { echo "$*" | tee -a "$summary"; }
 
-for b in test_stream stream_pingpong stream_bench stream_wait_probe; do
+for b in test_stream stream_pingpong stream_bench stream_wait_probe stream_switch_probe; do
   [ -x "$gpu/$b" ] || { say "MISSING $gpu/$b (was nvcc found? see cmake output)"; exit 1; }
 done
 if ! have_gpu; then
@@ -126,6 +134,10 @@ step pingpong_raw 130 -- "$0" --pingpong "$gpu/stream_pingpong" raw 10000 64
 step pingpong_raw_local 60 -- "$gpu/stream_pingpong" 0 0 0 64 64 --raw-local
 step pingpong_tcp 130 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
 step pingpong_ipc_1MiB 60 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
+# Bare (a stream wait and a put_signal a round, no kernels): two processes on
+# one GPU switch contexts only for kernels, not for stream memory operations.
+step pingpong_ipc_bare 130 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
+step pingpong_tcp_bare 130 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
 # The TCP ping-pong with both ranks as threads of one process (one GPU
 # context: no switching between two processes' contexts), with the kernels
 # and bare (a stream wait and a put_signal per round).
@@ -141,6 +153,9 @@ if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
   step pingpong2_tcp 130 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
   step pingpong2_ipc_1MiB 60 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
   step pingpong2_raw_1MiB 60 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" raw 1000 1048576
+  step pingpong2_ipc_bare 130 REMORA_PP_GPU1=1 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
+  step pingpong2_tcp_bare 130 REMORA_PP_GPU1=1 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
+  step pingpong2_ipc_bare_1MiB 60 REMORA_PP_GPU1=1 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
 else
   say "[SKIP] pingpong2_*: fewer than two GPUs here (two processes on GPU 0 and GPU 1)"
 fi
@@ -150,6 +165,11 @@ fi
 #     sooner (docs/stream.md, "Round trips between two processes").
 step wait_probe 120 -- "$gpu/stream_wait_probe" 2000
 grep -h '^wait_probe' "$out/wait_probe.log" | sed 's/^/    /' | tee -a "$summary"
+
+# 2d. What a two-process round trip costs with nothing of remora, by what a
+#     round asks of the GPU (memory operations only, a kernel, a copy).
+step switch_probe 120 -- "$gpu/stream_switch_probe" 2000
+grep -h '^switch_probe' "$out/switch_probe.log" | sed 's/^/    /' | tee -a "$summary"
 
 # 3. Benchmark: TCP (staging) and the same-host default.
 step bench_tcp 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_bench"
@@ -190,6 +210,8 @@ for b in bench_tcp bench_am; do
   done
 done
 say "  same-host 1 MiB put_signal ping-pong RTT: $(val pingpong_ipc_1MiB rtt_us) us"
+say "  two processes on one GPU, bare (no kernels): IPC $(val pingpong_ipc_bare rtt_us) us, TCP $(val pingpong_tcp_bare rtt_us) us"
+check "TCP ping-pong RTT (two processes, bare) - host read RTT (us)" "$(diff_ "$(val pingpong_tcp_bare rtt_us)" "$rd")" "<=" 10
 if [ -f "$out/pingpong2_ipc.log" ]; then
   ipc2=$(val pingpong2_ipc rtt_us); raw2=$(val pingpong2_raw rtt_us); tcp2=$(val pingpong2_tcp rtt_us)
   say "  two GPUs (ranks on GPU 0 and GPU 1), 64 B: IPC ${ipc2:-n/a} us (path $(val pingpong2_ipc path)), raw ${raw2:-n/a} us, TCP ${tcp2:-n/a} us"
@@ -197,6 +219,8 @@ if [ -f "$out/pingpong2_ipc.log" ]; then
   check "two GPUs: TCP ping-pong RTT - host read RTT (us)" "$(diff_ "$tcp2" "$rd")" "<=" 10
   say "  two GPUs, 1 MiB: IPC $(val pingpong2_ipc_1MiB rtt_us) us, raw $(val pingpong2_raw_1MiB rtt_us) us"
   check "two GPUs: ratio remora / raw, 1 MiB" "$(ratio "$(val pingpong2_ipc_1MiB rtt_us)" "$(val pingpong2_raw_1MiB rtt_us)")" "<=" 1.5
+  say "  two GPUs, bare (no kernels), 64 B: IPC $(val pingpong2_ipc_bare rtt_us) us, TCP $(val pingpong2_tcp_bare rtt_us) us; 1 MiB IPC $(val pingpong2_ipc_bare_1MiB rtt_us) us"
+  check "two GPUs, bare: TCP ping-pong RTT - host read RTT (us)" "$(diff_ "$(val pingpong2_tcp_bare rtt_us)" "$rd")" "<=" 10
 fi
 say ""
 [ "$failed" = 0 ] && say "ALL STEPS PASSED (or skipped)" || say "SOME STEPS FAILED: see the logs in $out"
