@@ -1359,17 +1359,9 @@ static remora_status_t dcache_get(rm_chan_t *ch, const char *name, int signals, 
                 d->sig_dev = (char *)base_dev + ((char *)d->view.ptr - (char *)d->view.base);
         }
     } else {
-        if (r->ipc_base == NULL) {
-            rm_cuda_ipc_handle_t h;
-            memcpy(h.bytes, r->ipc, sizeof(h.bytes));
-            r->ipc_dev = r->device < rm_cuda_device_count() ? r->device : 0;
-            st = rm_cuda_ipc_open(r->ipc_dev, &h, &r->ipc_base);
-        }
-        if (st == REMORA_OK && buf_dev >= 0 && buf_dev != r->ipc_dev) {
-            rm_cuda_enable_peer_access(buf_dev, r->ipc_dev); /* else the driver stages it */
-            rm_cuda_enable_peer_access(r->ipc_dev, buf_dev);
-        }
-        d->ipc = st == REMORA_OK ? (char *)r->ipc_base + r->ipc_offset : NULL;
+        /* Opened where the stream's copies run (its device's context). */
+        int near = rm_cuda_stream_device(ch->stream);
+        st = rm_client_region_ipc(r, near >= 0 ? near : buf_dev, &d->ipc);
     }
     if (st != REMORA_OK) {
         rm_shm_unmap(&d->view);

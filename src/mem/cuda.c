@@ -102,6 +102,7 @@ static struct cu_api {
     CUresult (*CtxGetCurrent)(CUcontext *);
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*CtxEnablePeerAccess)(CUcontext, unsigned);
+    CUresult (*CtxGetDevice)(CUdevice *);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemAllocManaged)(CUdeviceptr *, size_t, unsigned);
     CUresult (*MemFree)(CUdeviceptr);
@@ -151,6 +152,7 @@ static const struct cu_sym {
     CU_SYM(CtxGetCurrent, "cuCtxGetCurrent"),
     CU_SYM(CtxSetCurrent, "cuCtxSetCurrent"),
     CU_SYM(CtxEnablePeerAccess, "cuCtxEnablePeerAccess"),
+    CU_SYM(CtxGetDevice, "cuCtxGetDevice"),
     CU_SYM(MemAlloc, "cuMemAlloc_v2"),
     CU_SYM(MemAllocManaged, "cuMemAllocManaged"),
     CU_SYM(MemFree, "cuMemFree_v2"),
@@ -1082,6 +1084,19 @@ remora_status_t rm_cuda_raw_wait64(void *stream, void *dev_addr, uint64_t value,
                       "cuStreamWaitValue64");
     raw_pop(pushed);
     return status;
+}
+
+int rm_cuda_stream_device(void *stream)
+{
+    CUdevice dev;
+    int pushed, ordinal = -1;
+
+    if (raw_push(stream, &pushed) != REMORA_OK)
+        return -1;
+    if (cu.CtxGetDevice(&dev) == CUDA_SUCCESS)
+        ordinal = (int)dev;
+    raw_pop(pushed);
+    return ordinal;
 }
 
 remora_status_t rm_cuda_raw_copy(void *stream, void *dst, const void *src, size_t length)

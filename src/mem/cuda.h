@@ -174,6 +174,8 @@ remora_status_t rm_cuda_raw_write64(void *stream, void *dev_addr, uint64_t value
 /* cuStreamWaitValue64: eq ? *addr == value : (int64_t)(*addr - value) >= 0. */
 remora_status_t rm_cuda_raw_wait64(void *stream, void *dev_addr, uint64_t value, int eq);
 remora_status_t rm_cuda_raw_copy(void *stream, void *dst, const void *src, size_t length);
+/* The ordinal of the device whose context `stream` belongs to, or -1. */
+int rm_cuda_stream_device(void *stream);
 remora_status_t rm_cuda_raw_sync(void *stream);
 /* Page-lock host memory, mapped for every device (DEVICEMAP | PORTABLE);
  * *dev_p is its device address. Undo with rm_cuda_host_unregister(). */

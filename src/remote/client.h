@@ -249,6 +249,10 @@ void          rm_client_region_forget(remora_client_h c, rm_rregion_t *r);
  * event that retired it, acknowledged once it is unused (0: none). */
 void          rm_client_region_detach(remora_client_h c, rm_rregion_t *r, uint64_t ack_epoch);
 rm_rregion_t *rm_client_region_by_id(remora_client_h c, uint32_t id);
+/* A GPU region's memory through its CUDA IPC handle (*p: the region's first
+ * byte), opened on first use in the context of near_dev, the device whose
+ * copies will use it (-1: the region's own device). */
+remora_status_t rm_client_region_ipc(rm_rregion_t *r, int near_dev, char **p);
 /* Acknowledge every change epoch that no request still depends on. */
 void          rm_client_send_acks(remora_client_h c);
 /* Empty the cache (regions are looked up again on next use); reconnected:

@@ -447,29 +447,6 @@ static void run_local(remora_request_h req, char *remote, int cuda)
     request_complete(req);
 }
 
-/*
- * The region's allocation through its IPC handle, opened on first use. A
- * buffer on another GPU (buf_dev) gets peer access both ways, so the copy
- * goes GPU to GPU (NVLink, PCIe peer) instead of through the host.
- */
-static remora_status_t ipc_pointer(rm_rregion_t *r, char **p, int buf_dev)
-{
-    remora_status_t st = REMORA_OK;
-
-    if (r->ipc_base == NULL) {
-        rm_cuda_ipc_handle_t h;
-        memcpy(h.bytes, r->ipc, sizeof(h.bytes));
-        r->ipc_dev = r->device < rm_cuda_device_count() ? r->device : 0;
-        st = rm_cuda_ipc_open(r->ipc_dev, &h, &r->ipc_base);
-    }
-    if (st == REMORA_OK && buf_dev >= 0 && buf_dev != r->ipc_dev) {
-        rm_cuda_enable_peer_access(buf_dev, r->ipc_dev); /* without it: staged by the driver */
-        rm_cuda_enable_peer_access(r->ipc_dev, buf_dev);
-    }
-    *p = (char *)r->ipc_base + r->ipc_offset;
-    return st;
-}
-
 /* What the caller's buffer is: *gpu_p for GPU memory, *dev_p when UCX
  * cannot reach it (then it is staged). */
 static remora_status_t classify_buffer(remora_client_h c, const void *buf, int *gpu_p,
@@ -681,7 +658,7 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         /* Nothing for UCX to do: no need to wake the progress thread. */
         char *remote = NULL;
         if (length && req->path == REMORA_PATH_IPC &&
-            (req->status = ipc_pointer(r, &remote, buf_dev)) != REMORA_OK)
+            (req->status = rm_client_region_ipc(r, buf_dev, &remote)) != REMORA_OK)
             request_complete(req);
         else if (length && req->path == REMORA_PATH_IPC)
             run_local(req, remote + offset, 1);
