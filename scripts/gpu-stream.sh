@@ -156,6 +156,20 @@ if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
   step pingpong2_ipc_bare 130 REMORA_PP_GPU1=1 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
   step pingpong2_tcp_bare 130 REMORA_PP_GPU1=1 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
   step pingpong2_ipc_bare_1MiB 60 REMORA_PP_GPU1=1 REMORA_PP_BARE=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 1000 1048576
+  # NVSHMEM's put-with-signal ping-pong, where a wheel (nvidia-nvshmem-cu13)
+  # brings it: compiled here against the wheel (bench/nvshmem_pingpong.cu).
+  nv=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null)
+  if [ -n "$nv" ] && [ -f "$nv/lib/libnvshmem_device.a" ]; then
+    nvcc -rdc=true -arch=native -O2 "$root/bench/nvshmem_pingpong.cu" -I"$nv/include" -L"$nv/lib" \
+      -l:libnvshmem_host.so.3 "$nv/lib/libnvshmem_device.a" -lcuda -o "$out/nvshmem_pingpong" \
+      >"$out/nvshmem_build.log" 2>&1
+    for s in 64 1048576; do
+      step nvshmem_pingpong_$s 60 LD_LIBRARY_PATH="$nv/lib:${LD_LIBRARY_PATH:-}" NVSHMEM_DISABLE_NVLS=1 \
+        NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo -- "$out/nvshmem_pingpong" 10000 $s
+    done
+  else
+    say "[SKIP] nvshmem_pingpong: no NVSHMEM wheel (python3 -c 'import nvidia.nvshmem')"
+  fi
 else
   say "[SKIP] pingpong2_*: fewer than two GPUs here (two processes on GPU 0 and GPU 1)"
 fi
@@ -220,6 +234,10 @@ if [ -f "$out/pingpong2_ipc.log" ]; then
   say "  two GPUs, 1 MiB: IPC $(val pingpong2_ipc_1MiB rtt_us) us, raw $(val pingpong2_raw_1MiB rtt_us) us"
   check "two GPUs: ratio remora / raw, 1 MiB" "$(ratio "$(val pingpong2_ipc_1MiB rtt_us)" "$(val pingpong2_raw_1MiB rtt_us)")" "<=" 1.5
   say "  two GPUs, bare (no kernels), 64 B: IPC $(val pingpong2_ipc_bare rtt_us) us, TCP $(val pingpong2_tcp_bare rtt_us) us; 1 MiB IPC $(val pingpong2_ipc_bare_1MiB rtt_us) us"
+  nv64=$(val nvshmem_pingpong_64 rtt_us); nv1m=$(val nvshmem_pingpong_1048576 rtt_us)
+  say "  NVSHMEM putmem_signal_on_stream ping-pong, two GPUs: 64 B ${nv64:-n/a} us, 1 MiB ${nv1m:-n/a} us (NCCL's ncclPutSignal needs NCCL >= 2.29)"
+  check "two GPUs, bare: remora IPC / NVSHMEM RTT, 64 B" "$(ratio "$(val pingpong2_ipc_bare rtt_us)" "$nv64")" "<=" 1.2
+  check "two GPUs, bare: remora IPC / NVSHMEM RTT, 1 MiB" "$(ratio "$(val pingpong2_ipc_bare_1MiB rtt_us)" "$nv1m")" "<=" 1.2
   check "two GPUs, bare: TCP ping-pong RTT - host read RTT (us)" "$(diff_ "$(val pingpong2_tcp_bare rtt_us)" "$rd")" "<=" 10
 fi
 say ""
