@@ -196,35 +196,100 @@ remora_status_t rm_boot_recv_frame(int fd, rm_boot_rx_t *rx, uint64_t deadline,
     }
 }
 
+/* A nonblocking connect to ss started on a new socket: the fd, or -1 with
+ * *err set (errno of a connect refused at once). */
+static int dial_start(const struct sockaddr_storage *ss, socklen_t len, int *err)
+{
+    int fd = socket_for(ss);
+
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    if (connect(fd, (const struct sockaddr *)ss, len) != 0 && errno != EINPROGRESS) {
+        *err = errno;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static remora_status_t dial_status(int err)
+{
+    return err == EMFILE || err == ENFILE ? REMORA_ERR_NO_MEMORY
+           : err == ECONNREFUSED          ? REMORA_ERR_CONNECTION_REFUSED
+           : err == ETIMEDOUT             ? REMORA_ERR_TIMED_OUT
+           : err == ENETUNREACH || err == EHOSTUNREACH ? REMORA_ERR_ADDRESS
+                                                       : REMORA_ERR_DISCONNECTED;
+}
+
+/*
+ * A SYN that is dropped rather than refused (a listener being replaced on
+ * its port, a full backlog) is sent again by the kernel only a second later.
+ * A server restarted in that window was followed an instance late
+ * (docs/ring.md, "Reconnecting"). So a second attempt goes out when the
+ * first has no answer after RM_BOOT_REDIAL_NS; the first one to connect
+ * wins and the other is closed. The first stays open, so a link whose round
+ * trip is longer than that still connects.
+ */
+#define RM_BOOT_REDIAL_NS 200000000ull
+
 remora_status_t rm_boot_dial(const char *addr, uint64_t deadline, int *fd_p)
 {
     struct sockaddr_storage ss;
     socklen_t len;
     remora_status_t st = rm_parse_addr(addr, &ss, &len);
-    int fd, err = 0;
-    socklen_t elen = sizeof(err);
+    struct pollfd pfd[2];
+    int n = 0, err = 0, winner = -1;
+    uint64_t redial = rm_now_ns() + RM_BOOT_REDIAL_NS;
 
     if (st != REMORA_OK)
         return st;
-    if ((fd = socket_for(&ss)) < 0)
-        return errno == EMFILE || errno == ENFILE ? REMORA_ERR_NO_MEMORY : REMORA_ERR_IO;
-    if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS)
-        err = errno;
-    else if ((st = wait_fd(fd, POLLOUT, deadline)) != REMORA_OK) {
-        close(fd);
-        return st;
-    } else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
-        err = errno;
-    if (err) {
-        close(fd);
-        rm_info("connect to %s: %s", addr, strerror(err));
-        return err == ECONNREFUSED ? REMORA_ERR_CONNECTION_REFUSED
-               : err == ETIMEDOUT  ? REMORA_ERR_TIMED_OUT
-               : err == ENETUNREACH || err == EHOSTUNREACH ? REMORA_ERR_ADDRESS
-                                                          : REMORA_ERR_DISCONNECTED;
+    if ((pfd[0].fd = dial_start(&ss, len, &err)) >= 0)
+        n = 1;
+    while (n > 0 && winner < 0) {
+        uint64_t now = rm_now_ns(), until = deadline;
+        if (now >= deadline)
+            break;
+        if (redial && redial < until)
+            until = redial;
+        for (int i = 0; i < n; i++)
+            pfd[i].events = POLLOUT, pfd[i].revents = 0;
+        int r = poll(pfd, (nfds_t)n, (int)((until - now + 999999u) / 1000000u));
+        if (r < 0 && errno != EINTR)
+            break;
+        for (int i = n - 1; r > 0 && i >= 0; i--) {
+            int e = 0;
+            socklen_t elen = sizeof(e);
+            if (!pfd[i].revents)
+                continue;
+            if (getsockopt(pfd[i].fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0)
+                e = errno;
+            if (e == 0) {
+                winner = pfd[i].fd;
+                continue;
+            }
+            err = e; /* this attempt failed: the other may still connect */
+            close(pfd[i].fd);
+            pfd[i] = pfd[--n];
+        }
+        if (winner < 0 && redial && rm_now_ns() >= redial && n == 1) {
+            redial = 0;
+            if ((pfd[1].fd = dial_start(&ss, len, &err)) >= 0)
+                n = 2;
+        }
     }
-    *fd_p = fd;
-    return REMORA_OK;
+    for (int i = 0; i < n; i++)
+        if (pfd[i].fd != winner)
+            close(pfd[i].fd);
+    if (winner >= 0) {
+        *fd_p = winner;
+        return REMORA_OK;
+    }
+    if (err == 0)
+        return REMORA_ERR_TIMED_OUT; /* no attempt was answered in time */
+    rm_info("connect to %s: %s", addr, strerror(err));
+    return dial_status(err);
 }
 
 /* ------------------------------------------------------------ liveness */
