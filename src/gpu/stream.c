@@ -1363,10 +1363,8 @@ static remora_status_t dcache_get(rm_chan_t *ch, const char *name, int signals, 
          * buffer on yet another GPU gets peer access to that one. */
         int near = rm_cuda_stream_device(ch->stream);
         st = rm_client_region_ipc(r, near >= 0 ? near : buf_dev, &d->ipc);
-        if (st == REMORA_OK && near >= 0 && buf_dev >= 0 && buf_dev != near) {
+        if (st == REMORA_OK && near >= 0 && buf_dev >= 0 && buf_dev != near)
             rm_cuda_enable_peer_access(buf_dev, near);
-            rm_cuda_enable_peer_access(near, buf_dev);
-        }
     }
     if (st != REMORA_OK) {
         rm_shm_unmap(&d->view);

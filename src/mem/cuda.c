@@ -467,14 +467,13 @@ remora_status_t rm_cuda_can_access_peer(int a, int b, int *can)
     return status;
 }
 
-remora_status_t rm_cuda_enable_peer_access(int device, int peer)
+/* Device `device` may access memory of `peer`. */
+static remora_status_t peer_access_one_way(int device, int peer)
 {
     CUcontext peer_ctx;
     remora_status_t status;
     CUresult r;
 
-    if (device == peer)
-        return cu_device(device, &(CUdevice){0});
     if ((status = ctx_get(peer, &peer_ctx)) != REMORA_OK ||
         (status = ctx_push(device)) != REMORA_OK)
         return status;
@@ -482,6 +481,17 @@ remora_status_t rm_cuda_enable_peer_access(int device, int peer)
     ctx_pop();
     return r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ? REMORA_OK
                                                         : cu_check(r, "cuCtxEnablePeerAccess");
+}
+
+remora_status_t rm_cuda_enable_peer_access(int a, int b)
+{
+    remora_status_t st;
+
+    if (a == b)
+        return cu_device(a, &(CUdevice){0});
+    st = peer_access_one_way(a, b);
+    remora_status_t back = peer_access_one_way(b, a); /* tried whatever the first did */
+    return st != REMORA_OK ? st : back;
 }
 
 /* ---------------------------------------------------------------- pointers */

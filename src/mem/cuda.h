@@ -71,8 +71,9 @@ remora_status_t rm_cuda_driver_version(int *version);
 remora_status_t rm_cuda_device_info(int device, rm_cuda_device_info_t *info);
 /** *can = 1 when device a can map memory of device b (cuDeviceCanAccessPeer). */
 remora_status_t rm_cuda_can_access_peer(int a, int b, int *can);
-/** Let device `device` access memory of `peer`; already enabled is success. */
-remora_status_t rm_cuda_enable_peer_access(int device, int peer);
+/** Let devices a and b access each other's memory (every caller needs both
+ *  ways: a copy runs in either's context); already enabled is success. */
+remora_status_t rm_cuda_enable_peer_access(int a, int b);
 
 /* ---------------------------------------------------------------- memory */
 

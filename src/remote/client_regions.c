@@ -82,10 +82,8 @@ remora_status_t rm_client_region_ipc(rm_rregion_t *r, int near_dev, char **p)
             st = rm_cuda_ipc_open(own, &h, &r->ipc_base);
         }
     }
-    if (st == REMORA_OK && near_dev >= 0 && near_dev != r->ipc_dev) {
+    if (st == REMORA_OK && near_dev >= 0 && near_dev != r->ipc_dev)
         rm_cuda_enable_peer_access(near_dev, r->ipc_dev); /* else the driver stages it */
-        rm_cuda_enable_peer_access(r->ipc_dev, near_dev);
-    }
     *p = st == REMORA_OK ? (char *)r->ipc_base + r->ipc_offset : NULL;
     return st;
 }
