@@ -23,8 +23,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "bench_util.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -33,13 +34,6 @@ struct shared {
     nvshmemx_uniqueid_t id;
     volatile int have_id;
 };
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
 
 int main(int argc, char **argv)
 {
@@ -89,7 +83,7 @@ int main(int argc, char **argv)
     for (int i = 1; i <= rounds; i++) {
         if (i == warm + 1) {
             CK(cudaStreamSynchronize(st));
-            t0 = now_us();
+            t0 = bench_now_s();
         }
         if (me == 1)
             nvshmemx_signal_wait_until_on_stream(sig, NVSHMEM_CMP_GE, (uint64_t)i, st);
@@ -98,7 +92,7 @@ int main(int argc, char **argv)
             nvshmemx_signal_wait_until_on_stream(sig, NVSHMEM_CMP_GE, (uint64_t)i, st);
     }
     CK(cudaStreamSynchronize(st));
-    double rtt = (now_us() - t0) / (rounds - warm);
+    double rtt = (bench_now_s() - t0) * 1e6 / (rounds - warm);
     /* The last round's bytes are the peer's. */
     uint8_t first = 0;
     CK(cudaMemcpy(&first, buf, 1, cudaMemcpyDeviceToHost));

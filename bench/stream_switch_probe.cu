@@ -29,8 +29,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "bench_util.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -45,13 +46,6 @@ struct shared {
     cudaIpcMemHandle_t handle[2];    /* each rank's GPU buffer: 8 words, then 64 B */
     volatile int have[2], at[2][M_N + 1];
 };
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
 
 static void meet(struct shared *sh, int rank, int k)
 {
@@ -161,14 +155,14 @@ int main(int argc, char **argv)
         for (int i = 1; i <= n; i++) {
             if (i == warm + 1) {
                 CK(cudaStreamSynchronize(st));
-                t0 = now_us();
+                t0 = bench_now_s();
             }
             round_trip(m, rank, base + (uint64_t)i, st, hw, mine, peer, src, &ce);
         }
         CK(cudaStreamSynchronize(st));
         if (rank == 0)
             printf("switch_probe gpus=%d mode=%s rtt_us=%.2f rounds=%d\n", ngpu > 1 ? 2 : 1,
-                   mode_name[m], (now_us() - t0) / (n - warm), n - warm);
+                   mode_name[m], (bench_now_s() - t0) * 1e6 / (n - warm), n - warm);
         fflush(stdout);
     }
     meet(sh, rank, M_N);
