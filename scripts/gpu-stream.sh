@@ -18,6 +18,7 @@
 set -uo pipefail
 
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && grep -q GPU <<<"$(nvidia-smi -L 2>/dev/null)"; }
+ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
 
 # Two ranks on this host; rank 0's line on stdout. Ports from the PID.
 pingpong() {
@@ -31,9 +32,8 @@ pingpong() {
     *) echo "unknown mode $mode" >&2; return 2 ;;
   esac
   have_gpu || { echo "SKIPPED: no GPU"; return 77; }
-  if [ "${REMORA_PP_GPU1:-0}" != 0 ] &&
-     [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -le "$REMORA_PP_GPU1" ]; then
-    echo "SKIPPED: rank 1 on GPU $REMORA_PP_GPU1, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPU(s) here"
+  if [ "${REMORA_PP_GPU1:-0}" != 0 ] && [ "$(ngpus)" -le "$REMORA_PP_GPU1" ]; then
+    echo "SKIPPED: rank 1 on GPU $REMORA_PP_GPU1, $(ngpus) GPU(s) here"
     return 77
   fi
   local tmo=${REMORA_PP_TIMEOUT:-120} log1 log0
@@ -147,7 +147,7 @@ step pingpong_tcp_local_bare 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream
 
 # 2b. The same between two processes on GPU 0 and GPU 1 (skipped with one
 #     GPU): no context switching between the ranks, peer copies over NVLink.
-if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+if [ "$(ngpus)" -ge 2 ]; then
   step pingpong2_ipc 130 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" ipc 10000 64
   step pingpong2_raw 130 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" raw 10000 64
   step pingpong2_tcp 130 REMORA_PP_GPU1=1 -- "$0" --pingpong "$gpu/stream_pingpong" tcp 10000 64
