@@ -300,6 +300,8 @@ void rm_engine_hand_off(remora_context_h ctx)
     wake_progress_thread(ctx);
 }
 
+void rm_engine_bulk_add(remora_context_h ctx, int n) { atomic_fetch_add(&ctx->bulk, n); }
+
 remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
 {
     return rm_engine_wait_spin(ctx, done, deadline, RM_DRIVER_IDLE_NS);
@@ -349,8 +351,11 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
                     driver_sleep(ctx, done, deadline);
             }
             atomic_store(&ctx->driver, 0);
-            if (atomic_load(done))
+            if (atomic_load(done)) {
+                if (atomic_load(&ctx->bulk) > 0)
+                    wake_progress_thread(ctx); /* they move while our caller works */
                 break;
+            }
             /* Deadline or shutdown: the progress thread sleeps on the
              * worker for the others now; we sleep as a waiter. */
             wake_progress_thread(ctx);

@@ -139,6 +139,7 @@ struct remora_context {
     atomic_int      driver;       /* 1 while a caller thread drives progress */
     atomic_int      thread_asleep;/* progress thread is in epoll_wait */
     atomic_int      driver_asleep;/* the driver sleeps on efd (engine.c, driver_sleep) */
+    atomic_int      bulk;         /* large transfers in flight (rm_engine_bulk_add) */
     pthread_mutex_t wait_mx;
     pthread_cond_t  wait_cv;      /* completions, for callers in rm_engine_wait */
     pthread_cond_t  prog_cv;      /* the progress thread standing aside */
@@ -219,6 +220,14 @@ void rm_engine_kick(remora_context_h ctx);
  * waiting): have the progress thread carry it on now rather than when it
  * next looks (it stands aside while callers drive). */
 void rm_engine_hand_off(remora_context_h ctx);
+/* Large transfers (RM_ENGINE_BULK_MIN bytes or more) in flight: +1 when one
+ * starts, -1 when it ends. A driver whose own operation completed while any
+ * is in flight hands progress to the progress thread as it leaves, so that
+ * they move while the caller works (rather than when the progress thread
+ * next looks: up to 10 ms). Small ones do without: a wake-up per message
+ * costs more than the wait it saves. Any thread, lock or not. */
+#define RM_ENGINE_BULK_MIN (256u << 10)
+void rm_engine_bulk_add(remora_context_h ctx, int n);
 
 /* Servers on this context, by instance (lock held): add (0 when the table is
  * full: not remembered), remove, and whether one serves instance. */

@@ -194,6 +194,7 @@ struct remora_request {
     size_t           issued;
     unsigned         inflight;
     int              flushed;
+    int              bulk;       /* counted in rm_engine_bulk_add until complete */
 
     /* A request split across lanes has parts (requests of their own, on
      * the lanes' clients) and no chunks; each part points to it and uses a

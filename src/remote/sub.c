@@ -294,6 +294,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         batch_check(sub, claimed);
         if (wait_send(sub, h.offset + h.length) != REMORA_OK)
             sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
+        else
+            rm_engine_hand_off(c->ctx); /* the next push lands while these are consumed */
         return REMORA_OK;
     }
     if (h.length) {

@@ -78,6 +78,8 @@ static void request_complete(remora_request_h req)
     remora_status_t st     = req->status;
 
     rm_client_region_put(req->client, req->region);
+    if (req->bulk)
+        rm_engine_bulk_add(req->ctx, -1);
     rm_engine_complete(req->ctx, &req->done);
     if (whole) /* last: the whole may be freed once it hears from every part */
         part_done(whole, st);
@@ -668,6 +670,10 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
             request_complete(req);
         rm_engine_unlock(c->ctx);
         return REMORA_OK;
+    }
+    if (length >= RM_ENGINE_BULK_MIN) { /* moves while the caller works (rm_engine_bulk_add) */
+        req->bulk = 1;
+        rm_engine_bulk_add(req->ctx, 1);
     }
     issue_more(req);
     if (req->inflight == 0 && !atomic_load(&req->done)) /* not even the first chunk started */
