@@ -15,6 +15,10 @@
  *   is not counted.
  * - --op write sends the pattern of offset 0 from every slot: it overwrites
  *   the region's contents.
+ * - --work-us stands for an application that processes each block before it
+ *   asks for another: a busy loop after each completion. The requests still
+ *   in flight must move meanwhile (with D >= 2 the throughput approaches
+ *   size / max(work, transfer time)).
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +37,7 @@ enum {
     CLI_OPT_DEPTH,
     CLI_OPT_ITERS,
     CLI_OPT_SECONDS,
+    CLI_OPT_WORK,
     CLI_OPT_JSON,
     CLI_OPT_GPU,
 };
@@ -44,6 +49,7 @@ typedef struct cli_bench_opts {
     uint64_t          depth;
     uint64_t          iters;   /* 0: run for seconds */
     double            seconds;
+    double            work_us; /* busy time per completed request */
     bool              json;
     int               gpu;     /* buffers in GPU memory on this device; -1: host */
     cli_client_opts_t client;
@@ -144,6 +150,12 @@ static int cli_bench_option(const cli_command_t *cmd, int opt, const char *arg, 
         return cli_opt_number(cmd, "--iters", arg, 1, UINT32_MAX, &o->iters);
     case CLI_OPT_SECONDS:
         return cli_parse_seconds(cmd, arg, &o->seconds);
+    case CLI_OPT_WORK: {
+        uint64_t us;
+        int rc = cli_opt_number(cmd, "--work-us", arg, 0, 10000000, &us);
+        o->work_us = (double)us;
+        return rc;
+    }
     case CLI_OPT_JSON:
         o->json = true;
         return CLI_CONTINUE;
@@ -219,6 +231,9 @@ static int cli_bench_phase(cli_bench_run_t *run, uint64_t iters, double seconds,
 
         rc = cli_bench_complete(run, slot, samples);
         completed++;
+        for (double until = cli_now() + run->o->work_us * 1e-6; cli_now() < until;) {
+            /* the application's own work on the block */
+        }
         more = iters != 0 ? posted < iters : cli_now() - start < seconds;
         if (rc == 0 && more) {
             rc = cli_bench_post(run, slot);
@@ -314,10 +329,11 @@ static void cli_bench_print(const cli_bench_opts_t *o, size_t size, const char *
         char path_json[64];
         remora_json_string(path, path_json, sizeof(path_json));
         printf("{\"op\":\"%s\",\"size\":%zu,\"depth\":%llu,\"iters\":%llu,\"gbps\":%.4f,"
-               "\"lat_us_avg\":%.3f,\"lat_us_p50\":%.3f,\"lat_us_p99\":%.3f,\"path\":%s}\n",
+               "\"lat_us_avg\":%.3f,\"lat_us_p50\":%.3f,\"lat_us_p99\":%.3f,\"path\":%s,"
+               "\"work_us\":%.0f}\n",
                o->write ? "write" : "read", size, (unsigned long long)o->depth,
                (unsigned long long)r->iters, r->gbps, r->lat.avg, r->lat.p50, r->lat.p99,
-               path_json);
+               path_json, o->work_us);
     } else {
         char human[32];
         printf("%10s %6llu %10llu %9.3f %9.2f %9.2f %9.2f\n",
@@ -386,6 +402,7 @@ static int cli_bench_run(const cli_command_t *cmd, int argc, char **argv)
         {"depth", required_argument, NULL, CLI_OPT_DEPTH},
         {"iters", required_argument, NULL, CLI_OPT_ITERS},
         {"seconds", required_argument, NULL, CLI_OPT_SECONDS},
+        {"work-us", required_argument, NULL, CLI_OPT_WORK},
         {"json", no_argument, NULL, CLI_OPT_JSON},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
         CLI_CLIENT_LONGOPTS, CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
@@ -423,8 +440,8 @@ const cli_command_t cli_cmd_bench = {
     .summary = "measure read or write throughput and latency of a region",
     .usage   =
         "usage: remora bench HOST:PORT/NAME [--op read|write] [--size S[,S...]]\n"
-        "                    [--depth D] [--iters N | --seconds T] [--json] [--gpu N]\n"
-        "                    [CLIENT OPTIONS]\n"
+        "                    [--depth D] [--iters N | --seconds T] [--work-us U]\n"
+        "                    [--json] [--gpu N] [CLIENT OPTIONS]\n"
         "\n"
         "For each block size keep D requests in flight on successive blocks of the\n"
         "region (wrapping around), after a short warm-up. Report throughput in GB/s\n"
@@ -437,8 +454,11 @@ const cli_command_t cli_cmd_bench = {
         "  --depth D         requests in flight (default 1: latency is the round trip)\n"
         "  --iters N         requests per size\n"
         "  --seconds T       time per size (default 2)\n"
+        "  --work-us U       after each completion, U microseconds of busy work (an\n"
+        "                    application processing the block) before the next post\n"
         "  --json            one JSON object per size per line, keys op, size, depth,\n"
-        "                    iters, gbps, lat_us_avg, lat_us_p50, lat_us_p99, path\n"
+        "                    iters, gbps, lat_us_avg, lat_us_p50, lat_us_p99, path,\n"
+        "                    work_us\n"
         "  --gpu N           the local buffers live in memory on GPU N\n"
         CLI_CLIENT_HELP,
     .run     = cli_bench_run,

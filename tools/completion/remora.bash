@@ -56,7 +56,7 @@ _remora()
             COMPREPLY=($(compgen -W "pattern fixed" -- "$cur") $(compgen -f -- "$cur"))
             return ;;
         --listen|--metrics|--region|--resize|--ring|--offset|--length|--size|--depth|\
-        --iters|--seconds|--count|-n|--gpu|--lanes|--workers|--timeout|--reconnect-for)
+        --iters|--seconds|--work-us|--count|-n|--gpu|--lanes|--workers|--timeout|--reconnect-for)
             return ;;
     esac
 
@@ -78,7 +78,7 @@ _remora()
         write)
             opts="--offset -i --input --pattern --length $_remora_client_opts" ;;
         bench)
-            opts="--op --size --depth --iters --seconds --gpu $_remora_client_opts" ;;
+            opts="--op --size --depth --iters --seconds --work-us --gpu $_remora_client_opts" ;;
         info|config)
             opts="--json --config --help -h" ;;
         doctor)
