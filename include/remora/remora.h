@@ -816,6 +816,10 @@ REMORA_API remora_status_t remora_client_write(remora_client_h client, const cha
  * Non-blocking forms. On REMORA_OK a request is returned in *req_p; the buffer
  * must stay valid and untouched until the request completes (test/wait returns
  * anything but REMORA_INPROGRESS). Any number may be in flight together.
+ * Requests move while the caller does other work: a wait that returns with
+ * requests of 256 KiB or more still in flight hands them to the progress
+ * thread at once (smaller ones move on the next wait, or when the progress
+ * thread next looks: within 10 ms).
  * On an error return no request exists.
  */
 REMORA_API remora_status_t remora_client_read_nb(remora_client_h client, const char *name,
