@@ -297,6 +297,9 @@ json)
   j readv "" -- "$remora" read "$addr/a" --verify --json
   j write "" -- "$remora" write "$addr/a" --pattern --length 4K --json
   j bench "" -- "$remora" bench "$addr/a" --size 4K --iters 10 --json
+  j benchw "" -- "$remora" bench "$addr/a" --size 4K --depth 2 --iters 10 --work-us 500 --json
+  check_json "$tmp/benchw.json" "d['work_us'] == 500 and d['iters'] == 10"
+  "$remora" bench "$addr/a" --work-us x >/dev/null 2>&1 && fail "bench --work-us x accepted"
   j info "" -- "$remora" info --json
   j infocfg "" -- "$remora" info --config --json
   j config "" -- "$remora" config --json
