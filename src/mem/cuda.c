@@ -387,6 +387,28 @@ static void ctx_pop(void)
     cu_check(cu.CtxPopCurrent(&ignored), "cuCtxPopCurrent");
 }
 
+/* ctx_push unless device's context is current already (a proxy thread's,
+ * made so once): two driver calls fewer per copy. ctx_leave undoes it. */
+static remora_status_t ctx_enter(int device, int *pushed)
+{
+    CUcontext ctx, cur = NULL;
+    remora_status_t status = ctx_get(device, &ctx);
+
+    *pushed = 0;
+    if (status != REMORA_OK)
+        return status;
+    if (cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
+        return REMORA_OK;
+    *pushed = 1;
+    return cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+}
+
+static void ctx_leave(int pushed)
+{
+    if (pushed)
+        ctx_pop();
+}
+
 remora_status_t rm_cuda_thread_ctx(int device)
 {
     CUcontext cur = NULL, ctx;
@@ -758,10 +780,11 @@ remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const voi
         return REMORA_ERR_INVALID_PARAM;
     if (length == 0)
         return REMORA_OK;
-    if ((status = ctx_push(stream->device)) != REMORA_OK)
+    int pushed;
+    if ((status = ctx_enter(stream->device, &pushed)) != REMORA_OK)
         return status;
     status = cu_check(cu.MemcpyAsync(dptr(dst), dptr(src), length, stream->cu), "cuMemcpyAsync");
-    ctx_pop();
+    ctx_leave(pushed);
     return status;
 }
 
