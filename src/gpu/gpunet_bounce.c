@@ -197,7 +197,9 @@ int gb_pump(remora_gpunet_h g, int i, int ring_empty)
             b->err = REMORA_ERR_IO;
     }
     if (!b->req_active && seq != g->ps[i].tx_seen) {
-        if (ring_empty) {
+        /* The ring looked at again after the request: bytes the kernel wrote
+         * before posting it, after the caller looked, go first. */
+        if (ring_empty && ld_acq(&g->sh[i].tx_head) == g->ps[i].tx_tail) {
             take(g, b, i, seq);
             moved = 1;
         } else if (ld_acq32(&g->sh[i].dtx_cancel) == seq) { /* it waited for the ring in vain */
