@@ -30,4 +30,8 @@ if(REMORA_TESTS)
   add_test(NAME gpu_gpunet COMMAND test_gpunet $<TARGET_FILE:gpu_echo_server>)
   set_tests_properties(gpu_gpunet PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
                        LABELS "gpu" ENVIRONMENT "REMORA_LOG=warn")
+  remora_gpunet_program(test_gpunet_queued ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpunet_queued.cu)
+  add_test(NAME gpu_gpunet_queued COMMAND test_gpunet_queued)
+  set_tests_properties(gpu_gpunet_queued PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
+                       LABELS "gpu" ENVIRONMENT "REMORA_LOG=warn")
 endif()

@@ -53,6 +53,11 @@ step() {
 step test_gpunet 120 "$build/test_gpunet" "$build/gpu_echo_server"
 if [ $? -eq 77 ]; then say "no CUDA device here: nothing else to run"; exit 77; fi
 grep -E '^(PASSED|FAILED|WAIVED)|check failed|->' "$out/test_gpunet.log" | sed 's/^/    /' | tee -a "$summary"
+# 1a. Queued transfers between two processes on one GPU (time-sliced).
+if [ -x "$build/test_gpunet_queued" ]; then
+  step test_gpunet_queued 150 "$build/test_gpunet_queued"
+  grep -E '^(PASSED|FAILED)|check failed' "$out/test_gpunet_queued.log" | sed 's/^/    /' | tee -a "$summary"
+fi
 
 # 2. GPUnet's README echo client (verbatim kernel), against plain TCP peers:
 #    a Python echo server, then nc (if present), 8 blocks, checked variant too.

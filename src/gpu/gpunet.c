@@ -97,6 +97,7 @@ static int sock_alloc(remora_gpunet_h g, int kind)
         s->dtx_done = s->drx_done = 0;
         s->error   = 0;
         s->rx_eof  = 0;
+        memset((void *)&g->q[i], 0, sizeof(g->q[i])); /* before gen: no kernel has the socket */
         s->gen++;
         return (int)i;
     }
@@ -619,7 +620,7 @@ static int pump(remora_gpunet_h g, int i)
             busy = 1;
         }
     } else if (head == p->tx_tail && !gb_busy(g, i) && (closing || flag(&p->shutting)) &&
-               !p->shut_done) {
+               !p->shut_done && ld_acq(&s->tx_head) == head) { /* none written since */
         p->shut_done = 1;
         if (p->kind == BK_TCP)
             shutdown(p->fd, SHUT_WR);
@@ -752,6 +753,10 @@ static void *proxy_main(void *arg)
     unsigned owned;
 
     free(wa);
+    /* The device's context current here once: each copy then enqueues
+     * without a push and a pop (rm_cuda_copy_async). */
+    if (!g->host_queues && rm_cuda_thread_ctx(g->device) != REMORA_OK)
+        rm_debug("gpunet: worker %u runs without a current context", w);
     while (!atomic_load_explicit(&g->stop, memory_order_relaxed)) {
         int busy = w == 0 ? step_control(g) : 0;
         busy |= step_data(g, w, &owned);
@@ -779,6 +784,9 @@ static void *proxy_main(void *arg)
 _Static_assert(offsetof(rg_sock_shm_t, tx_head) == 0 && offsetof(rg_sock_shm_t, tx_tail) == 64 &&
                    offsetof(rg_sock_shm_t, state) == 96 && sizeof(rg_sock_shm_t) == 128,
                "rg_sock_shm_t layout");
+_Static_assert(offsetof(rg_sockq_t, tq_posted) == 256 && offsetof(rg_sockq_t, tq_done) == 320 &&
+                   sizeof(rg_sockq_t) == 448,
+               "rg_sockq_t layout");
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 
@@ -786,7 +794,8 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
 {
     size_t off_socks = align_up(sizeof(rg_net_t), 4096);
     size_t off_cmds  = align_up(off_socks + g->max_socks * sizeof(rg_sock_shm_t), 4096);
-    size_t off_tx    = align_up(off_cmds + g->nslots * sizeof(rg_cmd_t), 4096);
+    size_t off_q     = align_up(off_cmds + g->nslots * sizeof(rg_cmd_t), 4096);
+    size_t off_tx    = align_up(off_q + g->max_socks * sizeof(rg_sockq_t), 4096);
     size_t off_rx    = off_tx + g->max_socks * g->ring;
     void *host = NULL, *dev = NULL;
     remora_status_t st;
@@ -820,6 +829,7 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
     g->net  = (rg_net_t *)host;
     g->sh   = (rg_sock_shm_t *)(g->mem + off_socks);
     g->cmds = (rg_cmd_t *)(g->mem + off_cmds);
+    g->q    = (rg_sockq_t *)(g->mem + off_q);
     g->tx   = g->mem + off_tx;
     g->rx   = g->mem + off_rx;
     *g->net = (rg_net_t){.magic = RG_ABI_MAGIC, .version = RG_ABI_VERSION,
@@ -829,7 +839,8 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
                          .tx_data = g->dev + off_tx, .rx_data = g->dev + off_rx,
                          .slot_locks = (uint64_t)(uintptr_t)g->locks,
                          .alive_ptr = g->dev + offsetof(rg_net_t, alive),
-                         .direct_min = g->direct_min, .bounce_min = g->bounce_min};
+                         .direct_min = g->direct_min, .bounce_min = g->bounce_min,
+                         .queues = g->dev + off_q};
     if (!g->host_queues) {
         /* Kernels read the constant header from device memory: each field
          * read across PCIe would cost a round trip per call. */

@@ -67,6 +67,24 @@ typedef struct gp_offer {
     rm_cuda_ipc_handle_t handle;
 } gp_offer_t;
 
+/* A queued send of the peer's (its RTSQ), taken in the order they came. */
+typedef struct gp_qsrc {
+    uint8_t *src;             /* in a peer's buffer mapped here */
+    uint64_t len, taken;      /* bytes offered, bytes given to copies so far */
+    uint64_t id;              /* the peer's entry counter */
+    unsigned copies;          /* copies out of it still running */
+} gp_qsrc_t;
+
+/* How one of the kernel's queued receives is answered: a copy (from the
+ * peer's direct send or a queued one), or a result known at once. */
+typedef struct gp_qrx {
+    int       copying;        /* copy runs (or ran: copy.ended) */
+    int       from_src;       /* out of the peer's direct send (src), not a queued one */
+    unsigned  qi;             /* the gp_qsrc_t it reads (counter, not index) */
+    int32_t   res;            /* without a copy: the answer */
+    gn_copy_t copy;
+} gp_qrx_t;
+
 /* BK_GPU state, owned by the socket's worker. */
 typedef struct gp_state {
     int      cfd;             /* the control socket (-1 until the acceptor gets it) */
@@ -89,10 +107,31 @@ typedef struct gp_state {
     /* The kernel's receive request and the copy serving it. */
     uint32_t rx_seen;         /* the last drx_seq answered */
     int      copying, copy_to_ring;
+    int      copy_q;          /* ... out of a queued send of the peer's (copy_qi), not src */
+    unsigned copy_qi;
     uint32_t copy_seq;
     gn_copy_t copy;           /* on the worker's copy queue while copying */
-    /* Control frames that found the socket full, sent before anything else. */
-    struct { uint32_t type; uint64_t a, b; } out[4];
+    /* Queued transfers (rg_sockq_t). Ours: entries offered as RTSQ and
+     * answered; tq_ans[k % RG_QDEPTH] holds an answer until its turn. */
+    uint32_t tq_sent, tq_acked;
+    int      tq_has[RG_QDEPTH];
+    int32_t  tq_ans[RG_QDEPTH];
+    /* The peer's queued sends: qsrc[k % RG_QDEPTH] for counters k in
+     * [qs_head, qs_tail); qs_take is the one bytes are taken from next. */
+    gp_qsrc_t qsrc[RG_QDEPTH];
+    uint64_t qs_head, qs_take, qs_tail;
+    uint64_t qs_last;         /* the last RTSQ's counter */
+    /* The kernel's queued receives: counters up to rq_assigned have an
+     * answer on the way (rqa[k % RG_QDEPTH]), up to rq_answered published. */
+    uint32_t rq_assigned, rq_answered;
+    gp_qrx_t rqa[RG_QDEPTH];
+    int      src_busy;        /* a queued receive copies out of src */
+    int      ering;           /* a queued receive was told "the ring first" ... */
+    uint64_t ering_tail;      /* ... when the kernel had taken this much of it */
+    unsigned qcopies;         /* copies of queued receives running */
+    /* Control frames that found the socket full, sent before anything else:
+     * at most one DONE, CANCEL and PING/PONG, and a DONEQ per queued send. */
+    struct { uint32_t type; uint64_t a, b; } out[4 + RG_QDEPTH];
     unsigned nout;
 } gp_state_t;
 
@@ -161,6 +200,7 @@ struct remora_gpunet {
     rg_net_t        *net;
     rg_sock_shm_t   *sh;
     rg_cmd_t        *cmds;
+    rg_sockq_t      *q;          /* queued transfers, per socket */
     uint8_t         *tx, *rx;
     psock_t         *ps;
     uint32_t        *seen;
@@ -189,6 +229,7 @@ static inline uint64_t ld_acq(volatile uint64_t *p) { return __atomic_load_n(p, 
 static inline uint32_t ld_acq32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void st_rel(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 static inline void st_rel32(volatile int32_t *p, int32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline void st_relu32(volatile uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 static inline int kind_of(psock_t *p) { return __atomic_load_n(&p->kind, __ATOMIC_ACQUIRE); }
 static inline void set_kind(psock_t *p, int k) { __atomic_store_n(&p->kind, k, __ATOMIC_RELEASE); }
 static inline int flag(int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }

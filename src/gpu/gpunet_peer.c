@@ -26,6 +26,16 @@
  *   returns the bytes taken (maybe fewer than it offered, as POSIX allows).
  * - Every request of the kernel is answered exactly once, and never while
  *   a copy into its buffer may still be running.
+ * - Queued transfers (rg_sockq_t) put messages in flight together: each of
+ *   the kernel's queued sends goes out as an RTSQ once the ring bytes posted
+ *   before it have gone; the receiving proxy keeps up to RG_QDEPTH of them
+ *   (reading nothing else past them) and starts a copy for each queued
+ *   receive as soon as it has bytes for it, without waiting for the last
+ *   copy to end. Copies end in order (one stream), so answers go out in
+ *   order: the kernel's as results and done counters, the sender's as
+ *   DONEQ once every byte of an RTSQ has been copied. A direct send (RTS)
+ *   or a blocking receive request is served by the same sources and sinks,
+ *   one at a time with the queued ones.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,18 +54,21 @@
 #include "util/time.h"
 
 #define GP_MAGIC   0x50475052u /* "RPGP" */
-#define GP_VERSION 1u
+#define GP_VERSION 2u /* 2: queued sends (RTSQ, DONEQ) */
 #define GP_FRAME   (64u << 10) /* ring bytes in one DATA frame */
 
 enum { GP_HELLO = 1, GP_DATA = 2, GP_RTS = 3, GP_DONE = 4, GP_CANCEL = 5, GP_FIN = 6,
-       GP_PING = 7, GP_PONG = 8 };
+       GP_PING = 7, GP_PONG = 8, GP_RTSQ = 9, GP_DONEQ = 10 };
 
 /* HELLO: a = magic << 32 | version. DATA: len bytes follow. RTS: a = id,
  * b = bytes offered, a gp_rts_t follows. DONE: a = id, b = bytes taken or a
  * negative status (int64). CANCEL: a = id. FIN: nothing. PING asks for a
  * PONG: while the kernel waits on the peer, a peer silent past the context's
  * peer timeout is dead (a killed process can take seconds to close its
- * sockets while the driver tears its context down). */
+ * sockets while the driver tears its context down). RTSQ: a queued send, as
+ * RTS with a = the sender's entry counter (each one more than the last);
+ * several may be out at once and each is taken whole. DONEQ: a = that
+ * counter, b = bytes taken or a negative status; in order. */
 typedef struct gp_hdr {
     uint32_t type, len;
     uint64_t a, b;
@@ -326,39 +339,123 @@ static void answer_rx(rg_sock_shm_t *s, gp_state_t *gp, uint32_t seq, int32_t re
     gp->rx_seen = seq;
 }
 
+/* Our queued send k answered (bytes taken or a status); answers are
+ * published in order, each once those before it are. */
+static void tq_answer(remora_gpunet_h g, int i, uint32_t k, int32_t res)
+{
+    gp_state_t *gp = &g->ps[i].gp;
+    rg_sockq_t *q = &g->q[i];
+
+    gp->tq_has[(k - 1) % RG_QDEPTH] = 1;
+    gp->tq_ans[(k - 1) % RG_QDEPTH] = res;
+    while (gp->tq_has[gp->tq_acked % RG_QDEPTH]) {
+        unsigned x = gp->tq_acked % RG_QDEPTH;
+        q->tq_res[x] = gp->tq_ans[x];
+        gp->tq_has[x] = 0;
+        st_relu32(&q->tq_done, ++gp->tq_acked);
+    }
+}
+
+/* Every queued entry of one direction up to what the kernel posted gets st. */
+static void q_fail(volatile int32_t *res, volatile uint32_t *done, uint32_t *upto, uint32_t posted,
+                   int32_t st)
+{
+    for (uint32_t k = *upto + 1; k - 1 != posted; k++)
+        res[(k - 1) % RG_QDEPTH] = st;
+    st_relu32(done, posted);
+    *upto = posted;
+}
+
 /* The socket failed: answer what the kernel waits for (after any copy). */
 static void answer_all(remora_gpunet_h g, int i, int32_t st)
 {
     rg_sock_shm_t *s = &g->sh[i];
+    rg_sockq_t *q = &g->q[i];
     gp_state_t *gp = &g->ps[i].gp;
     uint32_t seq;
 
-    if (gp->copying)
+    if (gp->copying || gp->qcopies)
         return;
     if ((seq = ld_acq32(&s->dtx_seq)) != g->ps[i].tx_seen)
         gn_answer_tx(g, i, seq, st);
     if ((seq = ld_acq32(&s->drx_seq)) != gp->rx_seen)
         answer_rx(s, gp, seq, st);
+    if ((seq = ld_acq32(&q->tq_posted)) != gp->tq_acked) {
+        q_fail(q->tq_res, &q->tq_done, &gp->tq_acked, seq, st);
+        gp->tq_sent = seq;
+        memset(gp->tq_has, 0, sizeof(gp->tq_has));
+    }
+    if ((seq = ld_acq32(&q->rq_posted)) != gp->rq_answered) {
+        q_fail(q->rq_res, &q->rq_done, &gp->rq_answered, seq, st);
+        gp->rq_assigned = seq;
+    }
+}
+
+/* RG_RX_SRC: bytes of the peer's wait to be taken (its RTS, its RTSQs). */
+static void src_bits(rg_sock_shm_t *s, gp_state_t *gp)
+{
+    uint32_t bits = gp->src_active || gp->qs_take != gp->qs_tail ? gp->rx_bits | RG_RX_SRC
+                                                                   : gp->rx_bits & ~RG_RX_SRC;
+    if (bits != gp->rx_bits) {
+        gp->rx_bits = bits;
+        publish_bits(s, gp);
+    }
 }
 
 static void src_drop(psock_t *p, rg_sock_shm_t *s)
 {
-    gp_state_t *gp = &p->gp;
+    p->gp.src_active = 0;
+    src_bits(s, &p->gp);
+}
 
-    gp->src_active = 0;
-    gp->rx_bits &= ~RG_RX_SRC;
-    publish_bits(s, gp);
+/* The next n bytes of the peer's oldest queued send not yet all taken go to
+ * a copy: where they are. */
+static uint8_t *qsrc_take(gp_state_t *gp, uint64_t n, unsigned *qi)
+{
+    gp_qsrc_t *e = &gp->qsrc[gp->qs_take % RG_QDEPTH];
+    uint8_t *from = e->src + e->taken;
+
+    *qi = (unsigned)gp->qs_take;
+    e->taken += n;
+    e->copies++;
+    if (e->taken == e->len)
+        gp->qs_take++;
+    return from;
+}
+
+/* How many bytes the oldest queued send not yet all taken still offers. */
+static uint64_t qsrc_left(const gp_state_t *gp)
+{
+    const gp_qsrc_t *e = &gp->qsrc[gp->qs_take % RG_QDEPTH];
+    return e->len - e->taken;
+}
+
+/* A copy out of queued send qi ended: the sends whose every byte has been
+ * copied are answered (DONEQ), oldest first. */
+static int qsrc_copied(psock_t *p, rg_sock_shm_t *s, unsigned qi)
+{
+    gp_state_t *gp = &p->gp;
+    int r = 0;
+
+    gp->qsrc[qi % RG_QDEPTH].copies--;
+    while (gp->qs_head != gp->qs_take && gp->qsrc[gp->qs_head % RG_QDEPTH].copies == 0 && r >= 0) {
+        const gp_qsrc_t *e = &gp->qsrc[gp->qs_head % RG_QDEPTH];
+        r = ctl_send(p, GP_DONEQ, e->id, e->len);
+        gp->qs_head++;
+    }
+    src_bits(s, gp);
+    return r;
 }
 
 /* ------------------------------------------------------------ copies */
 
 /* Out of the peer's buffer, on the owner's copy queue (docs/gpunet.md). */
-static int copy_start(remora_gpunet_h g, int i, void *dst, uint64_t n)
+static int copy_start(remora_gpunet_h g, int i, void *dst, const void *src, uint64_t n)
 {
     gp_state_t *gp = &g->ps[i].gp;
     remora_status_t st;
 
-    if ((st = gn_copy_start(g, i, &gp->copy, dst, gp->src, n)) != REMORA_OK)
+    if ((st = gn_copy_start(g, i, &gp->copy, dst, src, n)) != REMORA_OK)
         return st;
     gp->copying = 1;
     return REMORA_OK;
@@ -394,9 +491,14 @@ static int copy_progress(remora_gpunet_h g, int i)
     } else {
         answer_rx(s, gp, gp->copy_seq, (int32_t)gp->copy.n);
     }
-    r = ctl_send(p, GP_DONE, gp->src_id, gp->copy.n);
-    gp->done_id = gp->src_id;
-    src_drop(p, s);
+    if (gp->copy_q) {
+        r = qsrc_copied(p, s, gp->copy_qi);
+        gp->copy_q = 0;
+    } else {
+        r = ctl_send(p, GP_DONE, gp->src_id, gp->copy.n);
+        gp->done_id = gp->src_id;
+        src_drop(p, s);
+    }
     if (r < 0)
         gn_sock_fail(g, i, (remora_status_t)r);
     return 1;
@@ -420,8 +522,11 @@ static int serve_request(remora_gpunet_h g, int i)
         answer_rx(s, gp, seq, RG_RES_RING);
         return 1;
     }
-    if (gp->src_active) {
-        uint64_t dst = s->drx_ptr, len = s->drx_len, n = gp->src_len;
+    if (gp->rq_answered != ld_acq32(&g->q[i].rq_posted))
+        return 0; /* the kernel's queued receives get what the peer sends first */
+    if (gp->src_active || gp->qs_take != gp->qs_tail) {
+        uint64_t dst = s->drx_ptr, len = s->drx_len, n = gp->src_active ? gp->src_len : qsrc_left(gp);
+        const uint8_t *from = gp->src;
         void *to;
         gp->copy_seq = seq;
         gp->copy_to_ring = dst == 0;
@@ -437,7 +542,10 @@ static int serve_request(remora_gpunet_h g, int i)
             answer_rx(s, gp, seq, REMORA_ERR_INVALID_PARAM);
             return 1;
         }
-        if ((st = copy_start(g, i, to, n)) != REMORA_OK) {
+        gp->copy_q = !gp->src_active;
+        if (gp->copy_q)
+            from = qsrc_take(gp, n, &gp->copy_qi);
+        if ((st = copy_start(g, i, to, from, n)) != REMORA_OK) {
             rm_warn("gpunet: device-to-device copy failed (%s)", remora_status_string(st));
             gn_sock_fail(g, i, REMORA_ERR_IO);
         }
@@ -453,6 +561,117 @@ static int serve_request(remora_gpunet_h g, int i)
     }
     return 0;
 }
+
+/* The kernel's queued receives: each gets an answer on the way as soon as
+ * something can answer it (bytes the ring holds come first), in order, and
+ * their copies run together. */
+static int serve_queue(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sock_shm_t *s = &g->sh[i];
+    rg_sockq_t *q = &g->q[i];
+    uint32_t posted = ld_acq32(&q->rq_posted);
+    int busy = 0;
+
+    while (gp->rq_assigned != posted && gp->rq_assigned - gp->rq_answered < RG_QDEPTH &&
+           !gp->copying) {
+        uint32_t k = gp->rq_assigned + 1;
+        unsigned x = (k - 1) % RG_QDEPTH;
+        gp_qrx_t *a = &gp->rqa[x];
+        uint8_t *dst = (uint8_t *)(uintptr_t)q->rq_ptr[x], *from = NULL;
+        uint64_t len = q->rq_len[x], n = 0;
+
+        a->copying = a->from_src = 0;
+        a->res = 0;
+        uint64_t tail = ld_acq(&s->rx_tail);
+        if (dst == NULL || len == 0 || len > INT32_MAX) {
+            a->res = REMORA_ERR_INVALID_PARAM;
+        } else if (p->rx_head != tail) {
+            /* Bytes in the ring come first: the kernel takes them itself.
+             * One entry at a time says so, each once the kernel took some
+             * since the last: the entries after it get what follows. */
+            if (gp->ering && tail == gp->ering_tail)
+                break;
+            a->res = RG_RES_RING;
+            gp->ering = 1;
+            gp->ering_tail = tail;
+        } else if (gp->src_active) {
+            if (gp->src_busy)
+                break; /* a direct send is answered after one copy */
+            n = gp->src_len < len ? gp->src_len : len;
+            from = gp->src;
+            a->from_src = gp->src_busy = 1;
+        } else if (gp->qs_take != gp->qs_tail) {
+            n = qsrc_left(gp) < len ? qsrc_left(gp) : len;
+            from = qsrc_take(gp, n, &a->qi);
+        } else if (gp->fin_in || gp->peer_closed) {
+            a->res = 0;
+        } else {
+            break;
+        }
+        if (from != NULL) {
+            remora_status_t st = gn_copy_start(g, i, &a->copy, dst, from, n);
+            if (st != REMORA_OK) {
+                rm_warn("gpunet: device-to-device copy failed (%s)", remora_status_string(st));
+                gn_sock_fail(g, i, REMORA_ERR_IO);
+                return 1;
+            }
+            a->copying = 1;
+            gp->qcopies++;
+        }
+        gp->rq_assigned = k;
+        busy = 1;
+    }
+    return busy;
+}
+
+/* Queued receives whose answer is ready, oldest first: their results, and
+ * the senders' answers for the bytes copied. */
+static int queue_progress(remora_gpunet_h g, int i)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sock_shm_t *s = &g->sh[i];
+    rg_sockq_t *q = &g->q[i];
+    int busy = 0, r = 0;
+
+    while (gp->rq_answered != gp->rq_assigned) {
+        uint32_t k = gp->rq_answered + 1;
+        gp_qrx_t *a = &gp->rqa[(k - 1) % RG_QDEPTH];
+        int32_t res = a->res;
+        if (a->copying) {
+            if (!a->copy.ended)
+                break;
+            a->copying = 0;
+            gp->qcopies--;
+            res = a->copy.status == REMORA_OK ? (int32_t)a->copy.n : REMORA_ERR_IO;
+            if (a->copy.status != REMORA_OK)
+                gn_sock_fail(g, i, REMORA_ERR_IO);
+            else if (a->from_src) {
+                r = ctl_send(p, GP_DONE, gp->src_id, a->copy.n);
+                gp->done_id = gp->src_id;
+                gp->src_busy = 0;
+                src_drop(p, s);
+            } else {
+                r = qsrc_copied(p, s, a->qi);
+            }
+        }
+        q->rq_res[(k - 1) % RG_QDEPTH] = res;
+        st_relu32(&q->rq_done, k);
+        gp->rq_answered = k;
+        busy = 1;
+        if (r < 0) {
+            gn_sock_fail(g, i, (remora_status_t)r);
+            break;
+        }
+    }
+    return busy;
+}
+
+/* The kernel's queued sends, in order, each once the ring bytes posted
+ * before it have gone (gp_tx sends ring bytes up to the next one's mark). */
+static int offer_queued(remora_gpunet_h g, int i, int *busy);
 
 /* The IPC handle and offset of ptr for an RTS (worker w's cache first); 0,
  * or -1 if ptr is not device memory that can be shared. The entry used
@@ -511,8 +730,10 @@ static int offer_send(remora_gpunet_h g, int i)
         }
         return 0;
     }
-    if (seq == p->tx_seen)
-        return 0;
+    if (seq == p->tx_seen || gp->tq_sent != ld_acq32(&g->q[i].tq_posted))
+        return 0; /* queued sends posted before it go first */
+    if (ld_acq(&s->tx_head) != p->tx_tail)
+        return 0; /* ring bytes written before it (after gp_tx looked) go first */
     ptr = (void *)(uintptr_t)s->dtx_ptr;
     len = s->dtx_len;
     memset(&rts, 0, sizeof(rts));
@@ -529,7 +750,55 @@ static int offer_send(remora_gpunet_h g, int i)
     return 1;
 }
 
-/* Device -> peer: ring bytes as DATA, then the direct send, then FIN. */
+static int offer_queued(remora_gpunet_h g, int i, int *busy)
+{
+    psock_t *p = &g->ps[i];
+    gp_state_t *gp = &p->gp;
+    rg_sockq_t *q = &g->q[i];
+    uint32_t posted = ld_acq32(&q->tq_posted);
+    unsigned w = (unsigned)i % g->nworkers;
+
+    while (gp->tq_sent != posted && gp->tq_sent - gp->tq_acked < RG_QDEPTH && !gp->tx_busy) {
+        uint32_t k = gp->tq_sent + 1;
+        unsigned x = (k - 1) % RG_QDEPTH;
+        void *ptr = (void *)(uintptr_t)q->tq_ptr[x];
+        uint64_t len = q->tq_len[x];
+        gp_rts_t rts;
+        if (q->tq_mark[x] > p->tx_tail)
+            break; /* ring bytes before it go first */
+        memset(&rts, 0, sizeof(rts));
+        if (len == 0 || len > INT32_MAX || g->host_queues || offer_handle(g, w, ptr, &rts) ||
+            rts.offset + len > size_of_offer(g, w)) {
+            tq_answer(g, i, k, REMORA_ERR_INVALID_PARAM); /* not shareable: nothing sent */
+        } else {
+            int r = frame_send(p->fd, GP_RTSQ, k, len, &rts, sizeof(rts), NULL, 0);
+            if (r <= 0)
+                return r;
+        }
+        gp->tq_sent = k;
+        *busy = 1;
+    }
+    return 0;
+}
+
+/* How far ring bytes may go now: up to the mark of the next queued send. */
+static uint64_t tx_limit(remora_gpunet_h g, int i, uint64_t head)
+{
+    const psock_t *p = &g->ps[i];
+    rg_sockq_t *q = &g->q[i];
+    /* Read after head: a send posted after bytes it marks is seen with them. */
+    uint32_t posted = ld_acq32(&q->tq_posted);
+
+    if (p->gp.tq_sent != posted) {
+        uint64_t mark = q->tq_mark[p->gp.tq_sent % RG_QDEPTH];
+        if (mark >= p->tx_tail && mark < head)
+            return mark;
+    }
+    return head;
+}
+
+/* Device -> peer: ring bytes as DATA, the queued sends and the direct send
+ * in the order the kernel posted them, then FIN. */
 static int gp_tx(remora_gpunet_h g, int i, int *busy)
 {
     psock_t *p = &g->ps[i];
@@ -542,6 +811,7 @@ static int gp_tx(remora_gpunet_h g, int i, int *busy)
         return r;
     if (head - p->tx_tail > g->ring)
         return REMORA_ERR_PROTOCOL; /* a kernel wrote past the ring */
+    head = tx_limit(g, i, head);
     while (head != p->tx_tail) {
         size_t off = (size_t)(p->tx_tail & (g->ring - 1));
         size_t n = (size_t)(head - p->tx_tail), n1;
@@ -554,13 +824,16 @@ static int gp_tx(remora_gpunet_h g, int i, int *busy)
         gn_count(&g->ring_bytes, n);
         *busy = 1;
     }
+    if ((r = offer_queued(g, i, busy)) < 0)
+        return r;
     if ((r = offer_send(g, i)) != 0) {
         *busy = 1;
         if (r < 0)
             return r;
     }
     if ((flag(&p->closing) || flag(&p->shutting)) && !p->shut_done && !p->gp.tx_busy &&
-        ld_acq32(&s->dtx_seq) == p->tx_seen) {
+        ld_acq32(&s->dtx_seq) == p->tx_seen && p->gp.tq_sent == ld_acq32(&g->q[i].tq_posted) &&
+        ld_acq(&s->tx_head) == p->tx_tail) { /* bytes written before the shutdown go first */
         if ((r = frame_send(p->fd, GP_FIN, 0, 0, NULL, 0, NULL, 0)) <= 0)
             return r;
         p->shut_done = 1;
@@ -578,7 +851,7 @@ static int on_frame(remora_gpunet_h g, int i, int ctl, const gp_hdr_t *h, const 
     gp_state_t *gp = &p->gp;
     rg_sock_shm_t *s = &g->sh[i];
     int is_ctl = h->type == GP_DONE || h->type == GP_CANCEL || h->type == GP_PING ||
-                 h->type == GP_PONG;
+                 h->type == GP_PONG || h->type == GP_DONEQ;
 
     if ((!gp->hello && h->type != GP_HELLO) || is_ctl != ctl)
         return REMORA_ERR_PROTOCOL;
@@ -612,6 +885,28 @@ static int on_frame(remora_gpunet_h g, int i, int ctl, const gp_hdr_t *h, const 
         publish_bits(s, gp);
         return 0;
     }
+    case GP_RTSQ: {
+        gp_rts_t rts;
+        if (h->len != sizeof(rts) || h->b == 0 || h->b > INT32_MAX || (uint32_t)h->a != (uint32_t)(gp->qs_last + 1) ||
+            gp->qs_tail - gp->qs_head >= RG_QDEPTH)
+            return REMORA_ERR_PROTOCOL;
+        memcpy(&rts, body, sizeof(rts));
+        gp->qs_last = h->a;
+        const gp_map_t *m = g->host_queues ? NULL : map_get(g, gp->peer_pid, &rts.handle);
+        if (m == NULL || rts.offset > m->size || h->b > m->size - rts.offset)
+            return ctl_send(p, GP_DONEQ, h->a, (uint64_t)(int64_t)REMORA_ERR_IO);
+        gp->qsrc[gp->qs_tail % RG_QDEPTH] =
+            (gp_qsrc_t){.src = m->base + rts.offset, .len = h->b, .id = h->a};
+        gp->qs_tail++;
+        src_bits(s, gp);
+        return 0;
+    }
+    case GP_DONEQ:
+        if (h->a > UINT32_MAX || (uint32_t)(h->a - gp->tq_acked - 1) >= gp->tq_sent - gp->tq_acked ||
+            gp->tq_has[(h->a - 1) % RG_QDEPTH])
+            return REMORA_ERR_PROTOCOL;
+        tq_answer(g, i, (uint32_t)h->a, (int32_t)(int64_t)h->b);
+        return 0;
     case GP_DONE:
         if (!gp->tx_busy || h->a != gp->tx_id)
             return REMORA_ERR_PROTOCOL;
@@ -684,6 +979,16 @@ static int gp_rx(remora_gpunet_h g, int i, int *busy)
         if (!gp->hello) {
             msg.msg_control    = ctl.buf;
             msg.msg_controllen = sizeof(ctl.buf);
+        }
+        if (gp->qs_tail != gp->qs_head) { /* past queued sends: only more of them */
+            r = recv(p->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                p->readable = 0;
+                break;
+            }
+            if (r > 0 && (r != (ssize_t)sizeof(h) || h.type != GP_RTSQ ||
+                          gp->qs_tail - gp->qs_head >= RG_QDEPTH))
+                break; /* waits for them to be taken */
         }
         if (into_ring) { /* DATA lands in the ring; the others are copied out of it */
             iov[1] = (struct iovec){rxr + off, n1 < GP_FRAME ? n1 : GP_FRAME};
@@ -780,13 +1085,15 @@ static int liveness(remora_gpunet_h g, int i)
     psock_t *p = &g->ps[i];
     gp_state_t *gp = &p->gp;
     uint64_t now = rm_now_ns();
-    int waiting = gp->tx_busy || ld_acq32(&g->sh[i].drx_seq) != gp->rx_seen;
+    int qtx = gp->tq_acked != gp->tq_sent;
+    int waiting = gp->tx_busy || qtx || ld_acq32(&g->sh[i].drx_seq) != gp->rx_seen ||
+                  gp->rq_answered != ld_acq32(&g->q[i].rq_posted);
 
     if (!waiting || g->hb_ns == 0 || gp->peer_closed) {
         gp->last_rx_ns = now;
         return 0;
     }
-    if (gp->ctl_closed && gp->tx_busy)
+    if (gp->ctl_closed && (gp->tx_busy || qtx))
         return REMORA_ERR_DISCONNECTED; /* the DONE it waits for cannot come */
     if (now - gp->last_rx_ns > g->dead_ns) {
         rm_warn("gpunet: GPU peer of socket %d silent for %llu ms: disconnected", i,
@@ -824,11 +1131,11 @@ int gp_pump(remora_gpunet_h g, int i)
 {
     psock_t *p = &g->ps[i];
     rg_sock_shm_t *s = &g->sh[i];
-    int busy = copy_progress(g, i), st;
+    int busy = copy_progress(g, i) | queue_progress(g, i), st;
 
     if (s->error) {
         answer_all(g, i, s->error);
-        if (flag(&p->closing) && !p->gp.copying) {
+        if (flag(&p->closing) && !p->gp.copying && !p->gp.qcopies) {
             gn_sock_free(g, i);
             return 1;
         }
@@ -839,20 +1146,21 @@ int gp_pump(remora_gpunet_h g, int i)
         gn_sock_fail(g, i, (remora_status_t)st);
         return 1;
     }
-    if (flag(&p->closing) && p->shut_done && !p->gp.copying && p->gp.nout == 0) {
+    if (flag(&p->closing) && p->shut_done && !p->gp.copying && !p->gp.qcopies && p->gp.nout == 0) {
         gn_sock_free(g, i);
         return 1;
     }
-    return serve_request(g, i) | busy;
+    return serve_queue(g, i) | serve_request(g, i) | busy;
 }
 
 void gp_release(remora_gpunet_h g, int i)
 {
     gp_state_t *gp = &g->ps[i].gp;
 
-    if (gp->copying) /* a copy reads the peer's buffer and writes ours: let it end */
+    if (gp->copying || gp->qcopies) /* a copy reads the peer's buffer and writes ours: let it end */
         rm_copyq_drain(g->copyq[(unsigned)i % g->nworkers]);
     gp->copying = 0;
+    gp->qcopies = 0;
     if (gp->cfd >= 0)
         close(gp->cfd); /* leaves the epoll set with it */
     gp->cfd = -1;

@@ -17,7 +17,7 @@
  *
  * Results: >= 0 a socket or a byte count (recv: 0 = end of stream); < 0 a
  * remora_status_t: -1 bad argument (NULL buffer, bad socket, negative
- * length), -3 timed out (the clock budget, default the proxy's timeout, ran
+ * length), -10 not with this peer (queued transfers), -3 timed out (the clock budget, default the proxy's timeout, ran
  * out), -4 the peer went away, -16 the proxy is gone. send and recv may move
  * fewer bytes than asked. Buffers may be in shared, global or mapped host
  * memory. No call spins forever.
@@ -33,6 +33,7 @@
 #define RG_EINVAL      (-1)
 #define RG_ETIMEDOUT   (-3)
 #define RG_EDISCONNECT (-4)
+#define RG_EUNSUPPORTED (-10)
 #define RG_EADDRESS    (-12)
 #define RG_ECANCELED   (-16)
 
@@ -533,6 +534,112 @@ __device__ inline int poll(rg_net_t *net, struct rg_pollfd *fds, int n, uint64_t
     return ready;
 }
 
+/* Queued transfers (socket_abi.h, rg_sockq_t). */
+#define RG_TICKET_MASK 0x3fffffffu
+
+__device__ __forceinline__ rg_sockq_t *queue_of(rg_net_t *net, int s)
+{
+    return (rg_sockq_t *)(uintptr_t)net->queues + s;
+}
+
+/* One thread: post buf as the socket's next queued send or receive, once
+ * fewer than RG_QDEPTH are open; a ticket (>= 0) or a status. */
+__device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
+                            uint64_t timeout_ns)
+{
+    int st = check_net(net, s);
+    if (st != RG_OK)
+        return st;
+    if (net->queues == 0)
+        return RG_EUNSUPPORTED;
+    if (buf == NULL || len <= 0 || !__isGlobal(buf))
+        return RG_EINVAL;
+    snap_t x = snap(net, sock_of(net, s));
+    if ((st = check_snap(x, send)) != RG_OK)
+        return st;
+    if (x.error)
+        return x.error;
+    if (!(x.rx_eof & RG_RX_REQ))
+        return RG_EUNSUPPORTED; /* the peer is not a GPU socket on this host */
+    rg_sockq_t *q = queue_of(net, s);
+    volatile uint32_t *posted = send ? &q->tq_posted : &q->rq_posted;
+    const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
+    uint32_t k = *posted + 1;
+    uint64_t until = budget(net, timeout_ns);
+    while (k - *done > RG_QDEPTH) { /* full: the oldest completes first */
+        if (!alive(net))
+            return RG_ECANCELED;
+        if (now_ns() > until)
+            return RG_ETIMEDOUT;
+    }
+    unsigned ix = (k - 1) % RG_QDEPTH;
+    if (send) {
+        q->tq_ptr[ix]  = (uint64_t)(uintptr_t)buf;
+        q->tq_len[ix]  = (uint32_t)len;
+        q->tq_mark[ix] = x.tx_head; /* our own counter: ring bytes sent before go first */
+    } else {
+        q->rq_ptr[ix] = (uint64_t)(uintptr_t)buf;
+        q->rq_len[ix] = (uint32_t)len;
+    }
+    __threadfence_system();
+    *posted = k;
+    return (int)(k & RG_TICKET_MASK);
+}
+
+/* One thread: the result of queued transfer `ticket`, once it completed.
+ * A failed socket still answers only once no copy into a buffer of ours
+ * runs, so a result always means the buffer is free again. */
+__device__ inline int qwait(rg_net_t *net, int s, int ticket, bool send, uint64_t timeout_ns)
+{
+    int st = check_net(net, s);
+    if (st != RG_OK)
+        return st;
+    if (net->queues == 0)
+        return RG_EUNSUPPORTED;
+    if (ticket < 0)
+        return RG_EINVAL;
+    rg_sock_shm_t *sh = sock_of(net, s);
+    rg_sockq_t *q = queue_of(net, s);
+    const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
+    uint64_t until = budget(net, timeout_ns);
+    for (;;) {
+        /* The three loads issued together: one PCIe round trip a look. */
+        uint32_t d = *done, up = alive(net), state = *(const volatile uint32_t *)&sh->state;
+        if (((d - (uint32_t)ticket) & RG_TICKET_MASK) < (RG_TICKET_MASK >> 1)) {
+            fence_acquire_sys();
+            unsigned ix = ((uint32_t)ticket - 1) % RG_QDEPTH;
+            return send ? *(const volatile int32_t *)&q->tq_res[ix]
+                        : *(const volatile int32_t *)&q->rq_res[ix];
+        }
+        if (state == RG_SOCK_FREE)
+            return RG_EINVAL; /* closed: its transfers went with it */
+        if (!up)
+            return RG_ECANCELED;
+        if (now_ns() > until)
+            return RG_ETIMEDOUT;
+    }
+}
+
+/* qpost or qwait by one thread, or by the block's leader for everyone. */
+template <bool BLOCK>
+__device__ inline int queued(rg_net_t *net, int s, void *buf, int arg, bool send, bool post,
+                             uint64_t timeout_ns)
+{
+    __shared__ int shared_r;
+    int r = 0;
+    if (!BLOCK || block_leader()) {
+        r = post ? qpost(net, s, buf, arg, send, timeout_ns) : qwait(net, s, arg, send, timeout_ns);
+        if (BLOCK)
+            shared_r = r;
+    }
+    if (BLOCK) {
+        __syncthreads();
+        r = shared_r;
+        __syncthreads();
+    }
+    return r;
+}
+
 } /* namespace rg_detail */
 
 /* ---------------------------------------------------------------- block-cooperative */
@@ -600,6 +707,61 @@ __device__ inline int rg_close(int s)
     return rg_detail::cmd<true>(rg_default_net, RG_OP_CLOSE, s, 0, NULL, 0);
 }
 
+/*
+ * Queued transfers: messages in flight together (docs/gpunet.md, "Queued
+ * transfers"). Only between GPU sockets on one host (RG_EUNSUPPORTED with
+ * any other peer: use rg_send/rg_recv) and only from and into global
+ * memory. A post returns a ticket (>= 0) at once, or once fewer than
+ * RG_QDEPTH of its kind are open (within the budget); the buffer belongs to
+ * the socket until rg_*_wait on the ticket has returned a result. Each
+ * direction completes in the order posted.
+ *   rg_send_post: the whole buffer is sent; its wait returns len, or < 0.
+ *   rg_recv_post: gets the next bytes of the stream, at most len; its wait
+ *     returns the count (0: end of stream), < 0, or RG_ERING: nothing was
+ *     received because the peer sent bytes through the ring first (rg_recv
+ *     them, then post again).
+ * A wait that times out leaves the transfer queued (wait again). Ring bytes
+ * and queued ones keep the order the kernel sent them in; a blocking
+ * rg_send or rg_recv may be mixed in, and runs after the queued ones.
+ * Results stay readable until RG_QDEPTH later posts of that direction
+ * completed: wait for tickets in order.
+ */
+#define RG_ERING RG_RES_RING
+__device__ inline int rg_send_post_on(rg_net_t *net, int s, const void *buf, int len,
+                                      uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<true>(net, s, (void *)buf, len, true, true, timeout_ns);
+}
+__device__ inline int rg_send_post(int s, const void *buf, int len)
+{
+    return rg_send_post_on(rg_default_net, s, buf, len);
+}
+__device__ inline int rg_recv_post_on(rg_net_t *net, int s, void *buf, int len,
+                                      uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<true>(net, s, buf, len, false, true, timeout_ns);
+}
+__device__ inline int rg_recv_post(int s, void *buf, int len)
+{
+    return rg_recv_post_on(rg_default_net, s, buf, len);
+}
+__device__ inline int rg_send_wait_on(rg_net_t *net, int s, int ticket, uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<true>(net, s, NULL, ticket, true, false, timeout_ns);
+}
+__device__ inline int rg_send_wait(int s, int ticket, uint64_t timeout_ns = 0)
+{
+    return rg_send_wait_on(rg_default_net, s, ticket, timeout_ns);
+}
+__device__ inline int rg_recv_wait_on(rg_net_t *net, int s, int ticket, uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<true>(net, s, NULL, ticket, false, false, timeout_ns);
+}
+__device__ inline int rg_recv_wait(int s, int ticket, uint64_t timeout_ns = 0)
+{
+    return rg_recv_wait_on(rg_default_net, s, ticket, timeout_ns);
+}
+
 /* Wait up to timeout_ns (0: the default budget) until a socket is ready;
  * the number ready, 0 on timeout, or < 0. */
 __device__ inline int rg_poll(struct rg_pollfd *fds, int n, uint64_t timeout_ns)
@@ -636,6 +798,22 @@ __device__ inline int rg_send_nb_thread(int s, const void *buf, int len)
 __device__ inline int rg_recv_nb_thread(int s, void *buf, int len)
 {
     return rg_detail::xfer<false>(rg_default_net, s, buf, len, false, true, 0);
+}
+__device__ inline int rg_send_post_thread(int s, const void *buf, int len, uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<false>(rg_default_net, s, (void *)buf, len, true, true, timeout_ns);
+}
+__device__ inline int rg_recv_post_thread(int s, void *buf, int len, uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<false>(rg_default_net, s, buf, len, false, true, timeout_ns);
+}
+__device__ inline int rg_send_wait_thread(int s, int ticket, uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<false>(rg_default_net, s, NULL, ticket, true, false, timeout_ns);
+}
+__device__ inline int rg_recv_wait_thread(int s, int ticket, uint64_t timeout_ns = 0)
+{
+    return rg_detail::queued<false>(rg_default_net, s, NULL, ticket, false, false, timeout_ns);
 }
 __device__ inline int rg_shutdown_thread(int s)
 {

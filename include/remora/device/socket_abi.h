@@ -42,6 +42,18 @@
  * and sends it, or answers RG_RES_RING (its bounce buffer is busy). The
  * field sat in rg_net_t's padding (an older proxy leaves it 0).
  *
+ * Queued transfers (rg_sockq_t, one per socket, at rg_net_t.queues; 0 from
+ * a proxy that has none). On a socket with RG_RX_REQ a kernel may post up to
+ * RG_QDEPTH sends and RG_QDEPTH receives of global memory without waiting:
+ * entry k (a counter from 1) sits at index (k - 1) % RG_QDEPTH; the device
+ * writes ptr and len, fences, then the posted counter; the proxy writes the
+ * result, then the done counter. Entries complete in order. A queued send
+ * is taken whole (its result is 0 or a status); a queued receive gets the
+ * next bytes of the stream, as a receive does (its result is a byte count,
+ * 0 at end of stream, a status, or RG_RES_RING: nothing was received, the
+ * stream goes on in the ring). The proxy moves several at once, so
+ * messages are in flight together (docs/gpunet.md, "Queued transfers").
+ *
  * The magic carries the version: a kernel built against another layout
  * finds a magic it does not know and fails every call with -1.
  */
@@ -78,6 +90,9 @@ enum {
 /* A request's answer besides bytes and statuses: go through the ring (send:
  * the buffer cannot be shared; receive: bytes are in the ring now). */
 #define RG_RES_RING (-1000)
+
+/* Queued transfers per socket and direction. */
+#define RG_QDEPTH 8u
 
 /* rg_sock_shm_t.state */
 enum { RG_SOCK_FREE = 0, RG_SOCK_OPEN = 1, RG_SOCK_LISTEN = 2, RG_SOCK_CLOSING = 3 };
@@ -118,6 +133,25 @@ typedef struct rg_sock_shm {
     uint64_t          pad1[2];
 } rg_sock_shm_t; /* 128 bytes */
 
+/* A socket's queued transfers (see above): the device writes the first 320
+ * bytes, the proxy the rest. tq_mark is tx_head when the send was posted:
+ * ring bytes sent before it go first. */
+typedef struct rg_sockq {
+    /* written by the device */
+    volatile uint64_t tq_ptr[RG_QDEPTH];  /* queued sends: sources */
+    volatile uint64_t rq_ptr[RG_QDEPTH];  /* queued receives: destinations */
+    volatile uint64_t tq_mark[RG_QDEPTH];
+    volatile uint32_t tq_len[RG_QDEPTH];
+    volatile uint32_t rq_len[RG_QDEPTH];
+    volatile uint32_t tq_posted, rq_posted; /* offset 256 */
+    uint32_t          pad0[14];
+    /* written by the proxy; offset 320 */
+    volatile uint32_t tq_done, rq_done;
+    volatile int32_t  tq_res[RG_QDEPTH];
+    volatile int32_t  rq_res[RG_QDEPTH];
+    uint32_t          pad1[14];
+} rg_sockq_t; /* 448 bytes */
+
 /* The handle kernels get (remora_gpunet_device_handle). Addresses are
  * device addresses. */
 typedef struct rg_net {
@@ -135,7 +169,7 @@ typedef struct rg_net {
     uint64_t          alive_ptr;   /* address of the uint32_t kernels read as `alive` */
     uint64_t          direct_min;  /* sends and receives this large may go device to device */
     uint64_t          bounce_min;  /* other peers: sends this large are copied out by the proxy */
-    uint64_t          pad1;
+    uint64_t          queues;      /* rg_sockq_t[max_socks]; 0: no queued transfers */
 } rg_net_t;
 
 #endif
