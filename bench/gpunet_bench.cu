@@ -200,9 +200,12 @@ out:
 }
 
 /* Each block streams `bytes` in `msg`-byte sends from src, ends the stream,
- * waits for the sink's 8-byte count; t[2b], t[2b+1] = start, end. */
+ * waits for the sink's 8-byte count; t[2b], t[2b+1] = start, end (the end:
+ * after the last send, or with `landed` the sink's count). A send to a GPU
+ * peer on this host returns once the peer's copy of it ended, so without
+ * `landed` the end is when the last byte sits in the receiver's memory. */
 __global__ void k_stream(const char *addr, const uint8_t *src, size_t bytes, int msg,
-                         unsigned long long *t, int *err)
+                         unsigned long long *t, int *err, bool landed = true)
 {
     __shared__ unsigned long long ack;
     int s = rg_connect(addr);
@@ -214,13 +217,53 @@ __global__ void k_stream(const char *addr, const uint8_t *src, size_t bytes, int
         if (r < 0) { if (threadIdx.x == 0) err[blockIdx.x] = r; rg_close(s); return; }
         sent += r;
     }
+    unsigned long long t1 = rg_detail::now_ns();
     rg_shutdown(s);
     int got = 0, r;
     while (got < 8 && (r = rg_recv(s, (uint8_t *)&ack + got, 8 - got)) > 0) got += r;
     if (threadIdx.x == 0) {
         t[2 * blockIdx.x] = t0;
-        t[2 * blockIdx.x + 1] = rg_detail::now_ns();
+        t[2 * blockIdx.x + 1] = landed ? t1 : rg_detail::now_ns();
         err[blockIdx.x] = got == 8 && ack >= bytes ? 0 : -2000;
+    }
+    rg_close(s);
+}
+
+/* The same with queued sends: up to RG_QDEPTH / 2 messages in flight, out
+ * of as many slots of src. */
+#define GG_INFLIGHT 4
+__global__ void k_stream_q(const char *addr, const uint8_t *src, size_t bytes, int msg,
+                           unsigned long long *t, int *err)
+{
+    __shared__ unsigned long long ack;
+    int s = rg_connect(addr), tk[GG_INFLIGHT], r = 0;
+    if (s < 0) { if (threadIdx.x == 0) err[0] = s; return; }
+    unsigned long long t0 = rg_detail::now_ns(), in_post = 0, in_wait = 0;
+    size_t n = bytes / msg, m = 0, done = 0;
+    for (; done < n && r >= 0;) {
+        unsigned long long a = rg_detail::now_ns();
+        if (m < n && m - done < GG_INFLIGHT) {
+            r = tk[m % GG_INFLIGHT] = rg_send_post(s, src + (m % GG_INFLIGHT) * (size_t)msg, msg);
+            m++;
+            in_post += rg_detail::now_ns() - a;
+            continue;
+        }
+        if ((r = rg_send_wait(s, tk[done % GG_INFLIGHT])) == msg)
+            done++;
+        else if (r >= 0)
+            r = -2001; /* a queued send is taken whole */
+        in_wait += rg_detail::now_ns() - a;
+    }
+    if (threadIdx.x == 0) { t[2] = in_post; t[3] = in_wait; }
+    if (r < 0) { if (threadIdx.x == 0) err[0] = r; rg_close(s); return; }
+    unsigned long long t1 = rg_detail::now_ns(); /* every copy into the sink ended */
+    rg_shutdown(s);
+    int got = 0;
+    while (got < 8 && (r = rg_recv(s, (uint8_t *)&ack + got, 8 - got)) > 0) got += r;
+    if (threadIdx.x == 0) {
+        t[0] = t0;
+        t[1] = t1;
+        err[0] = got == 8 && ack >= bytes ? 0 : -2000;
     }
     rg_close(s);
 }
@@ -244,6 +287,31 @@ __global__ void k_gpu_sink(const char *addr, uint8_t *dst, int cap, int *state)
     if (s >= 0) rg_close(s);
     rg_close(ls);
     if (threadIdx.x == 0) state[1] = (int)(total >> 20);
+}
+
+/* ... with queued receives into GG_INFLIGHT slots of cap bytes. */
+__global__ void k_gpu_sink_q(const char *addr, uint8_t *dst, int cap, int *state)
+{
+    int ls = rg_bind(addr), tk[GG_INFLIGHT];
+    if (threadIdx.x == 0) state[0] = ls >= 0 ? 1 : ls;
+    __threadfence_system();
+    if (ls < 0) return;
+    int s = rg_accept(ls), r = 0;
+    unsigned long long total = 0;
+    for (int j = 0; j < GG_INFLIGHT && s >= 0; j++)
+        tk[j] = rg_recv_post(s, dst + (size_t)j * cap, cap);
+    for (int j = 0; s >= 0; j = (j + 1) % GG_INFLIGHT) {
+        if ((r = rg_recv_wait(s, tk[j])) <= 0)
+            break;
+        total += r;
+        tk[j] = rg_recv_post(s, dst + (size_t)j * cap, cap);
+    }
+    __shared__ unsigned long long tot;
+    tot = total;
+    if (s >= 0) rg_send(s, &tot, 8);
+    if (s >= 0) rg_close(s);
+    rg_close(ls);
+    if (threadIdx.x == 0) state[1] = r < 0 ? r : (int)(total >> 20);
 }
 
 static char *dev_string(const char *s)
@@ -287,7 +355,7 @@ static remora_gpunet_h start_net(remora_context_h *ctx, int device)
     return net;
 }
 
-static int sink_child(const char *port)
+static int sink_child(const char *port, int queued)
 {
     remora_context_h ctx;
     start_net(&ctx, g_sink_gpu);
@@ -295,12 +363,15 @@ static int sink_child(const char *port)
     snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%s", port);
     uint8_t *dst;
     int *state;
-    cudaMalloc(&dst, g_gg);
+    cudaMalloc(&dst, (size_t)g_gg * GG_INFLIGHT);
     cudaHostAlloc((void **)&state, 2 * sizeof(int), cudaHostAllocMapped);
     state[0] = state[1] = 0;
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    k_gpu_sink<<<1, 1024, 0, st>>>(dev_string(addr), dst, g_gg, state);
+    if (queued)
+        k_gpu_sink_q<<<1, 1024, 0, st>>>(dev_string(addr), dst, g_gg, state);
+    else
+        k_gpu_sink<<<1, 1024, 0, st>>>(dev_string(addr), dst, g_gg, state);
     while (!((volatile int *)state)[0]) usleep(100);
     printf("ready %d\n", state[0]);
     fflush(stdout);
@@ -316,7 +387,8 @@ int main(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--gg-mib")) g_gg = atoi(argv[i + 1]) << 20;
         if (!strcmp(argv[i], "--sink-gpu")) g_sink_gpu = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--gpu-sink")) return sink_child(argv[i + 1]);
+        if (!strcmp(argv[i], "--gpu-sink")) return sink_child(argv[i + 1], 0);
+        if (!strcmp(argv[i], "--gpu-sink-q")) return sink_child(argv[i + 1], 1);
         if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--blocks")) blocks = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--mib-per-stream")) mib = atoi(argv[i + 1]);
@@ -395,7 +467,7 @@ int main(int argc, char **argv)
         remora_gpunet_stats_t gs0 = {}, gs1 = {};
         gs0.field_mask = gs1.field_mask = ~0ull;
         remora_gpunet_stats(g_net, &gs0);
-        k_stream<<<1, 1024, 0, st>>>(saddr, src, bytes * 4, msg_bw, ns, err);
+        k_stream<<<1, 1024, 0, st>>>(saddr, src, bytes * 4, msg_bw, ns, err, false);
         if (!wait_stream(st, 120) || err[0]) { printf("bandwidth: GPU kernel failed (%d)\n", err[0]); fails++; }
         remora_gpunet_stats(g_net, &gs1);
         double gpu_bw = bytes * 4 / ((ns[1] - ns[0]) / 1e9) / 1e9;
@@ -413,7 +485,7 @@ int main(int argc, char **argv)
         double cpu_agg = cpu_streams_gbps(sport, blocks, bytes, MSG_BW);
         memset(err, 0, 256 * sizeof(int));
         memset(ns, 0, 256 * sizeof(*ns));
-        k_stream<<<blocks, 256, 0, st>>>(saddr, src, bytes, MSG_BW, ns, err);
+        k_stream<<<blocks, 256, 0, st>>>(saddr, src, bytes, MSG_BW, ns, err, false);
         int ok = wait_stream(st, 180);
         unsigned long long t0 = ~0ull, t1 = 0;
         for (int b = 0; b < blocks; b++) {
@@ -450,44 +522,65 @@ int main(int argc, char **argv)
     cudaDeviceSynchronize();
     d2d = 200.0 * g_gg / (now_s() - d2d) / 1e9;
     const char *base = g_sink_gpu ? "memcpy_peer" : "d2d_memcpy";
-    unsigned gport;
-    int probe = listen_any(&gport);
-    close(probe);
-    char ports[16];
-    snprintf(ports, sizeof(ports), "%u", gport);
-    int fds[2];
-    if (pipe(fds)) return 1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        char mibs[16];
-        char sgpu[16];
-        snprintf(mibs, sizeof(mibs), "%d", g_gg >> 20);
-        snprintf(sgpu, sizeof(sgpu), "%d", g_sink_gpu);
-        execl("/proc/self/exe", argv[0], "--gg-mib", mibs, "--sink-gpu", sgpu, "--gpu-sink", ports,
-              (char *)NULL);
-        _exit(127);
+    /* Blocking sends and receives (one message at a time), then queued ones
+     * (GG_INFLIGHT in flight), each against a sink process of its own. */
+    for (int queued = 0; queued < 2; queued++) {
+        unsigned gport;
+        int probe = listen_any(&gport);
+        close(probe);
+        char ports[16];
+        snprintf(ports, sizeof(ports), "%u", gport);
+        int fds[2];
+        if (pipe(fds)) return 1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], 1);
+            char mibs[16];
+            char sgpu[16];
+            snprintf(mibs, sizeof(mibs), "%d", g_gg >> 20);
+            snprintf(sgpu, sizeof(sgpu), "%d", g_sink_gpu);
+            execl("/proc/self/exe", argv[0], "--gg-mib", mibs, "--sink-gpu", sgpu,
+                  queued ? "--gpu-sink-q" : "--gpu-sink", ports, (char *)NULL);
+            _exit(127);
+        }
+        close(fds[1]);
+        char line[64] = "";
+        FILE *f = fdopen(fds[0], "r");
+        if (!fgets(line, sizeof(line), f) || strncmp(line, "ready 1", 7)) {
+            printf("gpu-gpu: the GPU sink process did not start (%s)\n", line);
+            fails++;
+        } else {
+            snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", gport);
+            char *gaddr = dev_string(addr);
+            memset(err, 0, 256 * sizeof(int));
+            memset(ns, 0, 256 * sizeof(*ns));
+            if (queued)
+                k_stream_q<<<1, 1024, 0, st>>>(gaddr, src, gg_total, g_gg, ns, err);
+            else
+                k_stream<<<1, 1024, 0, st>>>(gaddr, src, gg_total, g_gg, ns, err);
+            if (!wait_stream(st, 120) || err[0]) {
+                printf("gpu-gpu%s: GPU kernel failed (%d)\n", queued ? " queued" : "", err[0]);
+                fails++;
+            } else {
+                double gg = (double)gg_total / ((ns[1] - ns[0]) / 1e9) / 1e9;
+                double nmsg = (double)(gg_total / g_gg);
+                printf("gpu_gpu_%s%dMiB_GBps gpus=0,%d %s=%.1f gpu_sockets=%.2f ratio=%.3f "
+                       "(target >= 0.50) %s (%.1f us a message)\n", queued ? "queued_" : "",
+                       g_gg >> 20, g_sink_gpu, base, d2d, gg, gg / d2d,
+                       gg / d2d >= 0.5 ? "MET" : "NOT MET", (ns[1] - ns[0]) / 1e3 / nmsg);
+                if (queued)
+                    printf("  the sending kernel a message: %.1f us posting, %.1f us waiting\n",
+                           ns[2] / 1e3 / nmsg, ns[3] / 1e3 / nmsg);
+            }
+        }
+        fclose(f);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("gpu-gpu%s: the sink process failed\n", queued ? " queued" : "");
+            fails++;
+        }
     }
-    close(fds[1]);
-    char line[64] = "";
-    FILE *f = fdopen(fds[0], "r");
-    if (!fgets(line, sizeof(line), f) || strncmp(line, "ready 1", 7)) {
-        printf("gpu-gpu: the GPU sink process did not start (%s)\n", line);
-        fails++;
-    } else {
-        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", gport);
-        char *gaddr = dev_string(addr);
-        memset(err, 0, 256 * sizeof(int));
-        memset(ns, 0, 256 * sizeof(*ns));
-        k_stream<<<1, 1024, 0, st>>>(gaddr, src, gg_total, g_gg, ns, err);
-        if (!wait_stream(st, 120) || err[0]) { printf("gpu-gpu: GPU kernel failed (%d)\n", err[0]); fails++; }
-        double gg = (double)gg_total / ((ns[1] - ns[0]) / 1e9) / 1e9;
-        printf("gpu_gpu_%dMiB_GBps gpus=0,%d %s=%.1f gpu_sockets=%.2f ratio=%.3f (target >= 0.50) %s "
-               "(%.1f us a message)\n", g_gg >> 20, g_sink_gpu, base, d2d, gg, gg / d2d,
-               gg / d2d >= 0.5 ? "MET" : "NOT MET", (ns[1] - ns[0]) / 1e3 / (gg_total / g_gg));
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
     printf("done: %d failure(s)\n", fails);
     _exit(fails ? 1 : 0);
 }
