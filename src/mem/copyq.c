@@ -5,6 +5,7 @@
 #include "mem/copyq.h"
 #include "mem/cuda.h"
 #include "util/time.h"
+#include "util/log.h"
 
 #define RM_COPYQ_CHECK_NS 1000000000ull /* a copy older than this: ask the stream */
 
@@ -13,6 +14,7 @@ typedef struct rm_copyq_dev {
     uint64_t        *word;    /* the last sequence number the stream wrote */
     void            *word_dev;
     uint64_t         next_seq;
+    int              unsignalled; /* copies started on hold, their word not written yet */
     rm_list_t        busy;    /* rm_copy_t in start order */
 } rm_copyq_dev_t;
 
@@ -20,6 +22,7 @@ struct rm_copyq {
     rm_copyq_dev_t *dev;  /* one per device, allocated at the first prepare */
     int             ndev;
     unsigned        nbusy;
+    int             hold; /* rm_copyq_hold: starts leave the word to the release */
 };
 
 rm_copyq_t *rm_copyq_create(void) { return calloc(1, sizeof(rm_copyq_t)); }
@@ -78,8 +81,8 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
     rm_copyq_dev_t *d = &q->dev[device];
     uint64_t seq = d->next_seq + 1;
     st = rm_cuda_copy_async(d->stream, dst, src, length);
-    if (st == REMORA_OK)
-        st = rm_cuda_raw_write64(rm_cuda_stream_raw(d->stream), d->word_dev, seq);
+    if (st == REMORA_OK && !q->hold)
+        st = rm_cuda_stream_write64(d->stream, d->word_dev, seq);
     if (st != REMORA_OK) {
         /* A copy may have been queued before the write failed: it must be
          * over before the caller reuses the buffers. */
@@ -87,6 +90,7 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
         return st;
     }
     d->next_seq   = seq;
+    d->unsignalled = q->hold;
     copy->seq      = seq;
     copy->start_ns = rm_now_ns();
     copy->status   = REMORA_OK;
@@ -149,6 +153,27 @@ static unsigned end_copies(rm_copyq_t *q, int sync)
         c->done(c, c->status);
     }
     return n;
+}
+
+void rm_copyq_hold(rm_copyq_t *q)
+{
+    if (q != NULL)
+        q->hold = 1;
+}
+
+void rm_copyq_release(rm_copyq_t *q)
+{
+    if (q == NULL)
+        return;
+    q->hold = 0;
+    for (int i = 0; i < q->ndev; i++) {
+        rm_copyq_dev_t *d = &q->dev[i];
+        /* One write for all of them (copies end in order). If it fails, the
+         * poll finds them stuck and fails them with the stream's error. */
+        if (d->unsignalled && rm_cuda_stream_write64(d->stream, d->word_dev, d->next_seq) != REMORA_OK)
+            rm_warn("copy queue: cannot signal the end of copies on device %d", i);
+        d->unsignalled = 0;
+    }
 }
 
 unsigned rm_copyq_poll(rm_copyq_t *q)

@@ -80,5 +80,10 @@ unsigned rm_copyq_poll(rm_copyq_t *q);
 void rm_copyq_drain(rm_copyq_t *q);
 /* Copies in flight. NULL-safe (0). */
 unsigned rm_copyq_busy(const rm_copyq_t *q);
+/* Copies started between hold and release share one completion write (the
+ * release's): several started in a row cost one stream operation fewer each.
+ * Their callbacks come after the release, all together. */
+void rm_copyq_hold(rm_copyq_t *q);
+void rm_copyq_release(rm_copyq_t *q);
 
 #endif

@@ -1092,6 +1092,21 @@ remora_status_t rm_cuda_raw_check(void *stream, int *capturing)
     return REMORA_OK;
 }
 
+remora_status_t rm_cuda_stream_write64(rm_cuda_stream_h stream, void *dev_addr, uint64_t value)
+{
+    remora_status_t status;
+    int pushed;
+
+    if (stream == NULL)
+        return REMORA_ERR_INVALID_PARAM;
+    if ((status = ctx_enter(stream->device, &pushed)) != REMORA_OK)
+        return status;
+    status = cu_check(cu.StreamWriteValue64(stream->cu, dptr(dev_addr), value, 0),
+                      "cuStreamWriteValue64");
+    ctx_leave(pushed);
+    return status;
+}
+
 remora_status_t rm_cuda_raw_write64(void *stream, void *dev_addr, uint64_t value)
 {
     remora_status_t status;

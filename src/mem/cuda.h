@@ -172,6 +172,8 @@ remora_status_t rm_cuda_ptr_range(int device, const void *p, void **base, size_t
 remora_status_t rm_cuda_raw_check(void *stream, int *capturing);
 /* cuStreamWriteValue64 (with its memory barrier: earlier work is visible first). */
 remora_status_t rm_cuda_raw_write64(void *stream, void *dev_addr, uint64_t value);
+/* The same on a stream of ours: its device is known, so no cuStreamGetCtx. */
+remora_status_t rm_cuda_stream_write64(rm_cuda_stream_h stream, void *dev_addr, uint64_t value);
 /* cuStreamWaitValue64: eq ? *addr == value : (int64_t)(*addr - value) >= 0. */
 remora_status_t rm_cuda_raw_wait64(void *stream, void *dev_addr, uint64_t value, int eq);
 remora_status_t rm_cuda_raw_copy(void *stream, void *dst, const void *src, size_t length);
