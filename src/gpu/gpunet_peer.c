@@ -28,8 +28,9 @@
  *   a copy into its buffer may still be running.
  * - Queued transfers (rg_sockq_t) put messages in flight together: each of
  *   the kernel's queued sends goes out as an RTSQ once the ring bytes posted
- *   before it have gone; the receiving proxy keeps up to RG_QDEPTH of them
- *   (reading nothing else past them) and starts a copy for each queued
+ *   before it have gone, and nothing but more RTSQs goes out until every
+ *   one out was answered (so the receiver reads frames without peeking);
+ *   the receiving proxy keeps up to RG_QDEPTH of them and starts a copy for each queued
  *   receive as soon as it has bytes for it, without waiting for the last
  *   copy to end. Copies end in order (one stream), so answers go out in
  *   order: the kernel's as results and done counters, the sender's as
@@ -572,8 +573,10 @@ static int serve_queue(remora_gpunet_h g, int i)
     rg_sock_shm_t *s = &g->sh[i];
     rg_sockq_t *q = &g->q[i];
     uint32_t posted = ld_acq32(&q->rq_posted);
+    rm_copyq_t *cq = g->copyq[(unsigned)i % g->nworkers];
     int busy = 0;
 
+    rm_copyq_hold(cq); /* the copies started here share one completion write */
     while (gp->rq_assigned != posted && gp->rq_assigned - gp->rq_answered < RG_QDEPTH &&
            !gp->copying) {
         uint32_t k = gp->rq_assigned + 1;
@@ -615,7 +618,8 @@ static int serve_queue(remora_gpunet_h g, int i)
             if (st != REMORA_OK) {
                 rm_warn("gpunet: device-to-device copy failed (%s)", remora_status_string(st));
                 gn_sock_fail(g, i, REMORA_ERR_IO);
-                return 1;
+                busy = 1;
+                break;
             }
             a->copying = 1;
             gp->qcopies++;
@@ -623,6 +627,7 @@ static int serve_queue(remora_gpunet_h g, int i)
         gp->rq_assigned = k;
         busy = 1;
     }
+    rm_copyq_release(cq);
     return busy;
 }
 
@@ -730,8 +735,9 @@ static int offer_send(remora_gpunet_h g, int i)
         }
         return 0;
     }
-    if (seq == p->tx_seen || gp->tq_sent != ld_acq32(&g->q[i].tq_posted))
-        return 0; /* queued sends posted before it go first */
+    if (seq == p->tx_seen || gp->tq_sent != ld_acq32(&g->q[i].tq_posted) ||
+        gp->tq_acked != gp->tq_sent)
+        return 0; /* queued sends posted before it go first, and are taken */
     if (ld_acq(&s->tx_head) != p->tx_tail)
         return 0; /* ring bytes written before it (after gp_tx looked) go first */
     ptr = (void *)(uintptr_t)s->dtx_ptr;
@@ -812,6 +818,8 @@ static int gp_tx(remora_gpunet_h g, int i, int *busy)
     if (head - p->tx_tail > g->ring)
         return REMORA_ERR_PROTOCOL; /* a kernel wrote past the ring */
     head = tx_limit(g, i, head);
+    if (p->gp.tq_acked != p->gp.tq_sent)
+        head = p->tx_tail; /* after queued sends out, only more of them */
     while (head != p->tx_tail) {
         size_t off = (size_t)(p->tx_tail & (g->ring - 1));
         size_t n = (size_t)(head - p->tx_tail), n1;
@@ -833,6 +841,7 @@ static int gp_tx(remora_gpunet_h g, int i, int *busy)
     }
     if ((flag(&p->closing) || flag(&p->shutting)) && !p->shut_done && !p->gp.tx_busy &&
         ld_acq32(&s->dtx_seq) == p->tx_seen && p->gp.tq_sent == ld_acq32(&g->q[i].tq_posted) &&
+        p->gp.tq_acked == p->gp.tq_sent &&
         ld_acq(&s->tx_head) == p->tx_tail) { /* bytes written before the shutdown go first */
         if ((r = frame_send(p->fd, GP_FIN, 0, 0, NULL, 0, NULL, 0)) <= 0)
             return r;
@@ -980,16 +989,6 @@ static int gp_rx(remora_gpunet_h g, int i, int *busy)
             msg.msg_control    = ctl.buf;
             msg.msg_controllen = sizeof(ctl.buf);
         }
-        if (gp->qs_tail != gp->qs_head) { /* past queued sends: only more of them */
-            r = recv(p->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
-            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                p->readable = 0;
-                break;
-            }
-            if (r > 0 && (r != (ssize_t)sizeof(h) || h.type != GP_RTSQ ||
-                          gp->qs_tail - gp->qs_head >= RG_QDEPTH))
-                break; /* waits for them to be taken */
-        }
         if (into_ring) { /* DATA lands in the ring; the others are copied out of it */
             iov[1] = (struct iovec){rxr + off, n1 < GP_FRAME ? n1 : GP_FRAME};
             iov[2] = (struct iovec){rxr, GP_FRAME - iov[1].iov_len};
@@ -1039,6 +1038,8 @@ static int gp_rx(remora_gpunet_h g, int i, int *busy)
             memcpy(&small, rxr + off, k1);
             memcpy((uint8_t *)&small + k1, rxr, k - k1);
         }
+        if (gp->qs_tail != gp->qs_head && h.type != GP_RTSQ)
+            return REMORA_ERR_PROTOCOL; /* the sender holds the rest until their DONEQs */
         int st = on_frame(g, i, 0, &h, &small);
         if (st < 0)
             return st;
