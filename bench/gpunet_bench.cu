@@ -15,6 +15,7 @@
  *                                proxy moved the bytes: its ring or its bounce
  *                                buffer, REMORA_GPUNET_BOUNCE_MIN)
  *                [--gg-mib N]   (gpu-gpu message size, default 4)
+ *                [--gg-inflight N] (queued gpu-gpu messages in flight, 1-8, default 4)
  *                [--sink-gpu N] (gpu-gpu receiver on GPU N, vs cudaMemcpyPeer; default 0)
  */
 #include <arpa/inet.h>
@@ -38,6 +39,7 @@
 #define MSG_BW (64 << 10)
 #define MSG_GG (4 << 20)
 static int g_gg = MSG_GG; /* gpu-gpu message size (--gg-mib) */
+static int g_inflight = 4; /* queued gpu-gpu messages in flight (--gg-inflight) */
 static int g_sink_gpu;    /* the gpu-gpu receiver's GPU (--sink-gpu) */
 
 static double now_s(void)
@@ -233,10 +235,10 @@ __global__ void k_stream(const char *addr, const uint8_t *src, size_t bytes, int
 
 /* The same with queued sends: up to RG_QDEPTH / 2 messages in flight, out
  * of as many slots of src. */
-#define GG_INFLIGHT 4
-#define GG_WARM     GG_INFLIGHT /* messages before the clock starts (first mappings) */
+#define GG_INFLIGHT RG_QDEPTH /* at most; --gg-inflight picks how many */
+#define GG_WARM     4         /* messages before the clock starts (first mappings) */
 __global__ void k_stream_q(const char *addr, const uint8_t *src, size_t bytes, int msg,
-                           unsigned long long *t, int *err, int warm)
+                           unsigned long long *t, int *err, int warm, int inflight)
 {
     __shared__ unsigned long long ack;
     int s = rg_connect(addr), tk[GG_INFLIGHT], r = 0;
@@ -245,13 +247,13 @@ __global__ void k_stream_q(const char *addr, const uint8_t *src, size_t bytes, i
     size_t n = bytes / msg, m = 0, done = 0;
     for (; done < n && r >= 0;) {
         unsigned long long a = rg_detail::now_ns();
-        if (m < n && m - done < GG_INFLIGHT) {
-            r = tk[m % GG_INFLIGHT] = rg_send_post(s, src + (m % GG_INFLIGHT) * (size_t)msg, msg);
+        if (m < n && m - done < (size_t)inflight) {
+            r = tk[m % inflight] = rg_send_post(s, src + (m % inflight) * (size_t)msg, msg);
             m++;
             in_post += rg_detail::now_ns() - a;
             continue;
         }
-        if ((r = rg_send_wait(s, tk[done % GG_INFLIGHT])) != msg) {
+        if ((r = rg_send_wait(s, tk[done % inflight])) != msg) {
             if (r >= 0)
                 r = -2001; /* a queued send is taken whole */
             continue;
@@ -298,8 +300,8 @@ __global__ void k_gpu_sink(const char *addr, uint8_t *dst, int cap, int *state)
     if (threadIdx.x == 0) state[1] = (int)(total >> 20);
 }
 
-/* ... with queued receives into GG_INFLIGHT slots of cap bytes. */
-__global__ void k_gpu_sink_q(const char *addr, uint8_t *dst, int cap, int *state)
+/* ... with queued receives into `inflight` slots of cap bytes. */
+__global__ void k_gpu_sink_q(const char *addr, uint8_t *dst, int cap, int *state, int inflight)
 {
     int ls = rg_bind(addr), tk[GG_INFLIGHT];
     if (threadIdx.x == 0) state[0] = ls >= 0 ? 1 : ls;
@@ -307,9 +309,9 @@ __global__ void k_gpu_sink_q(const char *addr, uint8_t *dst, int cap, int *state
     if (ls < 0) return;
     int s = rg_accept(ls), r = 0;
     unsigned long long total = 0;
-    for (int j = 0; j < GG_INFLIGHT && s >= 0; j++)
+    for (int j = 0; j < inflight && s >= 0; j++)
         tk[j] = rg_recv_post(s, dst + (size_t)j * cap, cap);
-    for (int j = 0; s >= 0; j = (j + 1) % GG_INFLIGHT) {
+    for (int j = 0; s >= 0; j = (j + 1) % inflight) {
         if ((r = rg_recv_wait(s, tk[j])) <= 0)
             break;
         total += r;
@@ -378,7 +380,7 @@ static int sink_child(const char *port, int queued)
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     if (queued)
-        k_gpu_sink_q<<<1, 1024, 0, st>>>(dev_string(addr), dst, g_gg, state);
+        k_gpu_sink_q<<<1, 1024, 0, st>>>(dev_string(addr), dst, g_gg, state, g_inflight);
     else
         k_gpu_sink<<<1, 1024, 0, st>>>(dev_string(addr), dst, g_gg, state);
     while (!((volatile int *)state)[0]) usleep(100);
@@ -395,6 +397,7 @@ int main(int argc, char **argv)
     int msg_bw = MSG_BW;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--gg-mib")) g_gg = atoi(argv[i + 1]) << 20;
+        if (!strcmp(argv[i], "--gg-inflight")) g_inflight = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--sink-gpu")) g_sink_gpu = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--gpu-sink")) return sink_child(argv[i + 1], 0);
         if (!strcmp(argv[i], "--gpu-sink-q")) return sink_child(argv[i + 1], 1);
@@ -516,6 +519,8 @@ int main(int argc, char **argv)
      * time: cudaMemcpy on one GPU, cudaMemcpyPeer to the sink's GPU. */
     if (g_gg < (1 << 20) || g_gg > (size_t)blocks * MSG_GG)
         g_gg = MSG_GG;
+    if (g_inflight < 1 || g_inflight > (int)GG_INFLIGHT || (size_t)g_inflight * g_gg > (size_t)blocks * MSG_GG)
+        g_inflight = 4;
     size_t gg_total = (size_t)g_gg * 64 > ((size_t)256 << 20) ? (size_t)g_gg * 64 : (size_t)256 << 20;
     uint8_t *d2;
     cudaSetDevice(g_sink_gpu);
@@ -546,10 +551,12 @@ int main(int argc, char **argv)
             dup2(fds[1], 1);
             char mibs[16];
             char sgpu[16];
+            char infl[16];
             snprintf(mibs, sizeof(mibs), "%d", g_gg >> 20);
             snprintf(sgpu, sizeof(sgpu), "%d", g_sink_gpu);
-            execl("/proc/self/exe", argv[0], "--gg-mib", mibs, "--sink-gpu", sgpu,
-                  queued ? "--gpu-sink-q" : "--gpu-sink", ports, (char *)NULL);
+            snprintf(infl, sizeof(infl), "%d", g_inflight);
+            execl("/proc/self/exe", argv[0], "--gg-mib", mibs, "--sink-gpu", sgpu, "--gg-inflight",
+                  infl, queued ? "--gpu-sink-q" : "--gpu-sink", ports, (char *)NULL);
             _exit(127);
         }
         close(fds[1]);
@@ -564,7 +571,8 @@ int main(int argc, char **argv)
             memset(err, 0, 256 * sizeof(int));
             memset(ns, 0, 256 * sizeof(*ns));
             if (queued)
-                k_stream_q<<<1, 1024, 0, st>>>(gaddr, src, gg_total, g_gg, ns, err, GG_WARM);
+                k_stream_q<<<1, 1024, 0, st>>>(gaddr, src, gg_total, g_gg, ns, err, GG_WARM,
+                                               g_inflight);
             else
                 k_stream<<<1, 1024, 0, st>>>(gaddr, src, gg_total, g_gg, ns, err, true, GG_WARM);
             if (!wait_stream(st, 120) || err[0]) {
@@ -578,8 +586,8 @@ int main(int argc, char **argv)
                        g_gg >> 20, g_sink_gpu, base, d2d, gg, gg / d2d,
                        gg / d2d >= 0.5 ? "MET" : "NOT MET", (ns[1] - ns[0]) / 1e3 / nmsg);
                 if (queued)
-                    printf("  the sending kernel a message: %.1f us posting, %.1f us waiting\n",
-                           ns[2] / 1e3 / nmsg, ns[3] / 1e3 / nmsg);
+                    printf("  %d in flight; the sending kernel a message: %.1f us posting, %.1f us "
+                           "waiting\n", g_inflight, ns[2] / 1e3 / nmsg, ns[3] / 1e3 / nmsg);
             }
         }
         fclose(f);
