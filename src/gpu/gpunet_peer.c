@@ -523,8 +523,14 @@ static int serve_request(remora_gpunet_h g, int i)
         answer_rx(s, gp, seq, RG_RES_RING);
         return 1;
     }
-    if (gp->rq_answered != ld_acq32(&g->q[i].rq_posted))
-        return 0; /* the kernel's queued receives get what the peer sends first */
+    if (gp->rq_answered != ld_acq32(&g->q[i].rq_posted)) {
+        /* The kernel's queued receives get what the peer sends first. */
+        if (ld_acq32(&s->drx_cancel) == seq) {
+            answer_rx(s, gp, seq, REMORA_ERR_TIMED_OUT);
+            return 1;
+        }
+        return 0;
+    }
     if (gp->src_active || gp->qs_take != gp->qs_tail) {
         uint64_t dst = s->drx_ptr, len = s->drx_len, n = gp->src_active ? gp->src_len : qsrc_left(gp);
         const uint8_t *from = gp->src;
@@ -617,9 +623,9 @@ static int serve_queue(remora_gpunet_h g, int i)
             remora_status_t st = gn_copy_start(g, i, &a->copy, dst, from, n);
             if (st != REMORA_OK) {
                 rm_warn("gpunet: device-to-device copy failed (%s)", remora_status_string(st));
+                rm_copyq_release(cq); /* before the failure, which may drain the queue */
                 gn_sock_fail(g, i, REMORA_ERR_IO);
-                busy = 1;
-                break;
+                return 1;
             }
             a->copying = 1;
             gp->qcopies++;
@@ -735,11 +741,19 @@ static int offer_send(remora_gpunet_h g, int i)
         }
         return 0;
     }
-    if (seq == p->tx_seen || gp->tq_sent != ld_acq32(&g->q[i].tq_posted) ||
-        gp->tq_acked != gp->tq_sent)
-        return 0; /* queued sends posted before it go first, and are taken */
-    if (ld_acq(&s->tx_head) != p->tx_tail)
-        return 0; /* ring bytes written before it (after gp_tx looked) go first */
+    if (seq == p->tx_seen)
+        return 0;
+    /* Queued sends posted before it (until taken) and ring bytes written
+     * before it (read again: after gp_tx looked) go first. Nothing of it is
+     * out yet, so its cancel is answered here. */
+    if (gp->tq_sent != ld_acq32(&g->q[i].tq_posted) || gp->tq_acked != gp->tq_sent ||
+        ld_acq(&s->tx_head) != p->tx_tail) {
+        if (ld_acq32(&s->dtx_cancel) == seq) {
+            gn_answer_tx(g, i, seq, REMORA_ERR_TIMED_OUT);
+            return 1;
+        }
+        return 0;
+    }
     ptr = (void *)(uintptr_t)s->dtx_ptr;
     len = s->dtx_len;
     memset(&rts, 0, sizeof(rts));
@@ -896,8 +910,9 @@ static int on_frame(remora_gpunet_h g, int i, int ctl, const gp_hdr_t *h, const 
     }
     case GP_RTSQ: {
         gp_rts_t rts;
-        if (h->len != sizeof(rts) || h->b == 0 || h->b > INT32_MAX || (uint32_t)h->a != (uint32_t)(gp->qs_last + 1) ||
-            gp->qs_tail - gp->qs_head >= RG_QDEPTH)
+        /* Ids grow (by more than one where the sender refused an entry). */
+        if (h->len != sizeof(rts) || h->b == 0 || h->b > INT32_MAX || h->a > UINT32_MAX ||
+            (uint32_t)(h->a - gp->qs_last) - 1 >= 0x80000000u || gp->qs_tail - gp->qs_head >= RG_QDEPTH)
             return REMORA_ERR_PROTOCOL;
         memcpy(&rts, body, sizeof(rts));
         gp->qs_last = h->a;
@@ -931,7 +946,7 @@ static int on_frame(remora_gpunet_h g, int i, int ctl, const gp_hdr_t *h, const 
             }
             return 0;
         }
-        if (gp->copying)
+        if (gp->copying || gp->src_busy)
             return 0; /* the copy's DONE answers it */
         src_drop(p, s);
         gp->done_id = h->a;
@@ -1134,6 +1149,8 @@ int gp_pump(remora_gpunet_h g, int i)
     rg_sock_shm_t *s = &g->sh[i];
     int busy = copy_progress(g, i) | queue_progress(g, i), st;
 
+    if (kind_of(p) != BK_GPU)
+        return 1; /* a failure above freed it (it was closing) */
     if (s->error) {
         answer_all(g, i, s->error);
         if (flag(&p->closing) && !p->gp.copying && !p->gp.qcopies) {

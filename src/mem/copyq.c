@@ -170,8 +170,13 @@ void rm_copyq_release(rm_copyq_t *q)
         rm_copyq_dev_t *d = &q->dev[i];
         /* One write for all of them (copies end in order). If it fails, the
          * poll finds them stuck and fails them with the stream's error. */
-        if (d->unsignalled && rm_cuda_stream_write64(d->stream, d->word_dev, d->next_seq) != REMORA_OK)
+        if (d->unsignalled && rm_cuda_stream_write64(d->stream, d->word_dev, d->next_seq) != REMORA_OK) {
+            /* Then the host says it once the stream is through; a stream
+             * in error keeps its error, and the poll fails the copies. */
             rm_warn("copy queue: cannot signal the end of copies on device %d", i);
+            if (rm_cuda_stream_sync(d->stream) == REMORA_OK)
+                __atomic_store_n(d->word, d->next_seq, __ATOMIC_RELEASE);
+        }
         d->unsignalled = 0;
     }
 }
@@ -183,6 +188,7 @@ unsigned rm_copyq_poll(rm_copyq_t *q)
 
 void rm_copyq_drain(rm_copyq_t *q)
 {
+    rm_copyq_release(q); /* copies on hold: their word is written first */
     while (q != NULL && q->nbusy)
         end_copies(q, 1);
 }

@@ -9,6 +9,9 @@
  *   3 a queued send on a TCP socket (not supported), from shared memory, a
  *     bad ticket, a bad socket: negative status
  *   4 the peer killed with transfers queued: every wait returns an error
+ *   5 a queued send of memory CUDA IPC cannot share (a stream-ordered pool
+ *     allocation) fails with -1 and is not sent; the next one, and the
+ *     connection, go on
  * The peer (test_gpunet_queued --echo PORT) echoes with queued receives and
  * sends; bytes that come through the ring first (RG_ERING) it takes with
  * rg_recv.
@@ -147,6 +150,20 @@ __global__ void k_bad(const char *addr, uint8_t *gbuf, int *res)
     rg_close(s);
 }
 
+/* Case 5: an unshareable buffer, then a good one echoed back into dst. */
+__global__ void k_unshareable(const char *addr, const uint8_t *pool, const uint8_t *src,
+                              uint8_t *dst, int len, int *res)
+{
+    int s = rg_connect(addr);
+    if (s < 0) { if (threadIdx.x == 0) res[0] = s; return; }
+    int bad = rg_send_wait(s, rg_send_post(s, pool, len));
+    int rt = rg_recv_post(s, dst, len);
+    int sent = rg_send_wait(s, rg_send_post(s, src, len));
+    int got = rg_recv_wait(s, rt);
+    rg_close(s);
+    if (threadIdx.x == 0) { res[0] = bad; res[1] = sent; res[2] = got; }
+}
+
 /* ------------------------------------------------------------ host */
 
 static double now_ms(void)
@@ -166,8 +183,12 @@ static char *dev_string(const char *s)
 
 static int *mapped_ints(int n)
 {
-    int *p;
-    cudaHostAlloc((void **)&p, n * sizeof(int), cudaHostAllocMapped);
+    int *p = NULL;
+    cudaError_t e = cudaHostAlloc((void **)&p, n * sizeof(int), cudaHostAllocMapped);
+    if (e != cudaSuccess) { /* a CUDA error made sticky by an earlier case */
+        printf("FAILED mapped memory: %s\n", cudaGetErrorString(e));
+        _exit(1);
+    }
     memset(p, 0, n * sizeof(int));
     return p;
 }
@@ -377,7 +398,37 @@ int main(int argc, char **argv)
         cudaFree(g);
         report("queued transfers: unsupported peer and bad arguments -> negative status", ok);
     }
-    /* 4 */
+    /* 5 */
+    {
+        int ok = 1, *res = mapped_ints(3);
+        const int len = 65536;
+        unsigned port;
+        uint8_t *pool = NULL, *src, *dst, *hs = (uint8_t *)malloc(len), *hd = (uint8_t *)malloc(len);
+        pid_t pid = start_echo(&port);
+        CHECK(pid > 0);
+        CHECK(cudaMallocAsync((void **)&pool, len, st) == cudaSuccess);
+        cudaStreamSynchronize(st);
+        cudaMalloc(&src, len);
+        cudaMalloc(&dst, len);
+        for (int i = 0; i < len; i++) hs[i] = (uint8_t)(i * 13 + 1);
+        cudaMemcpy(src, hs, len, cudaMemcpyHostToDevice);
+        char addr[64];
+        snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
+        k_unshareable<<<1, 256, 0, st>>>(dev_string(addr), pool, src, dst, len, res);
+        CHECK(wait_stream(st, 30000));
+        printf("  pool buffer %d, then sent %d, echoed %d\n", res[0], res[1], res[2]);
+        cudaMemcpy(hd, dst, len, cudaMemcpyDeviceToHost);
+        CHECK(res[0] == REMORA_ERR_INVALID_PARAM && res[1] == len && res[2] == len &&
+              memcmp(hd, hs, len) == 0);
+        if (pid > 0) waitpid(pid, NULL, 0);
+        cudaFreeAsync(pool, st);
+        cudaFree(src);
+        cudaFree(dst);
+        free(hs);
+        free(hd);
+        report("a queued send of unshareable memory fails alone; the connection goes on", ok);
+    }
+    /* 4, last: a killed peer can leave CUDA errors behind (MPS) */
     {
         int ok = 1, lens[1] = {1 << 20}, kinds[1] = {KIND_Q};
         echo_ops(st, lens, kinds, 1, 1LL << 40, 300, &r);

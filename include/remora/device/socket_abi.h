@@ -48,8 +48,8 @@
  * entry k (a counter from 1) sits at index (k - 1) % RG_QDEPTH; the device
  * writes ptr and len, fences, then the posted counter; the proxy writes the
  * result, then the done counter. Entries complete in order. A queued send
- * is taken whole (its result is 0 or a status); a queued receive gets the
- * next bytes of the stream, as a receive does (its result is a byte count,
+ * is taken whole (its result is its length or a status); a queued receive
+ * gets the next bytes of the stream, as a receive does (its result is a byte count,
  * 0 at end of stream, a status, or RG_RES_RING: nothing was received, the
  * stream goes on in the ring). The proxy moves several at once, so
  * messages are in flight together (docs/gpunet.md, "Queued transfers").
