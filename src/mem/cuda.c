@@ -387,16 +387,13 @@ static void ctx_pop(void)
     cu_check(cu.CtxPopCurrent(&ignored), "cuCtxPopCurrent");
 }
 
-/* ctx_push unless device's context is current already (a proxy thread's,
- * made so once): two driver calls fewer per copy. ctx_leave undoes it. */
-static remora_status_t ctx_enter(int device, int *pushed)
+/* Make ctx current unless it is already (a proxy thread's, made so once):
+ * two driver calls fewer per operation. *pushed: ctx_leave pops it. */
+static remora_status_t push_unless_current(CUcontext ctx, int *pushed)
 {
-    CUcontext ctx, cur = NULL;
-    remora_status_t status = ctx_get(device, &ctx);
+    CUcontext cur = NULL;
 
     *pushed = 0;
-    if (status != REMORA_OK)
-        return status;
     if (cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
         return REMORA_OK;
     *pushed = 1;
@@ -407,6 +404,16 @@ static void ctx_leave(int pushed)
 {
     if (pushed)
         ctx_pop();
+}
+
+/* push_unless_current for device's primary context. */
+static remora_status_t ctx_enter(int device, int *pushed)
+{
+    CUcontext ctx;
+    remora_status_t status = ctx_get(device, &ctx);
+
+    *pushed = 0;
+    return status != REMORA_OK ? status : push_unless_current(ctx, pushed);
 }
 
 remora_status_t rm_cuda_thread_ctx(int device)
@@ -1029,12 +1036,12 @@ remora_status_t rm_cuda_ptr_range(int device, const void *p, void **base, size_t
  * The caller's CUstream, given as an opaque pointer. Work is enqueued with
  * the stream's own context current (cuStreamGetCtx). Usually it already is
  * (the caller just launched on that stream): then nothing is pushed, and
- * raw_pop() has nothing to undo. A push and a pop per call were a third of
+ * ctx_leave() has nothing to undo. A push and a pop per call were a third of
  * a queued stream signal's driver calls (src/gpu/stream.c).
  */
 static remora_status_t raw_push(void *stream, int *pushed)
 {
-    CUcontext ctx = NULL, cur = NULL;
+    CUcontext ctx = NULL;
     CUresult r;
 
     *pushed = 0;
@@ -1056,16 +1063,7 @@ static remora_status_t raw_push(void *stream, int *pushed)
         rm_error("not a CUDA stream: %p (%s)", stream, cu_string(r));
         return REMORA_ERR_INVALID_PARAM;
     }
-    if (cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
-        return REMORA_OK;
-    *pushed = 1;
-    return cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
-}
-
-static void raw_pop(int pushed)
-{
-    if (pushed)
-        ctx_pop();
+    return push_unless_current(ctx, pushed);
 }
 
 remora_status_t rm_cuda_raw_check(void *stream, int *capturing)
@@ -1078,7 +1076,7 @@ remora_status_t rm_cuda_raw_check(void *stream, int *capturing)
     if ((status = raw_push(stream, &pushed)) != REMORA_OK)
         return status;
     r = cu.StreamIsCapturing((CUstream)stream, &cap);
-    raw_pop(pushed);
+    ctx_leave(pushed);
     if (r != CUDA_SUCCESS) {
         rm_error("cuStreamIsCapturing(%p): %s", stream, cu_string(r));
         return r == CUDA_ERROR_INVALID_HANDLE ? REMORA_ERR_INVALID_PARAM : REMORA_ERR_IO;
@@ -1116,7 +1114,7 @@ remora_status_t rm_cuda_raw_write64(void *stream, void *dev_addr, uint64_t value
         return status;
     status = cu_check(cu.StreamWriteValue64((CUstream)stream, dptr(dev_addr), value, 0),
                       "cuStreamWriteValue64");
-    raw_pop(pushed);
+    ctx_leave(pushed);
     return status;
 }
 
@@ -1130,7 +1128,7 @@ remora_status_t rm_cuda_raw_wait64(void *stream, void *dev_addr, uint64_t value,
     status = cu_check(cu.StreamWaitValue64((CUstream)stream, dptr(dev_addr), value,
                                            eq ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ),
                       "cuStreamWaitValue64");
-    raw_pop(pushed);
+    ctx_leave(pushed);
     return status;
 }
 
@@ -1143,7 +1141,7 @@ int rm_cuda_stream_device(void *stream)
         return -1;
     if (cu.CtxGetDevice(&dev) == CUDA_SUCCESS)
         ordinal = (int)dev;
-    raw_pop(pushed);
+    ctx_leave(pushed);
     return ordinal;
 }
 
@@ -1158,7 +1156,7 @@ remora_status_t rm_cuda_raw_copy(void *stream, void *dst, const void *src, size_
         return status;
     status = cu_check(cu.MemcpyAsync(dptr(dst), dptr(src), length, (CUstream)stream),
                       "cuMemcpyAsync");
-    raw_pop(pushed);
+    ctx_leave(pushed);
     return status;
 }
 
@@ -1170,7 +1168,7 @@ remora_status_t rm_cuda_raw_sync(void *stream)
     if ((status = raw_push(stream, &pushed)) != REMORA_OK)
         return status;
     status = cu_check(cu.StreamSynchronize((CUstream)stream), "cuStreamSynchronize");
-    raw_pop(pushed);
+    ctx_leave(pushed);
     return status;
 }
 

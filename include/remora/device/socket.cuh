@@ -465,29 +465,34 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
     return (int)n;
 }
 
+/* Every thread of the block gets the leader's r (BLOCK), or r as is. */
+template <bool BLOCK>
+__device__ __forceinline__ int from_leader(int r)
+{
+    __shared__ int shared_r;
+    if (!BLOCK)
+        return r;
+    if (block_leader())
+        shared_r = r;
+    __syncthreads();
+    r = shared_r;
+    __syncthreads(); /* no thread's next call overwrites it before all read it */
+    return r;
+}
+
 template <bool BLOCK>
 __device__ inline int cmd(rg_net_t *net, uint32_t op, int sock, uint32_t flags, const char *data,
                           uint64_t timeout_ns)
 {
-    __shared__ int shared_r;
     int r = 0;
-    if (!BLOCK || block_leader()) {
+    if (!BLOCK || block_leader())
         r = command(net, op, sock, flags, data, timeout_ns);
-        if (BLOCK)
-            shared_r = r;
-    }
-    if (BLOCK) {
-        __syncthreads();
-        r = shared_r;
-        __syncthreads();
-    }
-    return r;
+    return from_leader<BLOCK>(r);
 }
 
 template <bool BLOCK>
 __device__ inline int poll(rg_net_t *net, struct rg_pollfd *fds, int n, uint64_t timeout_ns)
 {
-    __shared__ int shared_r;
     int ready = 0;
     if (!BLOCK || block_leader()) {
         if (net == NULL || fds == NULL || n < 0) {
@@ -523,15 +528,8 @@ __device__ inline int poll(rg_net_t *net, struct rg_pollfd *fds, int n, uint64_t
             if (!ready && !alive(net))
                 ready = RG_ECANCELED;
         }
-        if (BLOCK)
-            shared_r = ready;
     }
-    if (BLOCK) {
-        __syncthreads();
-        ready = shared_r;
-        __syncthreads();
-    }
-    return ready;
+    return from_leader<BLOCK>(ready);
 }
 
 /* Queued transfers (socket_abi.h, rg_sockq_t). */
@@ -625,19 +623,10 @@ template <bool BLOCK>
 __device__ inline int queued(rg_net_t *net, int s, void *buf, int arg, bool send, bool post,
                              uint64_t timeout_ns)
 {
-    __shared__ int shared_r;
     int r = 0;
-    if (!BLOCK || block_leader()) {
+    if (!BLOCK || block_leader())
         r = post ? qpost(net, s, buf, arg, send, timeout_ns) : qwait(net, s, arg, send, timeout_ns);
-        if (BLOCK)
-            shared_r = r;
-    }
-    if (BLOCK) {
-        __syncthreads();
-        r = shared_r;
-        __syncthreads();
-    }
-    return r;
+    return from_leader<BLOCK>(r);
 }
 
 } /* namespace rg_detail */
