@@ -35,14 +35,8 @@
 #include <remora/device/socket.cuh>
 #include <remora/remora.h>
 
-static int g_failed;
-#define CHECK(c) do { if (!(c)) { printf("  check failed: %s (line %d)\n", #c, __LINE__); ok = 0; } } while (0)
-static void report(const char *name, int ok)
-{
-    printf("%s %s\n", ok ? "PASSED" : "FAILED", name);
-    fflush(stdout);
-    g_failed += !ok;
-}
+#include "gpu_test_util.h"
+
 
 /* ------------------------------------------------------------ kernels */
 
@@ -179,21 +173,6 @@ __global__ void k_bad(const char *good_addr, int *result)
 
 /* ------------------------------------------------------------ host peers */
 
-static int tcp_listen_any(unsigned *port)
-{
-    struct sockaddr_in a = {};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 128) ||
-        getsockname(fd, (struct sockaddr *)&a, &len))
-        return -1;
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static void *tcp_echo_conn(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -249,38 +228,6 @@ static void *rsock_echo_accept(void *arg)
         }
     }
     return NULL;
-}
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static char *dev_string(const char *s)
-{
-    char *d;
-    cudaMalloc(&d, strlen(s) + 1);
-    cudaMemcpy(d, s, strlen(s) + 1, cudaMemcpyHostToDevice);
-    return d;
-}
-
-static int *mapped_ints(int n)
-{
-    int *p;
-    cudaHostAlloc((void **)&p, n * sizeof(int), cudaHostAllocMapped);
-    memset(p, 0, n * sizeof(int));
-    return p;
-}
-
-static int wait_stream(cudaStream_t st, int ms)
-{
-    for (int i = 0; i < ms * 10; i++) {
-        if (cudaStreamQuery(st) != cudaErrorNotReady) return cudaStreamSynchronize(st) == cudaSuccess;
-        usleep(100);
-    }
-    return 0;
 }
 
 static int echo_sizes(cudaStream_t st, const char *addr)

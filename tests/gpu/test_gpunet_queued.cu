@@ -30,19 +30,13 @@
 #include <remora/device/socket.cuh>
 #include <remora/remora.h>
 
+#include "gpu_test_util.h"
+
 #define SLOTS   4
 #define SLOT    (2 << 20) /* the largest message */
 #define KIND_Q  0         /* rg_send_post */
 #define KIND_B  1         /* rg_send (ring when small, direct when large) */
 
-static int g_failed;
-#define CHECK(c) do { if (!(c)) { printf("  check failed: %s (line %d)\n", #c, __LINE__); ok = 0; } } while (0)
-static void report(const char *name, int ok)
-{
-    printf("%s %s\n", ok ? "PASSED" : "FAILED", name);
-    fflush(stdout);
-    g_failed += !ok;
-}
 
 /* ------------------------------------------------------------ kernels */
 
@@ -166,42 +160,6 @@ __global__ void k_unshareable(const char *addr, const uint8_t *pool, const uint8
 
 /* ------------------------------------------------------------ host */
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static char *dev_string(const char *s)
-{
-    char *d;
-    cudaMalloc(&d, strlen(s) + 1);
-    cudaMemcpy(d, s, strlen(s) + 1, cudaMemcpyHostToDevice);
-    return d;
-}
-
-static int *mapped_ints(int n)
-{
-    int *p = NULL;
-    cudaError_t e = cudaHostAlloc((void **)&p, n * sizeof(int), cudaHostAllocMapped);
-    if (e != cudaSuccess) { /* a CUDA error made sticky by an earlier case */
-        printf("FAILED mapped memory: %s\n", cudaGetErrorString(e));
-        _exit(1);
-    }
-    memset(p, 0, n * sizeof(int));
-    return p;
-}
-
-static int wait_stream(cudaStream_t st, int ms)
-{
-    for (int i = 0; i < ms * 10; i++) {
-        if (cudaStreamQuery(st) != cudaErrorNotReady) return cudaStreamSynchronize(st) == cudaSuccess;
-        usleep(100);
-    }
-    return 0;
-}
-
 static remora_gpunet_h start_net(void)
 {
     remora_context_h ctx;
@@ -213,20 +171,6 @@ static remora_gpunet_h start_net(void)
         rg_install(remora_gpunet_device_handle(net)))
         return NULL;
     return net;
-}
-
-static int free_port(unsigned *port)
-{
-    struct sockaddr_in a = {};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 8) ||
-        getsockname(fd, (struct sockaddr *)&a, &len))
-        return -1;
-    *port = ntohs(a.sin_port);
-    return fd;
 }
 
 /* The peer process: echo one connection, exit 0 if it ended cleanly. */
@@ -254,7 +198,7 @@ static int echo_child(const char *port)
 
 static pid_t start_echo(unsigned *port)
 {
-    int probe = free_port(port), fds[2];
+    int probe = tcp_listen_any(port), fds[2];
     close(probe);
     char ports[16], line[64] = "";
     snprintf(ports, sizeof(ports), "%u", *port);
@@ -380,7 +324,7 @@ int main(int argc, char **argv)
     {
         int ok = 1, *res = mapped_ints(7);
         unsigned port;
-        int lfd = free_port(&port);
+        int lfd = tcp_listen_any(&port);
         char addr[64];
         snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
         uint8_t *g;
