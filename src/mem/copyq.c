@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Asynchronous GPU copies with completion callbacks (copyq.h). */
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "mem/copyq.h"
@@ -8,24 +10,96 @@
 #include "util/log.h"
 
 #define RM_COPYQ_CHECK_NS 1000000000ull /* a copy older than this: ask the stream */
+#define RM_COPYQ_JOBS     1024u          /* starts the submit thread has not taken yet */
+
+typedef struct rm_copyq_lane {
+    rm_cuda_stream_h stream;  /* NULL: not prepared */
+    uint64_t        *word;    /* the last lane number the stream wrote */
+    void            *word_dev;
+    uint64_t         next;    /* the owner's: the last lane number given */
+    int              unsignalled; /* the owner's: copies on hold, word not written yet */
+    uint64_t         issued;  /* the submit thread's: the last it enqueued */
+    uint64_t         signalled; /* the submit thread's: the last word it wrote */
+} rm_copyq_lane_t;
 
 typedef struct rm_copyq_dev {
-    rm_cuda_stream_h stream;  /* NULL: not prepared */
-    uint64_t        *word;    /* the last sequence number the stream wrote */
-    void            *word_dev;
-    uint64_t         next_seq;
-    int              unsignalled; /* copies started on hold, their word not written yet */
-    rm_list_t        busy;    /* rm_copy_t in start order */
+    rm_copyq_lane_t lane[RM_COPYQ_LANES_MAX];
+    uint64_t        next_seq;
+    rm_list_t       busy;      /* rm_copy_t in start order */
+    /* Written by the submit thread: the last copy it took, and the error of
+     * a stream it found broken (the device's copies then fail). */
+    uint64_t        submitted;
+    remora_status_t broken;
 } rm_copyq_dev_t;
 
+typedef struct rm_copyq_job {
+    rm_copy_t  *copy;
+    int         device;
+    void       *dst;
+    const void *src;
+    size_t      length;
+} rm_copyq_job_t;
+
+/* The owner -> submit thread queue: one producer, one consumer. */
+typedef struct rm_copyq_submit {
+    pthread_t       thread;
+    pthread_mutex_t mu;       /* with cv: where the thread sleeps */
+    pthread_cond_t  cv;
+    uint64_t        spin_ns;
+    uint64_t        head;     /* the owner's */
+    uint64_t        tail;     /* the thread's */
+    int             sleeping; /* the thread's, read by the owner */
+    int             stop;
+    rm_copyq_job_t  jobs[RM_COPYQ_JOBS];
+} rm_copyq_submit_t;
+
 struct rm_copyq {
-    rm_copyq_dev_t *dev;  /* one per device, allocated at the first prepare */
-    int             ndev;
-    unsigned        nbusy;
-    int             hold; /* rm_copyq_hold: starts leave the word to the release */
+    rm_copyq_dev_t    *dev;  /* one per device, allocated at the first prepare */
+    int                ndev;
+    unsigned           nlanes;
+    unsigned           nbusy;
+    int                hold; /* rm_copyq_hold: starts leave the word to the release */
+    rm_copyq_submit_t *sub;  /* NULL: the owner makes the CUDA calls itself */
 };
 
-rm_copyq_t *rm_copyq_create(void) { return calloc(1, sizeof(rm_copyq_t)); }
+static remora_status_t submit_start(rm_copyq_t *q, uint64_t spin_ns);
+static void submit_push(rm_copyq_submit_t *s, const rm_copyq_job_t *job);
+static void submit_wait_idle(rm_copyq_submit_t *s);
+static void submit_stop(rm_copyq_t *q);
+
+rm_copyq_t *rm_copyq_create(void) { return rm_copyq_create_with(NULL); }
+
+rm_copyq_t *rm_copyq_create_with(const rm_copyq_params_t *params)
+{
+    unsigned lanes = params && params->lanes ? params->lanes : 1;
+    rm_copyq_t *q;
+
+    if (lanes > RM_COPYQ_LANES_MAX || (q = calloc(1, sizeof(*q))) == NULL)
+        return NULL;
+    q->nlanes = lanes;
+    if (params && params->submit_thread && submit_start(q, params->spin_ns) != REMORA_OK) {
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+static remora_status_t prepare_lane(rm_copyq_lane_t *l, int device)
+{
+    remora_status_t st;
+    void *word;
+
+    if ((st = rm_cuda_host_alloc_mapped(device, sizeof(uint64_t), &word, &l->word_dev)) !=
+        REMORA_OK)
+        return st;
+    if ((st = rm_cuda_stream_create(device, &l->stream)) != REMORA_OK) {
+        rm_cuda_host_free(word);
+        return st;
+    }
+    l->word  = word;
+    *l->word = 0;
+    return REMORA_OK;
+}
 
 remora_status_t rm_copyq_prepare(rm_copyq_t *q, int device)
 {
@@ -45,20 +119,28 @@ remora_status_t rm_copyq_prepare(rm_copyq_t *q, int device)
     }
     if (device < 0 || device >= q->ndev)
         return REMORA_ERR_INVALID_PARAM;
-    rm_copyq_dev_t *d = &q->dev[device];
-    if (d->stream != NULL)
-        return REMORA_OK;
-    void *word;
-    if ((st = rm_cuda_host_alloc_mapped(device, sizeof(uint64_t), &word, &d->word_dev)) !=
-        REMORA_OK)
-        return st;
-    if ((st = rm_cuda_stream_create(device, &d->stream)) != REMORA_OK) {
-        rm_cuda_host_free(word);
-        return st;
-    }
-    d->word = word;
-    *d->word = 0;
+    for (unsigned k = 0; k < q->nlanes; k++)
+        if (q->dev[device].lane[k].stream == NULL &&
+            (st = prepare_lane(&q->dev[device].lane[k], device)) != REMORA_OK)
+            return st;
     return REMORA_OK;
+}
+
+static int prepared(const rm_copyq_t *q, int device)
+{
+    return device >= 0 && device < q->ndev && q->dev[device].lane[q->nlanes - 1].stream != NULL;
+}
+
+/* ------------------------------------------------------------ starting */
+
+/* The owner's record of a copy under way (or queued for the submit thread). */
+static void track(rm_copyq_t *q, rm_copyq_dev_t *d, rm_copy_t *copy, rm_copy_cb_t done)
+{
+    d->next_seq    = copy->seq;
+    copy->start_ns = rm_now_ns();
+    copy->done     = done;
+    rm_list_push_back(&d->busy, &copy->link);
+    q->nbusy++;
 }
 
 remora_status_t rm_copyq_start(rm_copyq_t *q, rm_copy_t *copy, void *dst, const void *src,
@@ -76,56 +158,232 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
 
     if (q == NULL || copy == NULL || done == NULL || dst == NULL || src == NULL)
         return REMORA_ERR_INVALID_PARAM;
-    if (device < 0 || device >= q->ndev || q->dev[device].stream == NULL)
+    if (!prepared(q, device))
         return REMORA_ERR_UNSUPPORTED; /* not prepared: never set up on this path */
     rm_copyq_dev_t *d = &q->dev[device];
-    uint64_t seq = d->next_seq + 1;
-    st = rm_cuda_copy_async(d->stream, dst, src, length);
+    copy->seq       = d->next_seq + 1;
+    copy->lane      = (unsigned)(copy->seq % q->nlanes);
+    rm_copyq_lane_t *l = &d->lane[copy->lane];
+    copy->lane_seq  = l->next + 1;
+    copy->status    = REMORA_OK;
+    if (q->sub != NULL) {
+        if ((st = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE)) != REMORA_OK)
+            return st; /* a broken stream takes nothing more */
+        l->next = copy->lane_seq;
+        track(q, d, copy, done);
+        submit_push(q->sub, &(rm_copyq_job_t){copy, device, dst, src, length});
+        return REMORA_OK;
+    }
+    st = rm_cuda_copy_async(l->stream, dst, src, length);
     if (st == REMORA_OK && !q->hold)
-        st = rm_cuda_stream_write64(d->stream, d->word_dev, seq);
+        st = rm_cuda_stream_write64(l->stream, l->word_dev, copy->lane_seq);
     if (st != REMORA_OK) {
         /* A copy may have been queued before the write failed: it must be
          * over before the caller reuses the buffers. */
-        rm_cuda_stream_sync(d->stream);
+        rm_cuda_stream_sync(l->stream);
         return st;
     }
-    d->next_seq   = seq;
-    d->unsignalled = q->hold;
-    copy->seq      = seq;
-    copy->start_ns = rm_now_ns();
-    copy->status   = REMORA_OK;
-    copy->done     = done;
-    rm_list_push_back(&d->busy, &copy->link);
-    q->nbusy++;
+    l->next        = copy->lane_seq;
+    l->unsignalled = q->hold;
+    track(q, d, copy, done);
     return REMORA_OK;
 }
 
-/* REMORA_OK, or the error d's stream ended in when its oldest copy has been
- * out longer than RM_COPYQ_CHECK_NS (a copy that fails never writes the word). */
+/* ------------------------------------------------------------ submit thread */
+
+/* The lane's word says "every copy of the lane up to here ended"; when it
+ * cannot be written, the host says it once the stream is through, or the
+ * stream is broken and the device's copies fail (an error is sticky). */
+static void signal_lane(rm_copyq_dev_t *d, rm_copyq_lane_t *l, int device)
+{
+    if (rm_cuda_stream_write64(l->stream, l->word_dev, l->issued) == REMORA_OK)
+        return;
+    rm_warn("copy queue: cannot signal the end of copies on device %d", device);
+    remora_status_t st = rm_cuda_stream_sync(l->stream);
+    if (st == REMORA_OK)
+        __atomic_store_n(l->word, l->issued, __ATOMIC_RELEASE);
+    else
+        __atomic_store_n(&d->broken, st, __ATOMIC_RELEASE);
+}
+
+/* Enqueue jobs [from, to), then write each lane's word once. A copy the
+ * driver refuses ends with its error when its word passes it; the copies
+ * around it go on. */
+static void submit_batch(rm_copyq_t *q, uint64_t from, uint64_t to)
+{
+    rm_copyq_submit_t *s = q->sub;
+
+    for (uint64_t k = from; k != to; k++) {
+        const rm_copyq_job_t *j = &s->jobs[k % RM_COPYQ_JOBS];
+        rm_copyq_dev_t *d = &q->dev[j->device];
+        rm_copyq_lane_t *l = &d->lane[j->copy->lane];
+        remora_status_t st = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE);
+        if (st == REMORA_OK)
+            st = rm_cuda_copy_async(l->stream, j->dst, j->src, j->length);
+        if (st != REMORA_OK)
+            __atomic_store_n(&j->copy->status, st, __ATOMIC_RELAXED);
+        l->issued = j->copy->lane_seq;
+        __atomic_store_n(&d->submitted, j->copy->seq, __ATOMIC_RELEASE);
+    }
+    for (int i = 0; i < q->ndev; i++)
+        for (unsigned k = 0; k < q->nlanes; k++) {
+            rm_copyq_lane_t *l = &q->dev[i].lane[k];
+            if (l->issued != l->signalled &&
+                __atomic_load_n(&q->dev[i].broken, __ATOMIC_RELAXED) == REMORA_OK)
+                signal_lane(&q->dev[i], l, i);
+            l->signalled = l->issued;
+        }
+}
+
+/* Sleep until the owner pushes (or stops us). The owner wakes a sleeper only
+ * when it sees sleeping set after its push: both sides' stores and loads are
+ * sequentially consistent, so one of them sees the other's. */
+static void submit_sleep(rm_copyq_submit_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->sleeping, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&s->head, __ATOMIC_SEQ_CST) == s->tail &&
+           !__atomic_load_n(&s->stop, __ATOMIC_SEQ_CST))
+        pthread_cond_wait(&s->cv, &s->mu);
+    __atomic_store_n(&s->sleeping, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *submit_main(void *arg)
+{
+    rm_copyq_t *q = arg;
+    rm_copyq_submit_t *s = q->sub;
+    uint64_t last = rm_now_ns();
+    int ctx_set = 0;
+
+    for (;;) {
+        uint64_t head = __atomic_load_n(&s->head, __ATOMIC_ACQUIRE);
+        if (head != s->tail) {
+            if (!ctx_set) /* the first copy's device current, once: no push per copy */
+                ctx_set = rm_cuda_thread_ctx(s->jobs[s->tail % RM_COPYQ_JOBS].device) == REMORA_OK;
+            submit_batch(q, s->tail, head);
+            __atomic_store_n(&s->tail, head, __ATOMIC_RELEASE);
+            last = rm_now_ns();
+        } else if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+            return NULL;
+        } else if (rm_now_ns() - last < s->spin_ns) {
+            rm_cpu_relax();
+        } else {
+            submit_sleep(s);
+            last = rm_now_ns();
+        }
+    }
+}
+
+static void submit_push(rm_copyq_submit_t *s, const rm_copyq_job_t *job)
+{
+    while (s->head - __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE) >= RM_COPYQ_JOBS)
+        sched_yield(); /* full: the thread is a thousand copies behind */
+    s->jobs[s->head % RM_COPYQ_JOBS] = *job;
+    __atomic_store_n(&s->head, s->head + 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&s->sleeping, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Every start so far taken by the thread (its calls made). */
+static void submit_wait_idle(rm_copyq_submit_t *s)
+{
+    while (s != NULL && __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE) != s->head)
+        sched_yield();
+}
+
+static remora_status_t submit_start(rm_copyq_t *q, uint64_t spin_ns)
+{
+    rm_copyq_submit_t *s;
+
+    if ((s = calloc(1, sizeof(*s))) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    s->spin_ns = spin_ns;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    q->sub = s;
+    if (pthread_create(&s->thread, NULL, submit_main, q) == 0)
+        return REMORA_OK;
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    q->sub = NULL;
+    return REMORA_ERR_IO;
+}
+
+static void submit_stop(rm_copyq_t *q)
+{
+    rm_copyq_submit_t *s = q->sub;
+
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->stop, 1, __ATOMIC_SEQ_CST);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    q->sub = NULL;
+}
+
+/* ------------------------------------------------------------ ending */
+
+static uint64_t lane_word(const rm_copyq_dev_t *d, const rm_copy_t *c)
+{
+    return __atomic_load_n(d->lane[c->lane].word, __ATOMIC_ACQUIRE); /* the GPU writes it */
+}
+
+/* REMORA_OK, or the error the oldest copy's stream ended in when that copy
+ * has been out longer than RM_COPYQ_CHECK_NS (a copy that fails never writes
+ * the word). */
 static remora_status_t stuck_error(const rm_copyq_dev_t *d)
 {
     const rm_copy_t *oldest = rm_container_of(d->busy.next, rm_copy_t, link);
 
-    if (oldest->seq <= __atomic_load_n(d->word, __ATOMIC_ACQUIRE) ||
+    if (oldest->lane_seq <= lane_word(d, oldest) ||
         rm_now_ns() - oldest->start_ns <= RM_COPYQ_CHECK_NS)
         return REMORA_OK;
-    remora_status_t err = rm_cuda_stream_query(d->stream);
+    remora_status_t err = rm_cuda_stream_query(d->lane[oldest->lane].stream);
     return err == REMORA_INPROGRESS ? REMORA_OK : err;
 }
 
-/* Move d's finished copies to ended; with err, the others too, failed with it. */
+/* The error that ends d's copies now: the one the submit thread found, or
+ * its streams' (waited for with sync; else only when a copy is stuck). */
+static remora_status_t dev_error(const rm_copyq_t *q, const rm_copyq_dev_t *d, int sync)
+{
+    remora_status_t err = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE);
+
+    if (err != REMORA_OK || !sync)
+        return err != REMORA_OK ? err : stuck_error(d);
+    for (unsigned k = 0; k < q->nlanes; k++) {
+        remora_status_t st = rm_cuda_stream_sync(d->lane[k].stream);
+        err = err != REMORA_OK ? err : st;
+    }
+    return err;
+}
+
+/* Move d's finished copies to ended, in start order; with err, the others
+ * too, failed with it (those the submit thread took: it makes no call for
+ * them any more). */
 static unsigned take_ended(rm_copyq_t *q, rm_copyq_dev_t *d, remora_status_t err,
                            rm_list_t *ended)
 {
-    uint64_t word = __atomic_load_n(d->word, __ATOMIC_ACQUIRE); /* the GPU writes it */
+    uint64_t taken = q->sub ? __atomic_load_n(&d->submitted, __ATOMIC_ACQUIRE) : UINT64_MAX;
     unsigned n = 0;
 
     while (!rm_list_empty(&d->busy)) {
         rm_copy_t *c = rm_container_of(d->busy.next, rm_copy_t, link);
-        if (c->seq > word && err == REMORA_OK)
+        int landed = c->lane_seq <= lane_word(d, c);
+        if (c->seq > taken || (!landed && err == REMORA_OK))
             break;
         rm_list_del(&c->link);
-        c->status = c->seq > word ? err : REMORA_OK;
+        /* Landed: the status the submit thread left (a refused copy's error). */
+        c->status = landed ? __atomic_load_n(&c->status, __ATOMIC_RELAXED) : err;
         rm_list_push_back(ended, &c->link);
         q->nbusy--;
         n++;
@@ -144,8 +402,7 @@ static unsigned end_copies(rm_copyq_t *q, int sync)
     for (int i = 0; i < q->ndev; i++) {
         rm_copyq_dev_t *d = &q->dev[i];
         if (!rm_list_empty(&d->busy))
-            n += take_ended(q, d, sync ? rm_cuda_stream_sync(d->stream) : stuck_error(d),
-                            &ended);
+            n += take_ended(q, d, dev_error(q, d, sync), &ended);
     }
     rm_list_for_each_safe(pos, tmp, &ended) {
         rm_copy_t *c = rm_container_of(pos, rm_copy_t, link);
@@ -166,19 +423,20 @@ void rm_copyq_release(rm_copyq_t *q)
     if (q == NULL)
         return;
     q->hold = 0;
-    for (int i = 0; i < q->ndev; i++) {
-        rm_copyq_dev_t *d = &q->dev[i];
-        /* One write for all of them (copies end in order). If it fails, the
-         * poll finds them stuck and fails them with the stream's error. */
-        if (d->unsignalled && rm_cuda_stream_write64(d->stream, d->word_dev, d->next_seq) != REMORA_OK) {
-            /* Then the host says it once the stream is through; a stream
-             * in error keeps its error, and the poll fails the copies. */
-            rm_warn("copy queue: cannot signal the end of copies on device %d", i);
-            if (rm_cuda_stream_sync(d->stream) == REMORA_OK)
-                __atomic_store_n(d->word, d->next_seq, __ATOMIC_RELEASE);
+    for (int i = 0; i < q->ndev; i++)
+        for (unsigned k = 0; k < q->nlanes; k++) {
+            rm_copyq_lane_t *l = &q->dev[i].lane[k];
+            /* One write for all of them (a lane's copies end in order). If
+             * it fails, the host says it once the stream is through; a
+             * stream in error keeps its error, and the poll fails them. */
+            if (l->unsignalled &&
+                rm_cuda_stream_write64(l->stream, l->word_dev, l->next) != REMORA_OK) {
+                rm_warn("copy queue: cannot signal the end of copies on device %d", i);
+                if (rm_cuda_stream_sync(l->stream) == REMORA_OK)
+                    __atomic_store_n(l->word, l->next, __ATOMIC_RELEASE);
+            }
+            l->unsignalled = 0;
         }
-        d->unsignalled = 0;
-    }
 }
 
 unsigned rm_copyq_poll(rm_copyq_t *q)
@@ -189,8 +447,10 @@ unsigned rm_copyq_poll(rm_copyq_t *q)
 void rm_copyq_drain(rm_copyq_t *q)
 {
     rm_copyq_release(q); /* copies on hold: their word is written first */
-    while (q != NULL && q->nbusy)
+    while (q != NULL && q->nbusy) {
+        submit_wait_idle(q->sub); /* its calls made: a sync then waits for them */
         end_copies(q, 1);
+    }
 }
 
 unsigned rm_copyq_busy(const rm_copyq_t *q) { return q ? q->nbusy : 0; }
@@ -200,11 +460,14 @@ void rm_copyq_destroy(rm_copyq_t *q)
     if (q == NULL)
         return;
     rm_copyq_drain(q);
-    for (int i = 0; i < q->ndev; i++) {
-        rm_cuda_stream_destroy(q->dev[i].stream);
-        if (q->dev[i].word)
-            rm_cuda_host_free(q->dev[i].word);
-    }
+    submit_stop(q);
+    for (int i = 0; i < q->ndev; i++)
+        for (unsigned k = 0; k < q->nlanes; k++) {
+            rm_copyq_lane_t *l = &q->dev[i].lane[k];
+            rm_cuda_stream_destroy(l->stream);
+            if (l->word)
+                rm_cuda_host_free(l->word);
+        }
     free(q->dev);
     free(q);
 }

@@ -4,13 +4,17 @@
  * GPU data moves without a synchronous copy under the context lock.
  *
  * Design notes
- * - A device is prepared once (rm_copyq_prepare): a non-blocking stream of
- *   the queue's own and a 64-bit word of pinned host memory mapped for the
- *   device. A copy is a cuMemcpyAsync on that stream followed by a stream
- *   write of the copy's sequence number into the word; the owner polls
- *   (rm_copyq_poll) from its progress loop, and a poll is a load of the
- *   word: no CUDA call at all while copies run. Copies of a device finish
- *   in the order they started.
+ * - A device is prepared once (rm_copyq_prepare): one or more non-blocking
+ *   streams of the queue's own (its lanes) and, for each, a 64-bit word of
+ *   pinned host memory mapped for the device. A copy is a cuMemcpyAsync on
+ *   the next lane's stream followed by a stream write of the copy's number
+ *   on that lane into its word; the owner polls (rm_copyq_poll) from its
+ *   progress loop, and a poll is a load of the words: no CUDA call at all
+ *   while copies run. Callbacks come in start order, whatever the lane.
+ * - Lanes: on one stream a copy waits for the completion write of the one
+ *   before (a memory barrier, about 2.5 µs for 4 MiB copies on an H100);
+ *   on two they overlap. More than one lane is for independent copies only:
+ *   two copies in flight into the same bytes may land in either order.
  * - Why no events, and why set-up is separate: creating CUDA objects or
  *   pinning memory takes a lock inside the driver that a thread blocked on
  *   a full stream (stream-ordered operations, src/gpu/stream.c) holds; if
@@ -24,6 +28,13 @@
  *   them with its error instead of waiting forever.
  * - Not thread-safe: the owner's lock (the engine's context lock) guards
  *   every call. Callbacks run with it held and may start new copies.
+ * - A submit thread (params.submit_thread) takes the CUDA calls off the
+ *   owner: a start then only queues the copy, and the thread enqueues it
+ *   (cuMemcpyAsync costs 4-10 µs of CPU, more under MPS, and an owner that
+ *   serves a network loop cannot spend that per message). The thread writes
+ *   one completion word per lane and batch it finds, so hold/release change
+ *   nothing there; a copy the driver refuses ends alone with its error, the
+ *   copies around it go on.
  * - The caller owns the rm_copy_t (embedded in its own object) and must keep
  *   it, and both buffers, alive until the callback has run. Owners that go
  *   away drain first (rm_copyq_drain waits for the GPU and runs every
@@ -46,18 +57,32 @@ typedef void (*rm_copy_cb_t)(rm_copy_t *copy, remora_status_t status);
 
 struct rm_copy {
     rm_list_t       link;   /* its device's, while in flight */
-    uint64_t        seq;
+    uint64_t        seq;    /* start order on its device */
+    uint64_t        lane_seq; /* the number its lane's word reaches when it ended */
+    unsigned        lane;
     uint64_t        start_ns;
-    remora_status_t status; /* set when it ended, for the callback */
+    remora_status_t status; /* set when it ended, for the callback; the submit
+                             * thread may set a refusal before */
     rm_copy_cb_t    done;
 };
 
 typedef struct rm_copyq rm_copyq_t;
 
+#define RM_COPYQ_LANES_MAX 4
+
+typedef struct rm_copyq_params {
+    unsigned lanes;         /* streams per device, 1..RM_COPYQ_LANES_MAX (0: 1) */
+    int      submit_thread; /* the CUDA calls on a thread of the queue's */
+    uint64_t spin_ns;       /* that thread spins this long after its last copy, then sleeps */
+} rm_copyq_params_t;
+
+/* One lane, no thread. */
 rm_copyq_t *rm_copyq_create(void);
+/* NULL when out of memory, a thread cannot start, or params are invalid. */
+rm_copyq_t *rm_copyq_create_with(const rm_copyq_params_t *params);
 /* Drains, then frees the streams and words. */
 void rm_copyq_destroy(rm_copyq_t *q);
-/* Make device's stream and word (idempotent). Call where no stream can be
+/* Make device's streams and words (idempotent). Call where no stream can be
  * waiting on this queue's copies: at set-up, not on a transfer's path. */
 remora_status_t rm_copyq_prepare(rm_copyq_t *q, int device);
 /*

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -75,6 +76,17 @@ static void test_no_gpu_unsupported(void **state)
     assert_int_equal(rm_copyq_busy(q), 0);
     assert_int_equal(rm_copyq_poll(q), 0);
     rm_copyq_destroy(q);
+
+    /* the same with lanes and a submit thread (started, stopped at destroy) */
+    rm_copyq_params_t params = {.lanes = 2, .submit_thread = 1, .spin_ns = 1000};
+    assert_non_null(q = rm_copyq_create_with(&params));
+    assert_int_equal(rm_copyq_start(q, &c, &x, &dev, sizeof(x), never_called),
+                     REMORA_ERR_UNSUPPORTED);
+    usleep(2000); /* the thread past its spin, asleep */
+    rm_copyq_drain(q);
+    rm_copyq_destroy(q);
+    params.lanes = RM_COPYQ_LANES_MAX + 1;
+    assert_null(rm_copyq_create_with(&params));
 }
 
 static void test_no_gpu_public(void **state)
@@ -248,18 +260,75 @@ static void tcopy_done(rm_copy_t *copy, remora_status_t st)
                                         tcopy_done), REMORA_OK);
 }
 
+/* Held: copies share the release's completion write; none ends before the
+ * release, all do after it, in order. */
+static void held_copies(rm_copyq_t *q, tcopy_t *t, int *order, int *ncalled, void *dev,
+                        uint8_t *pinned, const uint8_t *src, size_t piece)
+{
+    memset(pinned, 0, LEN);
+    *ncalled = 0;
+    t[0].next = NULL;
+    rm_copyq_hold(q);
+    for (int i = 0; i < NCOPIES; i++)
+        assert_int_equal(rm_copyq_start(q, &t[i].copy, pinned + i * piece,
+                                        (uint8_t *)dev + i * piece, piece, tcopy_done), REMORA_OK);
+    for (int spins = 0; spins < 100000; spins++)
+        assert_int_equal(rm_copyq_poll(q), 0); /* no word written yet */
+    rm_copyq_release(q);
+    for (int spins = 0; rm_copyq_busy(q) && spins < 10000000; spins++)
+        rm_copyq_poll(q);
+    assert_int_equal(*ncalled, NCOPIES);
+    for (int i = 0; i < NCOPIES; i++)
+        assert_int_equal(order[i], i);
+    assert_memory_equal(pinned, src, NCOPIES * piece);
+}
+
+/* A copy the driver refuses (a range past the end of both buffers), started
+ * between good ones: it ends with an error, in its turn; the others land. */
+static void refused_copy(rm_copyq_t *q, tcopy_t *t, int *order, int *ncalled, void *dev,
+                         uint8_t *pinned, const uint8_t *src, size_t piece)
+{
+    const int bad = NCOPIES / 2;
+
+    memset(pinned, 0, LEN);
+    *ncalled = 0;
+    t[0].next = NULL;
+    for (int i = 0; i < NCOPIES; i++) {
+        t[i].status = REMORA_ERR_IO;
+        size_t len = i == bad ? 4 * LEN : piece;
+        assert_int_equal(rm_copyq_start(q, &t[i].copy, pinned + i * piece,
+                                        (uint8_t *)dev + i * piece, len, tcopy_done), REMORA_OK);
+    }
+    for (int spins = 0; rm_copyq_busy(q) && spins < 10000000; spins++)
+        rm_copyq_poll(q);
+    assert_int_equal(*ncalled, NCOPIES);
+    for (int i = 0; i < NCOPIES; i++) {
+        assert_int_equal(order[i], i);
+        if (i == bad)
+            assert_int_not_equal(t[i].status, REMORA_OK);
+        else
+            assert_int_equal(t[i].status, REMORA_OK);
+    }
+    assert_memory_equal(pinned, src, bad * piece);
+    assert_memory_equal(pinned + (bad + 1) * piece, src + (bad + 1) * piece,
+                        (NCOPIES - bad - 1) * piece);
+}
+
 /* Copies start only on a prepared device; they end in start order; each
  * callback runs once, from a poll (never from start), with the bytes in
  * place; callbacks can start copies; drain waits for all; bad arguments
- * start nothing. */
-static void test_copyq(void **state)
+ * start nothing. All of that holds with several lanes (streams) and with a
+ * submit thread making the CUDA calls; with the thread, a copy the driver
+ * refuses ends alone with its error. */
+static void copyq_cases(unsigned lanes, int submit)
 {
     const size_t piece = LEN / NCOPIES;
     uint8_t *src = malloc(LEN), *pinned;
     void *dev;
     tcopy_t t[NCOPIES + 1] = {0};
     int order[NCOPIES + 1], ncalled = 0;
-    rm_copyq_t *q = rm_copyq_create();
+    rm_copyq_params_t params = {.lanes = lanes, .submit_thread = submit, .spin_ns = 1000000};
+    rm_copyq_t *q = rm_copyq_create_with(&params);
 
     assert_non_null(q);
     assert_non_null(src);
@@ -312,26 +381,13 @@ static void test_copyq(void **state)
     assert_int_equal(order[NCOPIES], NCOPIES);
     assert_memory_equal(pinned, src, LEN);
 
-    /* held: copies share the release's completion write; none ends
-     * before the release, all do after it, in order */
-    memset(pinned, 0, LEN);
-    ncalled = 0;
-    t[0].next = NULL;
-    rm_copyq_hold(q);
-    for (int i = 0; i < NCOPIES; i++)
-        assert_int_equal(rm_copyq_start(q, &t[i].copy, pinned + i * piece,
-                                        (uint8_t *)dev + i * piece, piece, tcopy_done), REMORA_OK);
-    for (int spins = 0; spins < 100000; spins++)
-        assert_int_equal(rm_copyq_poll(q), 0); /* no word written yet */
-    rm_copyq_release(q);
-    for (int spins = 0; rm_copyq_busy(q) && spins < 10000000; spins++)
-        rm_copyq_poll(q);
-    assert_int_equal(ncalled, NCOPIES);
-    for (int i = 0; i < NCOPIES; i++)
-        assert_int_equal(order[i], i);
-    assert_memory_equal(pinned, src, NCOPIES * piece);
+    if (submit)
+        refused_copy(q, t, order, &ncalled, dev, pinned, src, piece);
+    else
+        held_copies(q, t, order, &ncalled, dev, pinned, src, piece);
 
     /* bad arguments: nothing starts, no callback */
+    ncalled = 0;
     assert_int_equal(rm_copyq_start(q, &t[0].copy, NULL, src, 8, tcopy_done),
                      REMORA_ERR_INVALID_PARAM);
     assert_int_equal(rm_copyq_start(q, NULL, pinned, src, 8, tcopy_done),
@@ -339,13 +395,17 @@ static void test_copyq(void **state)
     assert_int_equal(rm_copyq_start(q, &t[0].copy, pinned, src, 8, NULL),
                      REMORA_ERR_INVALID_PARAM);
     assert_int_equal(rm_copyq_poll(q), 0);
-    assert_int_equal(ncalled, NCOPIES); /* as the held ones left it */
+    assert_int_equal(ncalled, 0);
 
     rm_copyq_destroy(q);
     rm_cuda_host_free(pinned);
     rm_cuda_mem_free(0, dev);
     free(src);
 }
+
+static void test_copyq(void **state) { copyq_cases(1, 0); }
+static void test_copyq_lanes(void **state) { copyq_cases(3, 0); }
+static void test_copyq_submit_thread(void **state) { copyq_cases(2, 1); }
 
 /* A chunk of the double buffer below: free again once its copy ended. */
 typedef struct dbuf_chunk {
@@ -586,6 +646,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_copy_sync),
         cmocka_unit_test(test_copy_double_buffered),
         cmocka_unit_test(test_copyq),
+        cmocka_unit_test(test_copyq_lanes),
+        cmocka_unit_test(test_copyq_submit_thread),
         cmocka_unit_test(test_ipc),
         cmocka_unit_test(test_mem_create),
         cmocka_unit_test(test_mem_register),
