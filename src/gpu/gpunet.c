@@ -893,6 +893,8 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     g->spin_ns     = env_u64("REMORA_GPUNET_SPIN_US", 2000) * 1000u;
     g->direct_min  = env_u64("REMORA_GPUNET_DIRECT_MIN", 64u << 10);
     g->bounce_min  = env_u64("REMORA_GPUNET_BOUNCE_MIN", GN_BOUNCE_MIN_DEFAULT);
+    g->submit_thread = env_u64("REMORA_GPUNET_SUBMIT_THREAD", 1) != 0;
+    g->copy_lanes    = (unsigned)env_u64("REMORA_GPUNET_COPY_LANES", 2);
     g->hb_ns       = ctx->hb_interval_ns;
     g->dead_ns     = ctx->peer_timeout_ns;
     g->nslots      = GN_SLOTS;

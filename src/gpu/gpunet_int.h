@@ -191,6 +191,8 @@ struct remora_gpunet {
     uint64_t         timeout_ns, spin_ns;
     uint64_t         direct_min; /* 0: GPU peers on this host go through the rings only */
     uint64_t         bounce_min; /* 0: sends to other peers go through the rings only */
+    int              submit_thread; /* copy queues make their driver calls on a thread of their own */
+    unsigned         copy_lanes;    /* streams per copy queue */
     uint64_t         hb_ns, dead_ns; /* GPU peers' liveness: the context's heartbeat, peer timeout */
     uint8_t         *mem;        /* host view */
     uintptr_t        dev;        /* device address of mem */

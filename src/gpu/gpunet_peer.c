@@ -1190,8 +1190,16 @@ remora_status_t gp_prepare(remora_gpunet_h g)
 
     if (g->host_queues || (g->direct_min == 0 && g->bounce_min == 0))
         return REMORA_OK; /* no copies by the proxy */
+    /* The worker serves sockets; a thread of the queue's makes the driver
+     * calls (4-10 µs a copy), on two streams: the copies are independent
+     * (distinct kernel buffers, one bounce at a time), and on one stream
+     * each waits for the completion write of the one before. */
+    rm_copyq_params_t cp = {.lanes = g->copy_lanes < RM_COPYQ_LANES_MAX ? g->copy_lanes
+                                                                         : RM_COPYQ_LANES_MAX,
+                            .submit_thread = g->submit_thread,
+                            .spin_ns = g->spin_ns};
     for (unsigned w = 0; w < g->nworkers; w++) {
-        if ((g->copyq[w] = rm_copyq_create()) == NULL)
+        if ((g->copyq[w] = rm_copyq_create_with(&cp)) == NULL)
             return REMORA_ERR_NO_MEMORY;
         if ((st = rm_copyq_prepare(g->copyq[w], g->device)) != REMORA_OK)
             return st;
