@@ -552,23 +552,25 @@ __device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
         return RG_EUNSUPPORTED;
     if (buf == NULL || len <= 0 || !__isGlobal(buf))
         return RG_EINVAL;
+    rg_sockq_t *q = queue_of(net, s);
+    volatile uint32_t *posted = send ? &q->tq_posted : &q->rq_posted;
+    const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
+    /* The counters loaded with the snapshot: one PCIe round trip for all. */
     snap_t x = snap(net, sock_of(net, s));
+    uint32_t k = *posted + 1, d = *done;
     if ((st = check_snap(x, send)) != RG_OK)
         return st;
     if (x.error)
         return x.error;
     if (!(x.rx_eof & RG_RX_REQ))
         return RG_EUNSUPPORTED; /* the peer is not a GPU socket on this host */
-    rg_sockq_t *q = queue_of(net, s);
-    volatile uint32_t *posted = send ? &q->tq_posted : &q->rq_posted;
-    const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
-    uint32_t k = *posted + 1;
     uint64_t until = budget(net, timeout_ns);
-    while (k - *done > RG_QDEPTH) { /* full: the oldest completes first */
+    while (k - d > RG_QDEPTH) { /* full: the oldest completes first */
         if (!alive(net))
             return RG_ECANCELED;
         if (now_ns() > until)
             return RG_ETIMEDOUT;
+        d = *done;
     }
     unsigned ix = (k - 1) % RG_QDEPTH;
     if (send) {
@@ -702,7 +704,8 @@ __device__ inline int rg_close(int s)
  * any other peer: use rg_send/rg_recv) and only from and into global
  * memory. A post returns a ticket (>= 0) at once, or once fewer than
  * RG_QDEPTH of its kind are open (within the budget); the buffer belongs to
- * the socket until rg_*_wait on the ticket has returned a result. Each
+ * the socket until rg_*_wait on the ticket has returned a result, and open
+ * receive buffers must not overlap (their copies may run at once). Each
  * direction completes in the order posted.
  *   rg_send_post: the whole buffer is sent; its wait returns len, or < 0.
  *   rg_recv_post: gets the next bytes of the stream, at most len; its wait
