@@ -166,9 +166,9 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
     rm_copyq_lane_t *l = &d->lane[copy->lane];
     copy->lane_seq  = l->next + 1;
     copy->status    = REMORA_OK;
+    if ((st = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE)) != REMORA_OK)
+        return st; /* a broken stream takes nothing more */
     if (q->sub != NULL) {
-        if ((st = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE)) != REMORA_OK)
-            return st; /* a broken stream takes nothing more */
         l->next = copy->lane_seq;
         track(q, d, copy, done);
         submit_push(q->sub, &(rm_copyq_job_t){copy, device, dst, src, length});
@@ -191,17 +191,17 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
 
 /* ------------------------------------------------------------ submit thread */
 
-/* The lane's word says "every copy of the lane up to here ended"; when it
+/* The lane's word says "every copy of the lane up to seq ended"; when it
  * cannot be written, the host says it once the stream is through, or the
- * stream is broken and the device's copies fail (an error is sticky). */
-static void signal_lane(rm_copyq_dev_t *d, rm_copyq_lane_t *l, int device)
+ * stream is broken and the device's copies fail. */
+static void signal_lane(rm_copyq_dev_t *d, rm_copyq_lane_t *l, int device, uint64_t seq)
 {
-    if (rm_cuda_stream_write64(l->stream, l->word_dev, l->issued) == REMORA_OK)
+    if (rm_cuda_stream_write64(l->stream, l->word_dev, seq) == REMORA_OK)
         return;
     rm_warn("copy queue: cannot signal the end of copies on device %d", device);
     remora_status_t st = rm_cuda_stream_sync(l->stream);
     if (st == REMORA_OK)
-        __atomic_store_n(l->word, l->issued, __ATOMIC_RELEASE);
+        __atomic_store_n(l->word, seq, __ATOMIC_RELEASE);
     else
         __atomic_store_n(&d->broken, st, __ATOMIC_RELEASE);
 }
@@ -230,7 +230,7 @@ static void submit_batch(rm_copyq_t *q, uint64_t from, uint64_t to)
             rm_copyq_lane_t *l = &q->dev[i].lane[k];
             if (l->issued != l->signalled &&
                 __atomic_load_n(&q->dev[i].broken, __ATOMIC_RELAXED) == REMORA_OK)
-                signal_lane(&q->dev[i], l, i);
+                signal_lane(&q->dev[i], l, i, l->issued);
             l->signalled = l->issued;
         }
 }
@@ -352,14 +352,16 @@ static remora_status_t stuck_error(const rm_copyq_dev_t *d)
     return err == REMORA_INPROGRESS ? REMORA_OK : err;
 }
 
-/* The error that ends d's copies now: the one the submit thread found, or
- * its streams' (waited for with sync; else only when a copy is stuck). */
+/* The error that ends d's copies now: a broken stream's, or a stuck copy's
+ * (waited for with sync). Before copies end with an error, every lane is
+ * waited for: one lane's error need not stop the others, and a copy must
+ * not write into a buffer whose callback has run. */
 static remora_status_t dev_error(const rm_copyq_t *q, const rm_copyq_dev_t *d, int sync)
 {
     remora_status_t err = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE);
 
-    if (err != REMORA_OK || !sync)
-        return err != REMORA_OK ? err : stuck_error(d);
+    if (err == REMORA_OK && !sync && (err = stuck_error(d)) == REMORA_OK)
+        return REMORA_OK;
     for (unsigned k = 0; k < q->nlanes; k++) {
         remora_status_t st = rm_cuda_stream_sync(d->lane[k].stream);
         err = err != REMORA_OK ? err : st;
@@ -426,15 +428,8 @@ void rm_copyq_release(rm_copyq_t *q)
     for (int i = 0; i < q->ndev; i++)
         for (unsigned k = 0; k < q->nlanes; k++) {
             rm_copyq_lane_t *l = &q->dev[i].lane[k];
-            /* One write for all of them (a lane's copies end in order). If
-             * it fails, the host says it once the stream is through; a
-             * stream in error keeps its error, and the poll fails them. */
-            if (l->unsignalled &&
-                rm_cuda_stream_write64(l->stream, l->word_dev, l->next) != REMORA_OK) {
-                rm_warn("copy queue: cannot signal the end of copies on device %d", i);
-                if (rm_cuda_stream_sync(l->stream) == REMORA_OK)
-                    __atomic_store_n(l->word, l->next, __ATOMIC_RELEASE);
-            }
+            if (l->unsignalled) /* one write for all of them: a lane's copies end in order */
+                signal_lane(&q->dev[i], l, i, l->next);
             l->unsignalled = 0;
         }
 }

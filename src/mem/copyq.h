@@ -25,7 +25,11 @@
  *   device that was not prepared: the caller copies synchronously then.
  * - A copy that ends in a CUDA error never writes its word: a poll that
  *   finds copies older than RM_COPYQ_CHECK_NS queries the stream and fails
- *   them with its error instead of waiting forever.
+ *   them with its error instead of waiting forever. A stream whose word
+ *   cannot be written and that does not synchronize marks the device
+ *   broken: its copies fail and new ones are refused. Copies end with an
+ *   error only after every lane of their device was waited for, so no copy
+ *   still writes into a buffer whose callback ran.
  * - Not thread-safe: the owner's lock (the engine's context lock) guards
  *   every call. Callbacks run with it held and may start new copies.
  * - A submit thread (params.submit_thread) takes the CUDA calls off the
