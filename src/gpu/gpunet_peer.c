@@ -989,7 +989,10 @@ static int gp_rx(remora_gpunet_h g, int i, int *busy)
     while (p->readable && !gp->src_active && !gp->peer_closed) {
         size_t space = g->ring - (size_t)(p->rx_head - ld_acq(&s->rx_tail));
         size_t off = (size_t)(p->rx_head & (g->ring - 1)), n1 = g->ring - off;
-        int into_ring = space >= GP_FRAME;
+        /* Not while a copy lands at rx_head (bytes of queued sends the
+         * kernel receives through the ring): a frame there would overwrite
+         * them, or they it. */
+        int into_ring = space >= GP_FRAME && !(gp->copying && gp->copy_to_ring);
         gp_hdr_t h;
         gp_rts_t small;
         union {

@@ -12,9 +12,13 @@
  *   5 a queued send of memory CUDA IPC cannot share (a stream-ordered pool
  *     allocation) fails with -1 and is not sent; the next one, and the
  *     connection, go on
+ *   6 queued sends into a peer that receives with rg_recv into shared
+ *     memory: the proxy copies the sends' bytes into its receive ring while
+ *     more RTSQs arrive (none may land on the bytes being copied): byte-exact
  * The peer (test_gpunet_queued --echo PORT) echoes with queued receives and
  * sends; bytes that come through the ring first (RG_ERING) it takes with
- * rg_recv.
+ * rg_recv. With --echo-ring it echoes with rg_recv and rg_send through a
+ * buffer in shared memory.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -40,16 +44,23 @@
 
 /* ------------------------------------------------------------ kernels */
 
+/* The peers' start: listen at addr (st[0] = 1 once bound, or the status)
+ * and accept one connection. The socket, or < 0; *ls the listener. */
+__device__ int listen_accept(const char *addr, int *st, int *ls)
+{
+    *ls = rg_bind(addr);
+    if (threadIdx.x == 0) st[0] = *ls >= 0 ? 1 : *ls;
+    __threadfence_system();
+    return *ls < 0 ? *ls : rg_accept(*ls);
+}
+
 /* The peer: accept one connection and echo it with queued receives into
  * SLOTS slots and a queued send of each, until the end of the stream.
  * st[0] = 1 once bound; st[1] = bytes echoed or a status. */
 __global__ void k_echo(const char *addr, uint8_t *buf, int *st)
 {
-    int ls = rg_bind(addr);
-    if (threadIdx.x == 0) st[0] = ls >= 0 ? 1 : ls;
-    __threadfence_system();
+    int ls, s = listen_accept(addr, st, &ls), tk[SLOTS], r = 0;
     if (ls < 0) return;
-    int s = rg_accept(ls), tk[SLOTS], r = 0;
     long long total = 0;
     for (int j = 0; j < SLOTS && s >= 0; j++)
         tk[j] = rg_recv_post(s, buf + (size_t)j * SLOT, SLOT);
@@ -64,6 +75,24 @@ __global__ void k_echo(const char *addr, uint8_t *buf, int *st)
         if (w != r) { r = w < 0 ? w : -2000; break; }
         total += r;
         tk[j] = rg_recv_post(s, slot, SLOT);
+    }
+    if (s >= 0) rg_close(s);
+    rg_close(ls);
+    if (threadIdx.x == 0) st[1] = r < 0 ? r : (int)total;
+}
+
+/* The same echo through shared memory: every byte through the rings. */
+__global__ void k_echo_ring(const char *addr, int *st)
+{
+    __shared__ uint8_t sbuf[8192];
+    int ls, s = listen_accept(addr, st, &ls), r = 0;
+    if (ls < 0) return;
+    long long total = 0;
+    while (s >= 0 && (r = rg_recv(s, sbuf, sizeof(sbuf))) > 0) {
+        for (int k = 0, w; k < r; k += w)
+            if ((w = rg_send(s, sbuf + k, r - k)) <= 0) { r = w ? w : -2000; break; }
+        if (r < 0) break;
+        total += r;
     }
     if (s >= 0) rg_close(s);
     rg_close(ls);
@@ -174,7 +203,7 @@ static remora_gpunet_h start_net(void)
 }
 
 /* The peer process: echo one connection, exit 0 if it ended cleanly. */
-static int echo_child(const char *port)
+static int echo_child(const char *port, int ring)
 {
     if (start_net() == NULL)
         return 1;
@@ -185,7 +214,10 @@ static int echo_child(const char *port)
     cudaMalloc(&buf, (size_t)SLOTS * SLOT);
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    k_echo<<<1, 256, 0, s>>>(dev_string(addr), buf, st);
+    if (ring)
+        k_echo_ring<<<1, 256, 0, s>>>(dev_string(addr), st);
+    else
+        k_echo<<<1, 256, 0, s>>>(dev_string(addr), buf, st);
     if (cudaGetLastError() != cudaSuccess)
         _exit(2);
     for (int i = 0; i < 20000 && !((volatile int *)st)[0]; i++) usleep(500);
@@ -195,6 +227,8 @@ static int echo_child(const char *port)
     fprintf(stderr, "  echo peer: %d\n", st[1]);
     _exit(ok && st[1] >= 0 ? 0 : 1);
 }
+
+static const char *g_echo_mode = "--echo"; /* or --echo-ring */
 
 static pid_t start_echo(unsigned *port)
 {
@@ -206,7 +240,7 @@ static pid_t start_echo(unsigned *port)
     pid_t pid = fork();
     if (pid == 0) {
         dup2(fds[1], 1);
-        execl("/proc/self/exe", "test_gpunet_queued", "--echo", ports, (char *)NULL);
+        execl("/proc/self/exe", "test_gpunet_queued", g_echo_mode, ports, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -295,8 +329,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     cudaSetDevice(0);
     cudaFree(0);
-    if (argc == 3 && !strcmp(argv[1], "--echo"))
-        return echo_child(argv[2]);
+    if (argc == 3 && (!strcmp(argv[1], "--echo") || !strcmp(argv[1], "--echo-ring")))
+        return echo_child(argv[2], !strcmp(argv[1], "--echo-ring"));
     if (start_net() == NULL) {
         printf("FAILED setup: GPU socket proxy\n");
         return 1;
@@ -371,6 +405,19 @@ int main(int argc, char **argv)
         free(hs);
         free(hd);
         report("a queued send of unshareable memory fails alone; the connection goes on", ok);
+    }
+    /* 6 */
+    {
+        /* The client takes no echo before it sent everything, and this
+         * peer's echo waits in the rings (256 KiB a direction each): ~550
+         * KiB in all fits them. */
+        int lens[11], kinds[11] = {};
+        for (int k = 0; k < 10; k++) lens[k] = 48 << 10;
+        lens[10] = 70001;
+        g_echo_mode = "--echo-ring";
+        report("queued sends into a peer's ring receives (shared memory), byte-exact",
+               echo_ops(st, lens, kinds, 11, 11, 0, &r));
+        g_echo_mode = "--echo";
     }
     /* 4, last: a killed peer can leave CUDA errors behind (MPS) */
     {
