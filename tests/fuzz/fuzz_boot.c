@@ -6,9 +6,9 @@
  * Design notes
  * - At the first call (LLVMFuzzerInitialize) ONE server is created: its own
  *   remora context, listening on 127.0.0.1:0, exposing one 4 KiB region
- *   ("fuzz") of known content. A second context is the health-check client's.
- *   Both contexts have bind_host 127.0.0.1, so UCX opens listeners on
- *   loopback only.
+ *   ("fuzz") of known content. Each health check has a client context of
+ *   its own, made for it (client_context says why). Every context has
+ *   bind_host 127.0.0.1, so UCX opens listeners on loopback only.
  * - Each input: a fresh TCP connection to the server, the input's bytes
  *   written to it (as much as the socket takes without blocking), whatever
  *   comes back read for at most READ_MS milliseconds (poll, non-blocking),
@@ -46,7 +46,7 @@
  *   with the stray one; docs/security.md §3.5.
  * - Leaks: run with -detect_leaks=0 (libFuzzer's per-input leak check), and
  *   LeakSanitizer's exit check is off by default (__asan_default_options
- *   below). The server, both contexts and UCX's global state live for the
+ *   below). The server, its context, the decoy and UCX's global state live for the
  *   whole run and are never torn down (libFuzzer exits from inside its
  *   loop), so LeakSanitizer would report them all at exit (UCX's own
  *   ucs_malloc'd state included), and libFuzzer takes a leak report for a
@@ -91,7 +91,7 @@ static const char g_token[] = "fuzz-boot-token-0123456789abcdef"; /* 32 bytes */
 
 static struct {
     int                notoken;
-    remora_context_h   sctx, cctx, dctx; /* server's, health-check client's, decoy */
+    remora_context_h   sctx, dctx; /* the server's, the decoy's */
     remora_server_h    server;
     remora_mem_h       mem;
     char               addr[64];
@@ -110,6 +110,25 @@ static void die(const char *what, remora_status_t st)
 
 /* ------------------------------------------------------------- health */
 
+/* The health check's client context, new for every check. In no-token
+ * mode the fuzzer's inputs reach UCX's address unpacking, and libFuzzer
+ * learns the bytes UCX compares (its memcmp hook sees every caller): a
+ * worker address the server saw in an earlier check can come back in an
+ * input, and a server handed a live client's address by someone else pairs
+ * that client's next endpoint with the stray one (docs/security.md §3.5):
+ * the check's read then times out. A new worker is a new uuid. */
+static remora_context_h client_context(void)
+{
+    remora_context_params_t xp = {.field_mask = 0, .bind_host = "127.0.0.1",
+                                  .name = "fuzz-client"};
+    remora_context_h ctx;
+    remora_status_t st;
+
+    if ((st = remora_context_create(&xp, &ctx)) != REMORA_OK)
+        die("client context", st);
+    return ctx;
+}
+
 static void health_check(const char *when)
 {
     remora_client_params_t cp = {.field_mask = REMORA_CLIENT_FIELD_TIMEOUT, .timeout_ms = 5000};
@@ -123,13 +142,16 @@ static void health_check(const char *when)
         cp.token_len = sizeof(g_token) - 1;
     }
     memset(buf, 0, sizeof(buf));
-    if ((st = remora_client_connect(g.cctx, g.addr, &cp, &client)) != REMORA_OK) {
+    /* A context of its own each time: see client_context. */
+    remora_context_h cctx = client_context();
+    if ((st = remora_client_connect(cctx, g.addr, &cp, &client)) != REMORA_OK) {
         fprintf(stderr, "fuzz_boot: health check (%s, after %lu inputs): connect: %s\n", when,
                 g.inputs, remora_status_string(st));
         abort();
     }
     st = remora_client_read(client, REGION_NAME, 0, buf, sizeof(buf));
     remora_client_disconnect(client);
+    remora_context_destroy(cctx);
     if (st != REMORA_OK || memcmp(buf, g.expect, sizeof(buf)) != 0) {
         fprintf(stderr, "fuzz_boot: health check (%s, after %lu inputs): read: %s%s\n", when,
                 g.inputs, remora_status_string(st), st == REMORA_OK ? " (content differs)" : "");
@@ -277,9 +299,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     xp.name = "fuzz-server";
     if ((st = remora_context_create(&xp, &g.sctx)) != REMORA_OK)
         die("server context", st);
-    xp.name = "fuzz-client";
-    if ((st = remora_context_create(&xp, &g.cctx)) != REMORA_OK)
-        die("client context", st);
     xp.name = "fuzz-decoy";
     if ((st = remora_context_create(&xp, &g.dctx)) != REMORA_OK)
         die("decoy context", st);
