@@ -370,12 +370,11 @@ static remora_status_t dev_error(const rm_copyq_t *q, const rm_copyq_dev_t *d, i
 }
 
 /* Move d's finished copies to ended, in start order; with err, the others
- * too, failed with it (those the submit thread took: it makes no call for
- * them any more). */
-static unsigned take_ended(rm_copyq_t *q, rm_copyq_dev_t *d, remora_status_t err,
-                           rm_list_t *ended)
+ * too, failed with it: those the submit thread had taken (up to copy
+ * `taken`) before err's lanes were waited for, so none of them still runs. */
+static unsigned take_ended(rm_copyq_t *q, rm_copyq_dev_t *d, uint64_t taken,
+                           remora_status_t err, rm_list_t *ended)
 {
-    uint64_t taken = q->sub ? __atomic_load_n(&d->submitted, __ATOMIC_ACQUIRE) : UINT64_MAX;
     unsigned n = 0;
 
     while (!rm_list_empty(&d->busy)) {
@@ -403,8 +402,10 @@ static unsigned end_copies(rm_copyq_t *q, int sync)
     rm_list_init(&ended);
     for (int i = 0; i < q->ndev; i++) {
         rm_copyq_dev_t *d = &q->dev[i];
-        if (!rm_list_empty(&d->busy))
-            n += take_ended(q, d, dev_error(q, d, sync), &ended);
+        if (rm_list_empty(&d->busy))
+            continue;
+        uint64_t taken = q->sub ? __atomic_load_n(&d->submitted, __ATOMIC_ACQUIRE) : UINT64_MAX;
+        n += take_ended(q, d, taken, dev_error(q, d, sync), &ended);
     }
     rm_list_for_each_safe(pos, tmp, &ended) {
         rm_copy_t *c = rm_container_of(pos, rm_copy_t, link);
