@@ -59,7 +59,7 @@ __device__ int listen_accept(const char *addr, int *st, int *ls)
  * st[0] = 1 once bound; st[1] = bytes echoed or a status. */
 __global__ void k_echo(const char *addr, uint8_t *buf, int *st)
 {
-    int ls, s = listen_accept(addr, st, &ls), tk[SLOTS], r = 0;
+    int ls, s = listen_accept(addr, st, &ls), tk[SLOTS], r = s < 0 ? s : 0;
     if (ls < 0) return;
     long long total = 0;
     for (int j = 0; j < SLOTS && s >= 0; j++)
@@ -85,7 +85,7 @@ __global__ void k_echo(const char *addr, uint8_t *buf, int *st)
 __global__ void k_echo_ring(const char *addr, int *st)
 {
     __shared__ uint8_t sbuf[8192];
-    int ls, s = listen_accept(addr, st, &ls), r = 0;
+    int ls, s = listen_accept(addr, st, &ls), r = s < 0 ? s : 0;
     if (ls < 0) return;
     long long total = 0;
     while (s >= 0 && (r = rg_recv(s, sbuf, sizeof(sbuf))) > 0) {
@@ -408,9 +408,12 @@ int main(int argc, char **argv)
     }
     /* 6 */
     {
-        /* The client takes no echo before it sent everything, and this
-         * peer's echo waits in the rings (256 KiB a direction each): ~550
-         * KiB in all fits them. */
+        /* The client takes no echo before it has sent everything: to post
+         * message k it reaps message k - 4, which completes once the peer
+         * drained its receive ring, i.e. echoed messages 1 .. k - 5. Those
+         * echoes must fit where they wait (the peer's send ring, 256 KiB,
+         * the client's receive ring, 192 KiB of it usable, the socket):
+         * 6 x 48 KiB here; 8 x 256 KiB deadlocked. */
         int lens[11], kinds[11] = {};
         for (int k = 0; k < 10; k++) lens[k] = 48 << 10;
         lens[10] = 70001;
