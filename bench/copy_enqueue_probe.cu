@@ -16,7 +16,11 @@
  *   one_stream   cuMemcpyAsync + cuStreamWriteValue64, one stream
  *   two_streams  the same, alternating between two streams
  *   no_marker    cuMemcpyAsync alone on one stream (a sync at the end)
- *   two_threads  two threads, each one_stream on a stream of its own
+ *   two_threads  two threads, each one_stream on a stream of its own (so
+ *                2 x DEPTH copies in flight)
+ * no_marker has no limit in flight: its call time includes the driver
+ * waiting for room in the stream. Any error, or a copy not done in 10 s,
+ * ends both processes.
  *   copy_enqueue_probe [SIZE_MIB] [DEPTH] [--spin]
  * prints "copy_probe mode=M us_per_copy=X call_us=Y GBps=Z".
  */
@@ -40,7 +44,7 @@
         if (r_ != CUDA_SUCCESS) {                                                  \
             fprintf(stderr, "copy_probe: %s:%d: CUDA error %d\n", __FILE__, __LINE__, \
                     (int)r_);                                                      \
-            exit(1);                                                               \
+            _exit(1); /* no exit handlers: a resident kernel may run */           \
         }                                                                          \
     } while (0)
 
@@ -95,8 +99,12 @@ static void copies(lane_t *lanes, int nl, int n, int first, int marker, double *
         if (marker && i >= g_depth) {
             lane_t *old = &lanes[(i - g_depth) % nl];
             uint64_t want = (uint64_t)((i - g_depth) / nl) + 1;
+            double until = now_us() + 10e6;
             while (*old->word < want)
-                ;
+                if (now_us() > until) {
+                    fprintf(stderr, "copy_probe: a copy not done in 10 s\n");
+                    _exit(1);
+                }
         }
         int k = (first + i) % NB;
         double t0 = now_us();
@@ -129,13 +137,11 @@ static void report(const char *mode, double t, double call, int n)
            g_len / (t / n) / 1e3);
 }
 
-static void run_modes(void)
+/* lanes[4]: made before the resident kernel starts (see lane_wait). */
+static void run_modes(lane_t *lanes)
 {
     const char *modes[] = {"one_stream", "two_streams", "no_marker", "two_threads"};
-    lane_t lanes[4]; /* made once: see lane_wait */
 
-    for (int i = 0; i < 4; i++)
-        lane_init(&lanes[i]);
     for (int m = 0; m < 4; m++) {
         double call = 0, t0 = now_us();
         for (int i = 0; i < 4; i++)
@@ -170,10 +176,37 @@ static volatile unsigned *start_resident(void)
     return stop;
 }
 
+/* The owner: its buffers, made and filled before its resident kernel
+ * starts, handed over; then it waits for the copier's word (or its end). */
+static void owner(int to_copier, int from_copier, int spin)
+{
+    CUipcMemHandle h[NB];
+    char done;
+
+    for (int k = 0; k < NB; k++) {
+        CUdeviceptr p;
+        CK(cuMemAlloc(&p, g_len));
+        CK(cuMemsetD8(p, (unsigned char)k, g_len));
+        CK(cuIpcGetMemHandle(&h[k], p));
+    }
+    CK(cuCtxSynchronize()); /* filled before the copier reads */
+    volatile unsigned *stop = spin ? start_resident() : NULL;
+    int ok = write(to_copier, h, sizeof(h)) == (ssize_t)sizeof(h) &&
+             read(from_copier, &done, 1) == 1;
+    if (stop) {
+        *stop = 1;
+        CK(cuCtxSynchronize());
+    }
+    _exit(ok ? 0 : 1);
+}
+
 int main(int argc, char **argv)
 {
     int mib = argc > 1 ? atoi(argv[1]) : 4, spin = 0;
     int to_copier[2], to_owner[2];
+    CUipcMemHandle h[NB];
+    lane_t lanes[4];
+    char done = 1;
 
     g_depth = argc > 2 ? atoi(argv[2]) : 4;
     for (int i = 1; i < argc; i++)
@@ -185,41 +218,32 @@ int main(int argc, char **argv)
     g_len = (size_t)mib << 20;
     if (pipe(to_copier) != 0 || pipe(to_owner) != 0)
         return 1;
-    pid_t pid = fork();
+    pid_t pid = fork(); /* before CUDA is touched */
+    if (pid < 0)
+        return 1;
+    /* Each side closes the ends it does not use: the other's death is EOF. */
+    close(pid == 0 ? to_copier[0] : to_copier[1]);
+    close(pid == 0 ? to_owner[1] : to_owner[0]);
     CK(cuInit(0));
     CUdevice dev;
     CK(cuDeviceGet(&dev, 0));
     CK(cuDevicePrimaryCtxRetain(&g_ctx, dev));
     CK(cuCtxSetCurrent(g_ctx));
-    volatile unsigned *stop = spin ? start_resident() : NULL;
-    CUipcMemHandle h[NB];
-    char done = 0;
-    if (pid == 0) { /* the owner of the source buffers */
-        for (int k = 0; k < NB; k++) {
-            CUdeviceptr p;
-            CK(cuMemAlloc(&p, g_len));
-            CK(cuMemsetD8(p, (unsigned char)k, g_len));
-            CK(cuIpcGetMemHandle(&h[k], p));
-        }
-        if (write(to_copier[1], h, sizeof(h)) != (ssize_t)sizeof(h) ||
-            read(to_owner[0], &done, 1) != 1)
-            _exit(1);
-        if (stop) {
-            *stop = 1;
-            CK(cuCtxSynchronize());
-        }
-        _exit(0);
-    }
+    if (pid == 0)
+        owner(to_copier[1], to_owner[0], spin);
     if (read(to_copier[0], h, sizeof(h)) != (ssize_t)sizeof(h))
         return 1;
     for (int k = 0; k < NB; k++) {
         CK(cuIpcOpenMemHandle(&g_src[k], h[k], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
         CK(cuMemAlloc(&g_dst[k], g_len));
     }
+    for (int i = 0; i < 4; i++)
+        lane_init(&lanes[i]);
+    volatile unsigned *stop = spin ? start_resident() : NULL;
     printf("copy_probe size_mib=%d depth=%d resident_kernels=%d\n", mib, g_depth, spin);
-    run_modes();
+    run_modes(lanes);
     if (write(to_owner[1], &done, 1) != 1)
-        return 1;
+        _exit(1);
     if (stop) {
         *stop = 1;
         CK(cuCtxSynchronize());
