@@ -723,11 +723,12 @@ static void count_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
 
     RM_SS_ADD(c->server, RM_SS_RING_WAITS, 1);
     c->cs[RM_CS_RING_WAITS]++;
-    if (r == NULL || r->ring == NULL || hdr->kind != RM_RING_EVERY)
+    if (r == NULL || r->ring == NULL || RM_RING_MODE(hdr->kind) != RM_RING_EVERY)
         return;
     rm_ring_snapshot(r->ring, &now);
-    if (now.first > hdr->offset)
-        RM_SS_ADD(c->server, RM_SS_RING_DROPS, now.first - hdr->offset);
+    uint64_t oldest = rm_ring_oldest_seq(&now);
+    if (oldest > hdr->offset)
+        RM_SS_ADD(c->server, RM_SS_RING_DROPS, oldest - hdr->offset);
 }
 
 /* Messages a READY connection may send. */
@@ -1184,7 +1185,8 @@ static void on_accept_direct(rm_watch_t *w, uint32_t events)
 }
 
 /* Every tick: drop connections stuck in the handshake, free retired memory
- * whose grace has run out, and resume a paused accept. */
+ * whose grace has run out, resume a paused accept, and let queued ring
+ * pushes past stalled ones. */
 static void server_tick(rm_ticker_t *t)
 {
     remora_server_h s = rm_container_of(t, struct remora_server, ticker);
@@ -1203,6 +1205,7 @@ static void server_tick(rm_ticker_t *t)
     }
     retired_sweep(s);
     cm_slots_sweep(s, 0);
+    rm_server_ring_tick(s);
     if (s->accept_paused && rm_engine_watch(s->ctx, &s->listener, EPOLLIN) == REMORA_OK) {
         s->accept_paused = 0;
         if (s->direct_port && rm_engine_watch(s->ctx, &s->direct, EPOLLIN) != REMORA_OK)

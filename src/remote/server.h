@@ -105,6 +105,7 @@ struct remora_server {
     rm_list_t        pushq;  /* rm_ring_wait_t whose element is there, in order */
     rm_list_t        pushes; /* rm_ring_push_t in flight */
     unsigned         push_active; /* pushes in flight and not stalled */
+    int              push_pumping; /* push_pump runs: a push ending inside it needs no call */
     /* A worker server: its waits are answered on its own thread when the
      * first worker's ring_signaled raises this (armed_waits > 0). */
     rm_signal_t      rings_sig;
@@ -182,5 +183,8 @@ void rm_server_ring_region_gone(remora_server_h s, rm_region_t *r);
 /* A worker server's ring signal (lock held): its waits are its own to answer. */
 void rm_server_ring_worker_start(remora_server_h s);
 void rm_server_ring_worker_stop(remora_server_h s);
+/* Every tick (lock held): pushes that stalled while nothing else happened
+ * on this worker stop holding up the queue. */
+void rm_server_ring_tick(remora_server_h s);
 
 #endif

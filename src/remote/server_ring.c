@@ -322,14 +322,17 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
     }
 }
 
-/* Start queued pushes while fewer than RM_PUSH_ACTIVE are on the wire. */
+/* Start queued pushes while fewer than RM_PUSH_ACTIVE are on the wire. A
+ * push that ends inside (UCX completes a small send at once) finds it
+ * running: the loop here goes on, with no recursion a push deep. */
 static void push_pump(remora_server_h s)
 {
     rm_list_t *pos, *tmp;
     uint64_t t = rm_now_ns();
 
-    if (s->destroying)
+    if (s->destroying || s->push_pumping)
         return;
+    s->push_pumping = 1;
     rm_list_for_each_safe(pos, tmp, &s->pushes) {
         rm_ring_push_t *p = rm_container_of(pos, rm_ring_push_t, link);
         double expect = 8.0 * push_time_ns(s, (double)p->bytes);
@@ -340,6 +343,13 @@ static void push_pump(remora_server_h s)
     }
     while (s->push_active < RM_PUSH_ACTIVE && !rm_list_empty(&s->pushq))
         push_start(s, rm_container_of(s->pushq.next, rm_ring_wait_t, link));
+    s->push_pumping = 0;
+}
+
+void rm_server_ring_tick(remora_server_h s)
+{
+    if (!rm_list_empty(&s->pushes) || !rm_list_empty(&s->pushq))
+        push_pump(s);
 }
 
 /* Answer w with a status and free it; 0 if its connection died in the

@@ -15,6 +15,11 @@
 #              a producer that outruns every copy gets the subscriber's warning
 #   churn      subscribers join and leave 100 times (some killed) while the
 #              producer runs: the server's fds and RSS stay flat
+#   sigstop2   4 subscribers of pushed 256 KiB elements on one worker; two
+#              SIGSTOPped for 2 s hold both push slots with pushes that
+#              cannot finish: the other two keep their pace meanwhile (they
+#              waited for the peer timeout when nothing but a new wait
+#              looked at stalled pushes)
 #   killpush   4 subscribers of pushed 256 KiB elements killed mid-stream, then
 #              a new one, 60 times: each new one gets its elements (a
 #              connection dying in a push's verdict send was counted out
@@ -38,8 +43,9 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-serve() { # ARGS...: sets $addr, $srv
-  "$remora" stream serve --listen 127.0.0.1:0 "$@" >"$tmp/s.out" 2>"$tmp/s.err" &
+serve() { # ARGS...: sets $addr, $srv; $SERVE_ENV: VAR=VALUE words for the server only
+  # shellcheck disable=SC2086
+  env ${SERVE_ENV:-} "$remora" stream serve --listen 127.0.0.1:0 "$@" >"$tmp/s.out" 2>"$tmp/s.err" &
   srv=$!
   for _ in $(seq 200); do grep -q listening "$tmp/s.out" && break; sleep 0.05; done
   addr=$(awk '/listening/ {print $2}' "$tmp/s.out")
@@ -147,6 +153,33 @@ sigstop)
   [ "$d" -gt 0 ] || fail "the stopped subscriber counted no gap"
   [ "${last:-0}" -gt 0 ] || fail "the stopped subscriber did not resume: $(cat "$tmp/e.1")"
   echo "PASS: a subscriber stopped for 2 s: the others kept their pace, it resumed with $d drops counted"
+  ;;
+sigstop2)
+  n=4 secs=8
+  # One worker, so that all four share its two push slots; a peer timeout
+  # longer than the stop, so that only the stall check can free them.
+  SERVE_ENV="REMORA_WORKERS=1 REMORA_PEER_TIMEOUT_MS=15000" serve --ring f=256Kx16 --rate 200
+  readers $n "$addr/f" --seconds $secs --progress
+  sleep 3
+  kill -STOP "${rp[0]}" "${rp[1]}"
+  sleep 2
+  kill -CONT "${rp[0]}" "${rp[1]}"
+  wait_readers || fail "a subscriber failed"
+  check_exact $n
+  before=0 during=0
+  for i in 3 4; do
+    r=$(grep -o '^ *[0-9]* elem/s' "$tmp/e.$i" | awk '{print $1}' | tr '\n' ' ')
+    read -r _ a b c d _ <<<"$r"
+    echo "subscriber $i, elements a second: $r"
+    before=$((before + ${a:-0} + ${b:-0})); during=$((during + ${c:-0} + ${d:-0}))
+  done
+  echo "the 2 others: $before elements in the 2 s before the stop, $during during it"
+  [ $((during * 10)) -ge $((before * 5)) ] || fail "the others slowed down while two were stopped"
+  # The stopped two came back behind the ring: the server counts those drops.
+  sd=$("$remora" stat "$addr" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["stats"]["ring_drops"])')
+  echo "server: ring_drops $sd"
+  [ "$sd" -gt 0 ] || fail "the server counted no ring drops"
+  echo "PASS: two subscribers stopped for 2 s: the other two kept their pace"
   ;;
 latest)
   n=4
