@@ -266,6 +266,11 @@ void rm_client_sub_detach(remora_client_h c);
 /* Give up on the connection (without the lock): pending ops fail with op_status,
  * later calls with REMORA_ERR_DISCONNECTED. */
 void rm_client_abort(remora_client_h c, remora_status_t op_status);
+/* remora_request_release, and whether the request ended: 0 when it was
+ * still in flight after its connection was closed, and was leaked rather
+ * than freed under UCX's feet; then so must be the memory it reads or
+ * writes. */
+int rm_request_release_ended(remora_request_h req);
 /* For subscriptions riding through a reconnect (lock not held): wait until
  * the client is connected again or gone for good; REMORA_OK when connected
  * (then *gen_p and *instance_p say which connection), REMORA_ERR_TIMED_OUT,

@@ -106,6 +106,7 @@ struct remora_sub {
     uint8_t          *f_stamps;    /* a GPU ring's stamps for the fetch in flight */
     char              data_name[REMORA_NAME_MAX + 8]; /* a GPU ring's "NAME#data" */
     uint8_t           f_hdr[RM_RING_HDR_LEN];
+    int               leaked;      /* a fetch outlived its connection: buffers left to it */
     rm_op_t          *wait_op;     /* a RING_WAIT awaiting its answer */
     uint64_t          wait_want;   /* ... the element it asked for */
     rm_op_t          *wait_ahead;  /* the wait armed behind it (paced streams), or NULL */
@@ -348,9 +349,18 @@ static remora_status_t read_slots(remora_sub_h sub, const char *name, uint64_t b
 
 static void fetch_cancel(remora_sub_h sub)
 {
+    int ended = 1;
+
     for (int i = 0; i < 4; i++) {
-        remora_request_release(sub->f_req[i]);
+        ended &= rm_request_release_ended(sub->f_req[i]);
         sub->f_req[i] = NULL;
+    }
+    if (!ended) {
+        /* A read still in flight after its connection was closed (leaked):
+         * it may still write into the fetch buffers and f_hdr, so the
+         * subscription takes nothing more and destroy leaves them to it. */
+        rm_error("a ring fetch outlived its connection: the subscription stops");
+        sub->leaked = 1;
     }
     free(sub->push_body);
     sub->push_body = NULL;
@@ -648,6 +658,8 @@ static remora_status_t sub_take(remora_sub_h sub, const void **elem_p, remora_el
     remora_status_t st;
 
     for (;;) {
+        if (sub->leaked)
+            return REMORA_ERR_IO; /* see fetch_cancel */
         if (batch_take(sub, elem_p, info)) {
             /* Keep the pipe full: the next batch travels while this one is consumed. */
             if (!sub->use_inline && !sub->use_push && sub->stage == FETCH_IDLE &&
@@ -946,6 +958,8 @@ void remora_sub_destroy(remora_sub_h sub)
     fetch_cancel(sub);
     waits_abandon(sub);
     rm_client_sub_detach(sub->client); /* may free a client already disconnected */
+    if (sub->leaked)
+        return; /* a read may still write into it: see fetch_cancel */
     free(sub->inline_body);
     free(sub->push_body);
     free(sub->spare);

@@ -737,16 +737,19 @@ static void request_free(remora_request_h req)
     free(req);
 }
 
-void remora_request_release(remora_request_h req)
+int rm_request_release_ended(remora_request_h req)
 {
     if (req == NULL)
-        return;
+        return 1;
     if (!atomic_load(&req->done) && remora_request_wait(req, -1) == REMORA_ERR_TIMED_OUT)
         request_abort(req);
     if (!atomic_load(&req->done))
-        return; /* leaked rather than freed under UCX's feet */
+        return 0; /* leaked rather than freed under UCX's feet */
     request_free(req);
+    return 1;
 }
+
+void remora_request_release(remora_request_h req) { (void)rm_request_release_ended(req); }
 
 /* A blocking call's whole time, lookup included, is the client's timeout. */
 static remora_status_t run_blocking(remora_status_t st, remora_request_h req, uint64_t deadline)
