@@ -271,6 +271,9 @@ void rm_client_abort(remora_client_h c, remora_status_t op_status);
  * than freed under UCX's feet; then so must be the memory it reads or
  * writes. */
 int rm_request_release_ended(remora_request_h req);
+/* The id of the region a started request reads or writes (the one its name
+ * resolved to when it started). */
+uint32_t rm_request_region_id(remora_request_h req);
 /* For subscriptions riding through a reconnect (lock not held): wait until
  * the client is connected again or gone for good; REMORA_OK when connected
  * (then *gen_p and *instance_p say which connection), REMORA_ERR_TIMED_OUT,

@@ -407,10 +407,17 @@ static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t co
             st = read_slots(sub, sub->data_name, 0, s->data_stride, slot, count, buf,
                             sub->f_req + 2);
     }
+    /* Reads go by name: the name must still be the ring we follow, not
+     * another exposed under it since (its elements are not ours). */
+    uint32_t id = st == REMORA_OK ? rm_request_region_id(sub->f_req[0]) : 0;
+    if (st == REMORA_OK && sub->region_id != 0 && id != sub->region_id)
+        st = REMORA_ERR_NOT_FOUND;
     if (st != REMORA_OK) {
         fetch_cancel(sub);
         return st;
     }
+    if (sub->region_id == 0)
+        sub->region_id = id;
     sub->f_first = first;
     sub->f_count = count;
     sub->stage   = FETCH_DATA;

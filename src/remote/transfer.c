@@ -751,6 +751,11 @@ int rm_request_release_ended(remora_request_h req)
 
 void remora_request_release(remora_request_h req) { (void)rm_request_release_ended(req); }
 
+uint32_t rm_request_region_id(remora_request_h req)
+{
+    return req->nparts ? req->view.id : req->region ? req->region->id : 0;
+}
+
 /* A blocking call's whole time, lookup included, is the client's timeout. */
 static remora_status_t run_blocking(remora_status_t st, remora_request_h req, uint64_t deadline)
 {

@@ -611,6 +611,77 @@ static void test_stopped_subscriber_never_slows_producer(void **state)
     local_ring_stop(&l);
 }
 
+static void produce_n(remora_ring_h ring, unsigned n)
+{
+    size_t es = remora_ring_elem_size(ring);
+
+    for (unsigned i = 0; i < n; i++) {
+        void *slot;
+        uint64_t seq = remora_ring_head(ring);
+        it_assert_ok(remora_ring_reserve(ring, &slot));
+        remora_frame_seal(slot, es, seq, 1, remora_frame_payload(slot, es, seq, NULL));
+        remora_ring_commit(ring, NULL);
+    }
+}
+
+/* A ring replaced under its name while a fetching subscriber is behind it:
+ * the subscriber says NOT_FOUND, and never takes the new ring's elements
+ * for the old one's (reads go by name; the elements' stamps match). */
+static void test_replaced_ring_not_followed(void **state)
+{
+    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
+                               .elem_size = 4096, .capacity = 64};
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0"};
+    /* Batches of about three elements: the subscriber stays behind, so it
+     * goes on fetching without a wait (whose answer would say NOT_FOUND). */
+    remora_sub_params_t bp = {.field_mask = REMORA_SUB_FIELD_MODE | REMORA_SUB_FIELD_BATCH_BYTES,
+                              .mode = REMORA_SUB_EVERY, .batch_bytes = 16384};
+    remora_context_h ctx;
+    remora_server_h server;
+    remora_ring_h a, b;
+    remora_sub_h sub;
+    remora_elem_info_t info = {0};
+    char addr[IT_ADDR_MAX];
+    it_client_t c;
+    uint8_t buf[4096];
+    remora_status_t st = REMORA_OK;
+    unsigned taken = 0;
+    (void)state;
+
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    it_assert_ok(remora_ring_create(ctx, &rp, &a));
+    it_assert_ok(remora_server_create(ctx, &sp, &server));
+    it_assert_ok(remora_server_address(server, addr, sizeof(addr)));
+    it_assert_ok(remora_server_expose_ring(server, "r", a));
+    it_assert_ok(it_client_open(&c, addr, NULL));
+    setenv("REMORA_RING_PUSH", "0", 1); /* the fetch path: reads of the slots */
+    setenv("REMORA_RING_INLINE", "0", 1);
+    it_assert_ok(remora_client_subscribe(c.client, "r", &bp, &sub));
+    unsetenv("REMORA_RING_PUSH");
+    unsetenv("REMORA_RING_INLINE");
+    produce_n(a, 50);
+    it_assert_ok(remora_sub_next(sub, buf, sizeof(buf), &info, 5000));
+    /* Behind by 49 when ring a goes and b, of the same shape, takes its name
+     * and passes a's head. */
+    remora_ring_destroy(a); /* unexposes it */
+    it_assert_ok(remora_ring_create(ctx, &rp, &b));
+    it_assert_ok(remora_server_expose_ring(server, "r", b));
+    produce_n(b, 120);
+    for (int i = 0; i < 200 && (st = remora_sub_next(sub, buf, sizeof(buf), &info, 2000)) == REMORA_OK; i++) {
+        assert_true(info.seq < 50); /* a's, fetched before it went */
+        taken++;
+    }
+    print_message("after the replacement: %u more of the old ring's elements, then %s\n", taken,
+                  remora_status_string(st));
+    it_assert_status(st, REMORA_ERR_NOT_FOUND);
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+    remora_ring_destroy(b);
+    remora_server_destroy(server);
+    remora_context_destroy(ctx);
+}
+
 /* The producer dies: the subscriber knows within 2 s; after a restart it subscribes again. */
 static void test_producer_killed_then_back(void **state)
 {
@@ -668,6 +739,7 @@ int main(void)
         cmocka_unit_test_teardown(test_clone_api, it_teardown_reap),
         cmocka_unit_test_teardown(test_disconnect_before_destroy, it_teardown_reap),
         cmocka_unit_test_teardown(test_producer_killed_then_back, it_teardown_reap),
+        cmocka_unit_test_teardown(test_replaced_ring_not_followed, it_teardown_reap),
         cmocka_unit_test_teardown(test_stopped_subscriber_never_slows_producer, it_teardown_reap),
     };
 
