@@ -3,8 +3,12 @@
 #ifndef REMORA_BENCH_UTIL_H
 #define REMORA_BENCH_UTIL_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 static inline double bench_now_s(void)
 {
@@ -24,6 +28,27 @@ static inline double bench_median(double *v, size_t n)
 {
     qsort(v, n, sizeof(*v), bench_cmp_double);
     return v[n / 2];
+}
+
+/* A listening TCP socket on a free loopback port (*port), or -1. */
+static inline int bench_listen_loopback(unsigned *port)
+{
+    struct sockaddr_in a = {0};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+    if (fd < 0)
+        return -1;
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 256) ||
+        getsockname(fd, (struct sockaddr *)&a, &len)) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 #endif

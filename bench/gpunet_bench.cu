@@ -42,29 +42,7 @@ static int g_gg = MSG_GG; /* gpu-gpu message size (--gg-mib) */
 static int g_inflight = 4; /* queued gpu-gpu messages in flight (--gg-inflight) */
 static int g_sink_gpu;    /* the gpu-gpu receiver's GPU (--sink-gpu) */
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 /* ------------------------------------------------------------ CPU servers */
-
-static int listen_any(unsigned *port)
-{
-    struct sockaddr_in a = {};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 256) ||
-        getsockname(fd, (struct sockaddr *)&a, &len))
-        return -1;
-    *port = ntohs(a.sin_port);
-    return fd;
-}
 
 static void *echo_conn(void *arg)
 {
@@ -129,11 +107,11 @@ static double cpu_rtt_us(unsigned port, int iters)
     char b[64] = {1};
     double t0 = 0;
     for (int i = -100; i < iters; i++) {
-        if (i == 0) t0 = now_s();
+        if (i == 0) t0 = bench_now_s();
         send(fd, b, 64, 0);
         for (int got = 0; got < 64;) got += recv(fd, b + got, 64 - got, 0);
     }
-    double us = (now_s() - t0) / iters * 1e6;
+    double us = (bench_now_s() - t0) / iters * 1e6;
     close(fd);
     return us;
 }
@@ -146,7 +124,7 @@ static void *cpu_stream(void *arg)
     int fd = tcp_connect(a->port);
     unsigned long long ack = 0;
     if (a->bar) pthread_barrier_wait(a->bar);
-    a->t0 = now_s();
+    a->t0 = bench_now_s();
     for (size_t sent = 0; sent < a->bytes;) {
         ssize_t m = send(fd, buf, a->msg, 0);
         if (m <= 0) break;
@@ -154,7 +132,7 @@ static void *cpu_stream(void *arg)
     }
     shutdown(fd, SHUT_WR);
     a->ok = recv(fd, &ack, sizeof(ack), MSG_WAITALL) == sizeof(ack) && ack >= a->bytes;
-    a->t1 = now_s();
+    a->t1 = bench_now_s();
     close(fd);
     free(buf);
     return NULL;
@@ -340,9 +318,9 @@ static int wait_stream(cudaStream_t st, double seconds)
 {
     if (cudaGetLastError() != cudaSuccess)
         return 0;
-    double until = now_s() + seconds;
+    double until = bench_now_s() + seconds;
     while (cudaStreamQuery(st) == cudaErrorNotReady)
-        if (now_s() > until) return 0;
+        if (bench_now_s() > until) return 0;
         else usleep(100);
     return cudaStreamSynchronize(st) == cudaSuccess;
 }
@@ -428,8 +406,8 @@ int main(int argc, char **argv)
     g_net = start_net(&ctx, 0);
     unsigned eport, sport;
     static struct server es, ss;
-    es.fd = listen_any(&eport); es.fn = echo_conn;
-    ss.fd = listen_any(&sport); ss.fn = sink_conn;
+    es.fd = bench_listen_loopback(&eport); es.fn = echo_conn;
+    ss.fd = bench_listen_loopback(&sport); ss.fn = sink_conn;
     pthread_t t;
     pthread_create(&t, NULL, accept_loop, &es);
     pthread_create(&t, NULL, accept_loop, &ss);
@@ -530,17 +508,17 @@ int main(int argc, char **argv)
         cudaGetLastError(); /* already enabled, or no peer access: the copy stages then */
     double d2d = 0;
     for (int i = -1; i < 200; i++) { /* the first one warms up */
-        if (i == 0) d2d = now_s();
+        if (i == 0) d2d = bench_now_s();
         cudaMemcpyPeer(d2, g_sink_gpu, src, 0, g_gg);
     }
     cudaDeviceSynchronize();
-    d2d = 200.0 * g_gg / (now_s() - d2d) / 1e9;
+    d2d = 200.0 * g_gg / (bench_now_s() - d2d) / 1e9;
     const char *base = g_sink_gpu ? "memcpy_peer" : "d2d_memcpy";
     /* Blocking sends and receives (one message at a time), then queued ones
      * (GG_INFLIGHT in flight), each against a sink process of its own. */
     for (int queued = 0; queued < 2; queued++) {
         unsigned gport;
-        int probe = listen_any(&gport);
+        int probe = bench_listen_loopback(&gport);
         close(probe);
         char ports[16];
         snprintf(ports, sizeof(ports), "%u", gport);

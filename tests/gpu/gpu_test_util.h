@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Helpers the GPU socket test programs share (test_gpunet.cu,
- * test_gpunet_queued.cu): case reporting, a loopback listener, device
- * strings, mapped result words, a bounded wait for a kernel. Include once,
- * from the program's one translation unit.
+ * test_gpunet_queued.cu): case reporting, device strings, mapped result
+ * words, a bounded wait for a kernel; the loopback listener is the
+ * benchmarks' (bench_listen_loopback). Include once, from the program's one
+ * translation unit.
  */
 #ifndef REMORA_TESTS_GPU_TEST_UTIL_H
 #define REMORA_TESTS_GPU_TEST_UTIL_H
@@ -17,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../bench/bench_util.h"
+
 static int g_failed;
 #define CHECK(c) do { if (!(c)) { printf("  check failed: %s (line %d)\n", #c, __LINE__); ok = 0; } } while (0)
 static void report(const char *name, int ok)
@@ -24,22 +27,6 @@ static void report(const char *name, int ok)
     printf("%s %s\n", ok ? "PASSED" : "FAILED", name);
     fflush(stdout);
     g_failed += !ok;
-}
-
-/* A listening TCP socket on a free loopback port (*port), or -1. */
-static int tcp_listen_any(unsigned *port)
-{
-    struct sockaddr_in a = {};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 128) ||
-        getsockname(fd, (struct sockaddr *)&a, &len))
-        return -1;
-    *port = ntohs(a.sin_port);
-    return fd;
 }
 
 static double now_ms(void)

@@ -289,7 +289,7 @@ static int global_echo_child(const char *port, int n, int dev)
 /* Start the peer of 5b or 9 on GPU dev; its pid, with *port set, or -1. */
 static pid_t start_global_echo(unsigned *port, int n, int dev)
 {
-    int probe = tcp_listen_any(port), fds[2];
+    int probe = bench_listen_loopback(port), fds[2];
     close(probe);
     char ports[16], ns[16], ds[16], line[64] = "";
     snprintf(ports, sizeof(ports), "%u", *port);
@@ -318,7 +318,7 @@ static int reset_case(cudaStream_t st)
     unsigned long long *ns;
     cudaHostAlloc((void **)&ns, sizeof(*ns), cudaHostAllocMapped);
     unsigned port;
-    int lfd = tcp_listen_any(&port);
+    int lfd = bench_listen_loopback(&port);
     char addr[64];
     snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
     char *a = dev_string(addr);
@@ -486,7 +486,7 @@ int main(int argc, char **argv)
     pthread_t t;
     pthread_create(&t, NULL, rsock_echo_accept, NULL);
     unsigned tport;
-    int tfd = tcp_listen_any(&tport);
+    int tfd = bench_listen_loopback(&tport);
     pthread_create(&t, NULL, tcp_echo_accept, (void *)(intptr_t)tfd);
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
@@ -552,7 +552,7 @@ int main(int argc, char **argv)
     if (argc > 1) {
         int ok = 1, fds[2];
         unsigned port;
-        int probe = tcp_listen_any(&port);
+        int probe = bench_listen_loopback(&port);
         close(probe);
         char ports[16];
         snprintf(ports, sizeof(ports), "%u", port);

@@ -232,7 +232,7 @@ static const char *g_echo_mode = "--echo"; /* or --echo-ring */
 
 static pid_t start_echo(unsigned *port)
 {
-    int probe = tcp_listen_any(port), fds[2];
+    int probe = bench_listen_loopback(port), fds[2];
     close(probe);
     char ports[16], line[64] = "";
     snprintf(ports, sizeof(ports), "%u", *port);
@@ -358,7 +358,7 @@ int main(int argc, char **argv)
     {
         int ok = 1, *res = mapped_ints(7);
         unsigned port;
-        int lfd = tcp_listen_any(&port);
+        int lfd = bench_listen_loopback(&port);
         char addr[64];
         snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", port);
         uint8_t *g;
