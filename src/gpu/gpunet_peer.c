@@ -30,11 +30,12 @@
  *   the kernel's queued sends goes out as an RTSQ once the ring bytes posted
  *   before it have gone, and nothing but more RTSQs goes out until every
  *   one out was answered (so the receiver reads frames without peeking);
- *   the receiving proxy keeps up to RG_QDEPTH of them and starts a copy for each queued
- *   receive as soon as it has bytes for it, without waiting for the last
- *   copy to end. Copies end in order (one stream), so answers go out in
- *   order: the kernel's as results and done counters, the sender's as
- *   DONEQ once every byte of an RTSQ has been copied. A direct send (RTS)
+ *   the receiving proxy keeps up to RG_QDEPTH of them and starts a copy for
+ *   each queued receive as soon as it has bytes for it, without waiting for
+ *   the last copy to end. The copy queue hands copies back in start order
+ *   (whatever stream ran them), so answers go out in order: the kernel's as
+ *   results and done counters, the sender's as DONEQ once every byte of an
+ *   RTSQ has been copied. A direct send (RTS)
  *   or a blocking receive request is served by the same sources and sinks,
  *   one at a time with the queued ones.
  */

@@ -136,9 +136,10 @@ static int prepared(const rm_copyq_t *q, int device)
 /* The owner's record of a copy under way (or queued for the submit thread). */
 static void track(rm_copyq_t *q, rm_copyq_dev_t *d, rm_copy_t *copy, rm_copy_cb_t done)
 {
-    d->next_seq    = copy->seq;
-    copy->start_ns = rm_now_ns();
-    copy->done     = done;
+    d->next_seq              = copy->seq;
+    d->lane[copy->lane].next = copy->lane_seq;
+    copy->start_ns           = rm_now_ns();
+    copy->done               = done;
     rm_list_push_back(&d->busy, &copy->link);
     q->nbusy++;
 }
@@ -169,7 +170,6 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
     if ((st = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE)) != REMORA_OK)
         return st; /* a broken stream takes nothing more */
     if (q->sub != NULL) {
-        l->next = copy->lane_seq;
         track(q, d, copy, done);
         submit_push(q->sub, &(rm_copyq_job_t){copy, device, dst, src, length});
         return REMORA_OK;
@@ -183,7 +183,6 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
         rm_cuda_stream_sync(l->stream);
         return st;
     }
-    l->next        = copy->lane_seq;
     l->unsignalled = q->hold;
     track(q, d, copy, done);
     return REMORA_OK;
@@ -295,6 +294,14 @@ static void submit_wait_idle(rm_copyq_submit_t *s)
         sched_yield();
 }
 
+static void submit_free(rm_copyq_t *q)
+{
+    pthread_cond_destroy(&q->sub->cv);
+    pthread_mutex_destroy(&q->sub->mu);
+    free(q->sub);
+    q->sub = NULL;
+}
+
 static remora_status_t submit_start(rm_copyq_t *q, uint64_t spin_ns)
 {
     rm_copyq_submit_t *s;
@@ -307,10 +314,7 @@ static remora_status_t submit_start(rm_copyq_t *q, uint64_t spin_ns)
     q->sub = s;
     if (pthread_create(&s->thread, NULL, submit_main, q) == 0)
         return REMORA_OK;
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
-    q->sub = NULL;
+    submit_free(q);
     return REMORA_ERR_IO;
 }
 
@@ -325,10 +329,7 @@ static void submit_stop(rm_copyq_t *q)
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
-    q->sub = NULL;
+    submit_free(q);
 }
 
 /* ------------------------------------------------------------ ending */
