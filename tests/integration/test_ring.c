@@ -281,19 +281,39 @@ typedef struct local_ring {
     char             addr[IT_ADDR_MAX];
 } local_ring_t;
 
-static void local_ring_start(local_ring_t *l, size_t elem, size_t cap, unsigned pause_us)
+static const remora_server_params_t local_listen = {
+    .field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR, .listen_addr = "127.0.0.1:0"};
+
+static remora_ring_params_t ring_shape(size_t elem, size_t cap)
 {
-    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
-                               .elem_size = elem, .capacity = cap};
-    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
-                                 .listen_addr = "127.0.0.1:0"};
+    return (remora_ring_params_t){.field_mask = REMORA_RING_FIELD_ELEM_SIZE |
+                                                REMORA_RING_FIELD_CAPACITY,
+                                  .elem_size = elem, .capacity = cap};
+}
+
+/* The server and its ring "r", no producer thread (the test commits). */
+static void local_ring_open(local_ring_t *l, size_t elem, size_t cap)
+{
+    remora_ring_params_t rp = ring_shape(elem, cap);
 
     memset(l, 0, sizeof(*l));
     it_assert_ok(remora_context_create(NULL, &l->ctx));
     it_assert_ok(remora_ring_create(l->ctx, &rp, &l->prod.ring));
-    it_assert_ok(remora_server_create(l->ctx, &sp, &l->server));
+    it_assert_ok(remora_server_create(l->ctx, &local_listen, &l->server));
     it_assert_ok(remora_server_address(l->server, l->addr, sizeof(l->addr)));
     it_assert_ok(remora_server_expose_ring(l->server, "r", l->prod.ring));
+}
+
+static void local_ring_close(local_ring_t *l)
+{
+    remora_ring_destroy(l->prod.ring); /* unexposes it */
+    remora_server_destroy(l->server);
+    remora_context_destroy(l->ctx);
+}
+
+static void local_ring_start(local_ring_t *l, size_t elem, size_t cap, unsigned pause_us)
+{
+    local_ring_open(l, elem, cap);
     it_assert_status(remora_server_expose_ring(l->server, "r2", l->prod.ring), REMORA_ERR_BUSY);
     l->prod.pause_us = pause_us;
     assert_int_equal(pthread_create(&l->thread, NULL, produce, &l->prod), 0);
@@ -303,9 +323,7 @@ static void local_ring_stop(local_ring_t *l)
 {
     atomic_store(&l->prod.stop, 1);
     pthread_join(l->thread, NULL);
-    remora_ring_destroy(l->prod.ring); /* unexposes it */
-    remora_server_destroy(l->server);
-    remora_context_destroy(l->ctx);
+    local_ring_close(l);
 }
 
 /* Drops are exact: every gap in delivered sequence numbers is counted, and
@@ -437,26 +455,17 @@ static uint64_t ring_waits_received(remora_server_h s)
  * subscriber is between calls, so a commit is answered at once. */
 static void test_paced_wait_armed_ahead(void **state)
 {
-    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
-                               .elem_size = 64, .capacity = 64};
-    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
-                                 .listen_addr = "127.0.0.1:0"};
-    remora_context_h ctx;
-    remora_ring_h ring;
-    remora_server_h server;
-    char addr[64];
+    local_ring_t l;
     it_client_t c;
     remora_sub_h sub;
     remora_elem_info_t info = {0};
     uint8_t elem[64] = {1}, buf[64];
     (void)state;
 
-    it_assert_ok(remora_context_create(NULL, &ctx));
-    it_assert_ok(remora_ring_create(ctx, &rp, &ring));
-    it_assert_ok(remora_server_create(ctx, &sp, &server));
-    it_assert_ok(remora_server_address(server, addr, sizeof(addr)));
-    it_assert_ok(remora_server_expose_ring(server, "r", ring));
-    it_assert_ok(it_client_open(&c, addr, NULL));
+    local_ring_open(&l, 64, 64);
+    remora_ring_h ring     = l.prod.ring;
+    remora_server_h server = l.server;
+    it_assert_ok(it_client_open(&c, l.addr, NULL));
     it_assert_ok(remora_client_subscribe(c.client, "r", NULL, &sub));
     uint64_t w0 = ring_waits_received(server);
     it_assert_ok(remora_ring_push(ring, elem, sizeof(elem), NULL));
@@ -486,9 +495,7 @@ static void test_paced_wait_armed_ahead(void **state)
     }
     remora_sub_destroy(sub);
     it_client_close(&c);
-    remora_server_destroy(server);
-    remora_ring_destroy(ring);
-    remora_context_destroy(ctx);
+    local_ring_close(&l);
 }
 
 /* The client goes before its subscriptions: they fail cleanly and can still
@@ -629,47 +636,37 @@ static void produce_n(remora_ring_h ring, unsigned n)
  * for the old one's (reads go by name; the elements' stamps match). */
 static void test_replaced_ring_not_followed(void **state)
 {
-    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
-                               .elem_size = 4096, .capacity = 64};
-    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
-                                 .listen_addr = "127.0.0.1:0"};
+    remora_ring_params_t rp = ring_shape(4096, 64);
     /* Batches of about three elements: the subscriber stays behind, so it
      * goes on fetching without a wait (whose answer would say NOT_FOUND). */
     remora_sub_params_t bp = {.field_mask = REMORA_SUB_FIELD_MODE | REMORA_SUB_FIELD_BATCH_BYTES,
                               .mode = REMORA_SUB_EVERY, .batch_bytes = 16384};
-    remora_context_h ctx;
-    remora_server_h server;
-    remora_ring_h a, b;
+    local_ring_t l;
     remora_sub_h sub;
     remora_elem_info_t info = {0};
-    char addr[IT_ADDR_MAX];
     it_client_t c;
     uint8_t buf[4096];
     remora_status_t st = REMORA_OK;
     unsigned taken = 0;
     (void)state;
 
-    it_assert_ok(remora_context_create(NULL, &ctx));
-    it_assert_ok(remora_ring_create(ctx, &rp, &a));
-    it_assert_ok(remora_server_create(ctx, &sp, &server));
-    it_assert_ok(remora_server_address(server, addr, sizeof(addr)));
-    it_assert_ok(remora_server_expose_ring(server, "r", a));
-    it_assert_ok(it_client_open(&c, addr, NULL));
+    local_ring_open(&l, rp.elem_size, rp.capacity);
+    it_assert_ok(it_client_open(&c, l.addr, NULL));
     setenv("REMORA_RING_PUSH", "0", 1); /* the fetch path: reads of the slots */
     setenv("REMORA_RING_INLINE", "0", 1);
     it_assert_ok(remora_client_subscribe(c.client, "r", &bp, &sub));
     unsetenv("REMORA_RING_PUSH");
     unsetenv("REMORA_RING_INLINE");
-    produce_n(a, 50);
+    produce_n(l.prod.ring, 50);
     it_assert_ok(remora_sub_next(sub, buf, sizeof(buf), &info, 5000));
-    /* Behind by 49 when ring a goes and b, of the same shape, takes its name
-     * and passes a's head. */
-    remora_ring_destroy(a); /* unexposes it */
-    it_assert_ok(remora_ring_create(ctx, &rp, &b));
-    it_assert_ok(remora_server_expose_ring(server, "r", b));
-    produce_n(b, 120);
+    /* Behind by 49 when the ring goes and another, of the same shape, takes
+     * its name and passes its head. */
+    remora_ring_destroy(l.prod.ring); /* unexposes it */
+    it_assert_ok(remora_ring_create(l.ctx, &rp, &l.prod.ring));
+    it_assert_ok(remora_server_expose_ring(l.server, "r", l.prod.ring));
+    produce_n(l.prod.ring, 120);
     for (int i = 0; i < 200 && (st = remora_sub_next(sub, buf, sizeof(buf), &info, 2000)) == REMORA_OK; i++) {
-        assert_true(info.seq < 50); /* a's, fetched before it went */
+        assert_true(info.seq < 50); /* the old ring's, fetched before it went */
         taken++;
     }
     print_message("after the replacement: %u more of the old ring's elements, then %s\n", taken,
@@ -677,9 +674,7 @@ static void test_replaced_ring_not_followed(void **state)
     it_assert_status(st, REMORA_ERR_NOT_FOUND);
     remora_sub_destroy(sub);
     it_client_close(&c);
-    remora_ring_destroy(b);
-    remora_server_destroy(server);
-    remora_context_destroy(ctx);
+    local_ring_close(&l);
 }
 
 /* The producer dies: the subscriber knows within 2 s; after a restart it subscribes again. */
