@@ -38,7 +38,9 @@
  *   failed with DISCONNECTED on a client that reconnects, it waits for the
  *   link and re-attaches (sub_reattach): the ring is looked up again, and
  *   `next` stays (same instance) or restarts at 0 (new instance), so the
- *   gap goes through batch_take's count like any other.
+ *   gap goes through batch_take's count like any other. On the same
+ *   instance the ring must be the same region (id): one replaced meanwhile
+ *   is NOT_FOUND, as it is to a subscriber that stayed connected.
  * - Threading: one consumer at a time (next or the callback thread).
  */
 #include <pthread.h>
@@ -617,10 +619,13 @@ static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
         return REMORA_ERR_NOT_FOUND;
     }
     sub->region_size = size;
-    sub->region_id   = 0; /* learnt again on the next wait */
+    /* The same instance keeps region_id: a ring exposed under the name while
+     * we were away is another ring, and the next wait or fetch says
+     * NOT_FOUND, as it would have on the old connection. */
     if (instance != sub->instance) {
         sub->next       = 0; /* a new ring: its numbering starts again */
         sub->known_head = shape.head;
+        sub->region_id  = 0; /* and its server's region ids: learnt on the next wait */
     } else if (shape.head > sub->known_head) {
         sub->known_head = shape.head;
     }

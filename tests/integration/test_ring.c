@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -677,6 +678,50 @@ static void test_replaced_ring_not_followed(void **state)
     local_ring_close(&l);
 }
 
+/* A ring replaced under its name while a subscriber's connection was down:
+ * the subscriber reconnects to the same server instance and says NOT_FOUND,
+ * as it would have connected, instead of taking the new ring's elements as
+ * the sequel of the old one's (same shape, stamps that match their seq). */
+static void test_replaced_ring_while_reconnecting(void **state)
+{
+    static const char *const fast_env[] = {"REMORA_HEARTBEAT_MS=100", "REMORA_PEER_TIMEOUT_MS=600",
+                                           NULL};
+    remora_ring_params_t rp = ring_shape(4096, 64);
+    char target[IT_ADDR_MAX + 8];
+    local_ring_t l;
+    it_proc_t p;
+    it_run_t r;
+    (void)state;
+
+    setenv("REMORA_HEARTBEAT_MS", "100", 1); /* the server drops a silent client in 0.6 s */
+    setenv("REMORA_PEER_TIMEOUT_MS", "600", 1);
+    local_ring_open(&l, rp.elem_size, rp.capacity);
+    unsetenv("REMORA_HEARTBEAT_MS");
+    unsetenv("REMORA_PEER_TIMEOUT_MS");
+    snprintf(target, sizeof(target), "%s/r", l.addr);
+    assert_int_equal(it_cli_spawn(&p, fast_env, "stream", "read", target, "--verify",
+                                  "--seconds", "10", NULL), 0);
+    it_sleep_ms(700); /* subscribed: it follows from the head */
+    produce_n(l.prod.ring, 50);
+    it_sleep_ms(300);
+    assert_true(it_stop_process(p.pid, 5000));
+    it_sleep_ms(1500); /* the server takes it for dead and closes its connection */
+    remora_ring_destroy(l.prod.ring);
+    it_assert_ok(remora_ring_create(l.ctx, &rp, &l.prod.ring));
+    it_assert_ok(remora_server_expose_ring(l.server, "r", l.prod.ring));
+    produce_n(l.prod.ring, 120);
+    kill(p.pid, SIGCONT);
+    double t0 = it_now_ms();
+    it_proc_wait(&p, 15000, &r);
+    print_message("reader exit %d %.0f ms after SIGCONT: %s", r.status, it_now_ms() - t0,
+                  r.err);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "not found"));
+    assert_true(it_now_ms() - t0 < 8000); /* well before its --seconds */
+    it_run_free(&r);
+    local_ring_close(&l);
+}
+
 /* The producer dies: the subscriber knows within 2 s; after a restart it subscribes again. */
 static void test_producer_killed_then_back(void **state)
 {
@@ -735,6 +780,7 @@ int main(void)
         cmocka_unit_test_teardown(test_disconnect_before_destroy, it_teardown_reap),
         cmocka_unit_test_teardown(test_producer_killed_then_back, it_teardown_reap),
         cmocka_unit_test_teardown(test_replaced_ring_not_followed, it_teardown_reap),
+        cmocka_unit_test_teardown(test_replaced_ring_while_reconnecting, it_teardown_reap),
         cmocka_unit_test_teardown(test_stopped_subscriber_never_slows_producer, it_teardown_reap),
     };
 
