@@ -160,21 +160,6 @@ static void notify(rm_conn_t *c, rm_region_t *r, uint64_t req_id, uint64_t want,
 
 /* ------------------------------------------------------------ pushes */
 
-/* The producer's rate, from the head seen now and before (elements/s). */
-static double ring_rate(remora_ring_h ring, uint64_t head, uint64_t now_ns)
-{
-    if (ring->rate_ns == 0 || head < ring->rate_head) {
-        ring->rate_ns   = now_ns;
-        ring->rate_head = head;
-    } else if (now_ns - ring->rate_ns >= 2000000u) {
-        double inst = (double)(head - ring->rate_head) * 1e9 / (double)(now_ns - ring->rate_ns);
-        ring->rate_eps  = ring->rate_eps > 0 ? 0.7 * ring->rate_eps + 0.3 * inst : inst;
-        ring->rate_ns   = now_ns;
-        ring->rate_head = head;
-    }
-    return ring->rate_eps;
-}
-
 /*
  * A push's time is a fixed cost (round trip, scheduling) plus bytes over
  * bandwidth. Fitting both matters: a per-byte average learnt from one-slot
@@ -271,7 +256,7 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
     if (nmax == 0)
         nmax = 1;
     /* Elements the producer commits while this push travels, twice over. */
-    double rate = ring_rate(ring, head, t);
+    double rate = rm_ring_rate(ring, head, t);
     double d_ns = 2.0 * push_time_ns(s, (double)(nmax * stride)) + RM_PUSH_SLACK_NS;
     double m    = (double)(uint64_t)(rate * d_ns / 1e9) + 2; /* rounded up, plus one */
     uint64_t margin = m >= (double)cap ? cap - 1 : (uint64_t)m;

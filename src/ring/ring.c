@@ -140,6 +140,7 @@ static remora_status_t ring_alloc(remora_context_h ctx, uint64_t elem_size, uint
     for (uint64_t i = 0; i < capacity; i++) /* the memory's content is undefined */
         atomic_init(rm_ring_stamp(r, i), 0);
     atomic_init(&r->armed, 0);
+    pthread_mutex_init(&r->rate_lock, NULL);
     *ring_p = r;
     return REMORA_OK;
 }
@@ -169,7 +170,25 @@ void remora_ring_destroy(remora_ring_h r)
         r->on_destroy(r);
     remora_mem_destroy(r->data_mem);
     remora_mem_destroy(r->mem);
+    pthread_mutex_destroy(&r->rate_lock);
     free(r);
+}
+
+double rm_ring_rate(remora_ring_h r, uint64_t head, uint64_t now_ns)
+{
+    pthread_mutex_lock(&r->rate_lock);
+    if (r->rate_ns == 0 || head < r->rate_head) {
+        r->rate_ns   = now_ns;
+        r->rate_head = head;
+    } else if (now_ns - r->rate_ns >= 2000000u) {
+        double inst = (double)(head - r->rate_head) * 1e9 / (double)(now_ns - r->rate_ns);
+        r->rate_eps  = r->rate_eps > 0 ? 0.7 * r->rate_eps + 0.3 * inst : inst;
+        r->rate_ns   = now_ns;
+        r->rate_head = head;
+    }
+    double rate = r->rate_eps;
+    pthread_mutex_unlock(&r->rate_lock);
+    return rate;
 }
 
 /* ------------------------------------------------------------ producer */

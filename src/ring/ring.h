@@ -16,6 +16,7 @@
 #ifndef RM_RING_RING_H
 #define RM_RING_RING_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include <remora/remora.h>
@@ -46,7 +47,9 @@ struct remora_ring {
     /* The observer's: remora_ring_destroy calls it first (the server exposing
      * it takes it out; any thread, without locks held). Set at exposure. */
     void            (*on_destroy)(remora_ring_h ring);
-    /* The producer's rate as the server sees it (server_ring.c, lock held). */
+    /* The producer's rate as observers see it (rm_ring_rate): pushes on
+     * every worker of a server update it, so it has a lock of its own. */
+    pthread_mutex_t   rate_lock;
     uint64_t          rate_ns, rate_head;
     double            rate_eps;  /* elements per second, moving average */
 };
@@ -60,6 +63,10 @@ static inline _Atomic uint64_t *rm_ring_stamp(remora_ring_h r, uint64_t seq)
  * (on ctx) runs now on this thread if they are few and ctx's lock is free,
  * else on ctx's progress thread. Never waits. Any thread. */
 void rm_ring_notify(remora_context_h ctx, rm_signal_t *sig, int armed);
+
+/* The producer's rate (elements/s, a moving average over 2 ms samples),
+ * given the head seen now; 0 until measured. Any thread. */
+double rm_ring_rate(remora_ring_h r, uint64_t head, uint64_t now_ns);
 
 /* The header's view now: head, claimed and first as readers see them. */
 void rm_ring_snapshot(remora_ring_h r, rm_ring_shape_t *shape);
