@@ -85,6 +85,14 @@ static void fail_unlink(rm_peer_t *peer)
     }
 }
 
+/* on_error after the progress pass (rm_peer_failures_run), lock held. */
+static void fail_after_pass(rm_peer_t *peer, remora_status_t status)
+{
+    peer->fail_status = status;
+    rm_list_push_back(&peer->ctx->failing, &peer->fail_link);
+    rm_engine_kick(peer->ctx);
+}
+
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     rm_peer_t *peer = arg;
@@ -101,12 +109,19 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
          * on_error frees (a ring's waits, a connection's pushes). Two
          * server crashes came from that (docs/security.md section 4); the
          * peer now goes after the progress pass. */
-        peer->fail_status = rm_status_from_ucs(status);
-        rm_list_push_back(&peer->ctx->failing, &peer->fail_link);
-        rm_engine_kick(peer->ctx);
+        fail_after_pass(peer, rm_status_from_ucs(status));
         return;
     }
     peer->ops->on_error(peer, rm_status_from_ucs(status));
+}
+
+void rm_peer_fail(rm_peer_t *peer, remora_status_t status)
+{
+    if (peer->failed)
+        return;
+    peer->failed = 1;
+    rm_engine_peer_remove(peer->ctx, peer);
+    fail_after_pass(peer, status);
 }
 
 unsigned rm_peer_failures_run(remora_context_h ctx)

@@ -42,6 +42,7 @@
 #include "engine/seal.h"
 #include "remote/signals.h"
 #include "remote/sock.h"
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -211,12 +212,30 @@ static void conn_on_closed(rm_peer_t *peer)
     conn_free_if_idle(c);
 }
 
-/* Sends do not hold the connection: UCX may call back for a send to a dead
+/*
+ * Sends do not hold the connection: UCX may call back for a send to a dead
  * peer long after the connection is gone (seconds, in UCX 1.13), and a
- * server must not wait for that to free it. */
+ * server must not wait for that to free it.
+ * A message that cannot go out on a live connection (memory ran out) is an
+ * answer its client waits for, a ring subscriber forever: the connection
+ * goes instead, and the client hears DISCONNECTED at once.
+ */
 remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp)
 {
-    return rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
+    remora_status_t st;
+
+    if (rm_fault_send_take(hdr->type)) {
+        free(sp->body_free);
+        st = REMORA_ERR_NO_MEMORY;
+    } else {
+        st = rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
+    }
+    if (st != REMORA_OK && !c->peer.failed) {
+        rm_warn("a %s to %s could not be sent (%s): closing the connection",
+                rm_msg_type_name(hdr->type), c->peer_host, remora_status_string(st));
+        rm_peer_fail(&c->peer, st);
+    }
+    return st;
 }
 
 void rm_conn_hold(rm_conn_t *c) { c->inflight++; }

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Fault injection for tests that link remora_internal: error paths that real
+ * failures reach only under memory exhaustion, made reachable on demand.
+ *
+ * Design notes
+ * - Off unless a test arms it: a disarmed check is one relaxed atomic load.
+ * - Process-wide and any thread: a test arms a fault, then drives the code
+ *   that takes it (the server's progress thread, typically).
+ */
+#ifndef RM_UTIL_FAULT_H
+#define RM_UTIL_FAULT_H
+
+/* The next `count` server sends of message type `type` (RM_MSG_*) fail as
+ * if memory ran out; count 0 disarms. */
+void rm_fault_send_arm(unsigned type, unsigned count);
+
+/* Whether a server send of this type is to fail now (and count it taken). */
+int rm_fault_send_take(unsigned type);
+
+#endif
