@@ -43,6 +43,7 @@ enum {
     CLI_OPT_MODE,
     CLI_OPT_COUNT,
     CLI_OPT_SECONDS,
+    CLI_OPT_WARMUP,
     CLI_OPT_VERIFY,
     CLI_OPT_JSON,
     CLI_OPT_PROGRESS,
@@ -486,6 +487,7 @@ typedef struct cli_stream_read_opts {
     remora_sub_mode_t mode;
     uint64_t          count;   /* 0: no limit */
     double            seconds; /* 0: no limit */
+    double            warmup;  /* latency statistics leave out the first seconds */
     bool              verify, json, progress;
     int               gpu;     /* land elements in memory of this GPU; -1: zero-copy host */
 } cli_stream_read_opts_t;
@@ -549,6 +551,12 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
         o->seconds = strtod(arg, &end);
         if (errno || *end || !(o->seconds > 0) || o->seconds > 1e7)
             return cli_usage_error(cmd, "bad --seconds '%s'", arg);
+        return CLI_CONTINUE;
+    case CLI_OPT_WARMUP:
+        errno = 0;
+        o->warmup = strtod(arg, &end);
+        if (errno || *end || !(o->warmup >= 0) || o->warmup > 1e7)
+            return cli_usage_error(cmd, "bad --warmup '%s'", arg);
         return CLI_CONTINUE;
     case CLI_OPT_VERIFY:
         o->verify = true;
@@ -630,7 +638,8 @@ static void cli_stream_account(cli_stream_stats_t *st, const cli_stream_read_opt
     st->seq_last = info->seq;
     st->bytes += info->size;
     st->drops = info->drops;
-    if (ts) {
+    /* --warmup: what many readers starting at once cost is not the stream's. */
+    if (ts && (o->warmup == 0 || cli_now() - st->start >= o->warmup)) {
         double lat = (double)cli_realtime_ns() - (double)ts;
         cli_hist_add(&st->lat, lat);
         cli_hist_add(&st->win, lat);
@@ -827,6 +836,7 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
         {"mode", required_argument, NULL, CLI_OPT_MODE},
         {"count", required_argument, NULL, CLI_OPT_COUNT},
         {"seconds", required_argument, NULL, CLI_OPT_SECONDS},
+        {"warmup", required_argument, NULL, CLI_OPT_WARMUP},
         {"verify", no_argument, NULL, CLI_OPT_VERIFY},
         {"json", no_argument, NULL, CLI_OPT_JSON},
         {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
@@ -1001,6 +1011,8 @@ static const cli_command_t cli_stream_read_cmd = {
         "  --mode every|latest every element in order (gaps are drops), or the newest\n"
         "  --count N           stop after N elements\n"
         "  --seconds T         stop after T seconds\n"
+        "  --warmup S          latency statistics leave out the first S seconds (many\n"
+        "                      readers starting at once); elements still count\n"
         "  --verify            check every frame's sequence number and checksum\n"
         "  --json              print the summary as JSON\n"
         "  --progress          a progress line every second even when stderr is not a\n"

@@ -81,6 +81,10 @@ static void test_malformed_address(void **state)
     it_cli_run(&r, IT_CLI_TIMEOUT_MS, "read", g_ro.addr, NULL);
     assert_one_error_line(&r, 2, "missing region name");
     it_run_free(&r);
+    /* Option values too: a negative warm-up is a usage error. */
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", t, "--warmup", "-1", NULL);
+    assert_one_error_line(&r, 2, "bad --warmup");
+    it_run_free(&r);
 }
 
 /* A port nothing listens on: exit 1, "connection refused", quickly. */

@@ -92,7 +92,7 @@ _remora()
                     opts="--listen --ring --rate --source --token-file --encrypt --gpu --json
                           --help -h" ;;
                 read)
-                    opts="--mode --count --seconds --verify --progress --gpu --no-reconnect
+                    opts="--mode --count --seconds --warmup --verify --progress --gpu --no-reconnect
                           --reconnect-for $_remora_client_opts" ;;
                 clone)
                     opts="$_remora_client_opts"
