@@ -158,6 +158,11 @@ int cli_parse_args(const cli_command_t *cmd, int argc, char **argv, const cli_pa
 int cli_opt_number(const cli_command_t *cmd, const char *name, const char *arg, uint64_t min,
                    uint64_t max, uint64_t *out);
 
+/** Parse a duration in seconds for option `name`: finite, above 0 (or 0
+ *  itself with allow_zero), at most 1e7. */
+int cli_opt_seconds(const cli_command_t *cmd, const char *name, const char *arg, bool allow_zero,
+                    double *out);
+
 /** Parse --gpu N (a CUDA device ordinal, 0..1023) into *gpu. */
 int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu);
 /** Parse --lanes N (1..8). */

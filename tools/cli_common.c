@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,22 @@ int cli_opt_number(const cli_command_t *cmd, const char *name, const char *arg, 
         return cli_usage_error(cmd, "%s %s is out of range (%llu to %llu)", name, arg,
                                (unsigned long long)min, (unsigned long long)max);
     }
+    *out = v;
+    return CLI_CONTINUE;
+}
+
+int cli_opt_seconds(const cli_command_t *cmd, const char *name, const char *arg, bool allow_zero,
+                    double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(arg, &end);
+    if (end == arg || *end != '\0' || errno || !isfinite(v) || v < 0 || (v == 0 && !allow_zero) ||
+        v > 1e7)
+        return cli_usage_error(cmd, "bad %s '%s': expected a duration in seconds, e.g. 0.5",
+                               name, arg);
     *out = v;
     return CLI_CONTINUE;
 }

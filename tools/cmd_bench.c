@@ -118,19 +118,6 @@ static int cli_parse_sizes(const cli_command_t *cmd, const char *arg, cli_bench_
     }
 }
 
-static int cli_parse_seconds(const cli_command_t *cmd, const char *arg, double *out)
-{
-    char *end;
-    double v = strtod(arg, &end);
-
-    if (end == arg || *end != '\0' || !isfinite(v) || v <= 0 || v > 1e6) {
-        return cli_usage_error(cmd, "bad --seconds '%s': expected a duration in seconds, "
-                               "e.g. 0.5", arg);
-    }
-    *out = v;
-    return CLI_CONTINUE;
-}
-
 static int cli_bench_option(const cli_command_t *cmd, int opt, const char *arg, void *opts)
 {
     cli_bench_opts_t *o = opts;
@@ -149,7 +136,7 @@ static int cli_bench_option(const cli_command_t *cmd, int opt, const char *arg, 
     case CLI_OPT_ITERS:
         return cli_opt_number(cmd, "--iters", arg, 1, UINT32_MAX, &o->iters);
     case CLI_OPT_SECONDS:
-        return cli_parse_seconds(cmd, arg, &o->seconds);
+        return cli_opt_seconds(cmd, "--seconds", arg, false, &o->seconds);
     case CLI_OPT_WORK: {
         uint64_t us;
         int rc = cli_opt_number(cmd, "--work-us", arg, 0, 10000000, &us);

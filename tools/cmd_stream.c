@@ -533,7 +533,6 @@ typedef struct cli_stream_stats {
 static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char *arg, void *opts)
 {
     cli_stream_read_opts_t *o = opts;
-    char *end;
 
     switch (opt) {
     case CLI_OPT_MODE:
@@ -547,17 +546,9 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
     case CLI_OPT_COUNT:
         return cli_opt_number(cmd, "--count", arg, 1, UINT64_MAX, &o->count);
     case CLI_OPT_SECONDS:
-        errno = 0;
-        o->seconds = strtod(arg, &end);
-        if (errno || *end || !(o->seconds > 0) || o->seconds > 1e7)
-            return cli_usage_error(cmd, "bad --seconds '%s'", arg);
-        return CLI_CONTINUE;
+        return cli_opt_seconds(cmd, "--seconds", arg, false, &o->seconds);
     case CLI_OPT_WARMUP:
-        errno = 0;
-        o->warmup = strtod(arg, &end);
-        if (errno || *end || !(o->warmup >= 0) || o->warmup > 1e7)
-            return cli_usage_error(cmd, "bad --warmup '%s'", arg);
-        return CLI_CONTINUE;
+        return cli_opt_seconds(cmd, "--warmup", arg, true, &o->warmup);
     case CLI_OPT_VERIFY:
         o->verify = true;
         return CLI_CONTINUE;
