@@ -673,7 +673,7 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t header_length,
 
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
         peer = peer_find(ctx, param->reply_ep);
-    if (peer == NULL || peer->failed) {
+    if (peer == NULL || rm_peer_failing(peer)) {
         rm_debug("message from an unknown or closed endpoint dropped");
         return UCS_OK;
     }

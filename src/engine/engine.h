@@ -292,8 +292,10 @@ unsigned rm_peer_failures_run(remora_context_h ctx);
 /* Fail a peer for a reason of ours (a reply that could not be sent, which
  * its sender would otherwise wait for forever): no send goes out from now
  * on, and on_error(status) comes after the progress pass, as above. Lock
- * held; a peer that failed already is left as it is. */
+ * held; a peer failing already is left as it is. */
 void rm_peer_fail(rm_peer_t *peer, remora_status_t status);
+/* Whether the peer failed or is about to (sends fail at once). Lock held. */
+int  rm_peer_failing(const rm_peer_t *peer);
 /* Unregister and close the ep (forcefully: pending operations are canceled). */
 void rm_peer_close(rm_peer_t *peer);
 /*

@@ -88,6 +88,8 @@ static void fail_unlink(rm_peer_t *peer)
 /* on_error after the progress pass (rm_peer_failures_run), lock held. */
 static void fail_after_pass(rm_peer_t *peer, remora_status_t status)
 {
+    if (peer->fail_link.next != NULL)
+        return; /* listed already (rm_peer_fail, then its endpoint failed): one on_error */
     peer->fail_status = status;
     rm_list_push_back(&peer->ctx->failing, &peer->fail_link);
     rm_engine_kick(peer->ctx);
@@ -115,13 +117,17 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     peer->ops->on_error(peer, rm_status_from_ucs(status));
 }
 
+int rm_peer_failing(const rm_peer_t *peer)
+{
+    return peer->failed || peer->fail_link.next != NULL;
+}
+
+/* The endpoint itself is sound: not marked failed, so that its owner's
+ * close lets the sends in flight through first (rm_peer_close_linger). */
 void rm_peer_fail(rm_peer_t *peer, remora_status_t status)
 {
-    if (peer->failed)
-        return;
-    peer->failed = 1;
-    rm_engine_peer_remove(peer->ctx, peer);
-    fail_after_pass(peer, status);
+    if (!rm_peer_failing(peer))
+        fail_after_pass(peer, status);
 }
 
 unsigned rm_peer_failures_run(remora_context_h ctx)
@@ -477,7 +483,7 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
     size_t hlen;
     ucs_status_ptr_t req;
 
-    if (peer->failed || peer->ep == NULL) {
+    if (rm_peer_failing(peer) || peer->ep == NULL) {
         free(sp->body_free);
         return REMORA_ERR_DISCONNECTED;
     }

@@ -230,7 +230,7 @@ remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t
     } else {
         st = rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
     }
-    if (st != REMORA_OK && !c->peer.failed) {
+    if (st != REMORA_OK && !rm_peer_failing(&c->peer)) {
         rm_warn("a %s to %s could not be sent (%s): closing the connection",
                 rm_msg_type_name(hdr->type), c->peer_host, remora_status_string(st));
         rm_peer_fail(&c->peer, st);
