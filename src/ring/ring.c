@@ -177,10 +177,13 @@ void remora_ring_destroy(remora_ring_h r)
 double rm_ring_rate(remora_ring_h r, uint64_t head, uint64_t now_ns)
 {
     pthread_mutex_lock(&r->rate_lock);
-    if (r->rate_ns == 0 || head < r->rate_head) {
+    /* Callers sample head and clock before the lock: a sample older than
+     * the last taken (another worker got here first) says nothing new. */
+    if (r->rate_ns == 0) {
         r->rate_ns   = now_ns;
         r->rate_head = head;
-    } else if (now_ns - r->rate_ns >= 2000000u) {
+    } else if (now_ns > r->rate_ns && head >= r->rate_head &&
+               now_ns - r->rate_ns >= 2000000u) {
         double inst = (double)(head - r->rate_head) * 1e9 / (double)(now_ns - r->rate_ns);
         r->rate_eps  = r->rate_eps > 0 ? 0.7 * r->rate_eps + 0.3 * inst : inst;
         r->rate_ns   = now_ns;

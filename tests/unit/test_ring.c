@@ -1353,6 +1353,27 @@ static void test_frame_payload_src(void **state)
     free(g);
 }
 
+/* The producer's rate as pushes on several workers sample it: samples that
+ * reach the lock out of order (an older clock or head than the last taken)
+ * leave the estimate alone instead of dragging it toward zero. */
+static void test_rate_out_of_order(void **state)
+{
+    remora_ring_h r = make_ring(64, 64);
+    const uint64_t ms = 1000000u;
+    (void)state;
+
+    assert_true(rm_ring_rate(r, 0, 10 * ms) == 0); /* first sample: nothing measured */
+    double rate = rm_ring_rate(r, 300, 13 * ms); /* 300 in 3 ms: 100,000/s */
+    assert_true(rate > 99999 && rate < 100001);
+    for (int i = 0; i < 8; i++) { /* stragglers: older clock, older head */
+        assert_true(rm_ring_rate(r, 290, 12 * ms + (uint64_t)i) == rate);
+        assert_true(rm_ring_rate(r, 299, 13 * ms - 1) == rate);
+    }
+    rate = rm_ring_rate(r, 600, 16 * ms); /* the same pace: the estimate holds */
+    assert_true(rate > 99999 && rate < 100001);
+    remora_ring_destroy(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1382,6 +1403,7 @@ int main(void)
         cmocka_unit_test(test_frame_sizes),
         cmocka_unit_test(test_frame_torn_mix),
         cmocka_unit_test(test_frame_payload_src),
+        cmocka_unit_test(test_rate_out_of_order),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
