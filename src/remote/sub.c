@@ -77,7 +77,7 @@ struct remora_sub {
     uint64_t          region_size;
     uint64_t          batch_max;   /* elements per fetch, at most */
     uint64_t          batch;       /* elements per fetch now (adapts, see fetch_more) */
-    uint32_t          region_id;   /* the ring's region, as first seen */
+    uint32_t          region_id;   /* the ring's region (at subscribe, or re-attach to a new instance) */
     uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
     int               use_push;    /* larger ones too, as whole slots (RM_RING_BULK) */
@@ -573,6 +573,7 @@ static int batch_take(remora_sub_h sub, const void **elem_p, remora_elem_info_t 
 
 static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t *size_p,
                                    rm_ring_shape_t *shape);
+static remora_status_t ring_region_id(remora_client_h c, const char *name, uint32_t *id);
 
 /* Whether the client's connection is another than the one we are attached on. */
 static int sub_stale(remora_sub_h sub)
@@ -625,7 +626,9 @@ static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
     if (instance != sub->instance) {
         sub->next       = 0; /* a new ring: its numbering starts again */
         sub->known_head = shape.head;
-        sub->region_id  = 0; /* and its server's region ids: learnt on the next wait */
+        /* And its server's region ids: the ring's, or learnt on the next wait. */
+        if (ring_region_id(c, sub->name, &sub->region_id) != REMORA_OK)
+            sub->region_id = 0;
     } else if (shape.head > sub->known_head) {
         sub->known_head = shape.head;
     }
@@ -831,6 +834,19 @@ static void *sub_thread(void *arg)
 
 /* ------------------------------------------------------------ lifetime */
 
+/* The id of the region the name stands for now, as this client sees it. */
+static remora_status_t ring_region_id(remora_client_h c, const char *name, uint32_t *id)
+{
+    rm_rregion_t *r;
+    remora_status_t st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r);
+
+    if (st != REMORA_OK)
+        return st; /* lock held only on success */
+    *id = r->id;
+    rm_engine_unlock(c->ctx);
+    return REMORA_OK;
+}
+
 /* The ring behind name: its region size and checked header. */
 static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t *size_p,
                                    rm_ring_shape_t *shape)
@@ -931,7 +947,10 @@ remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
     sub->gen      = c->conn_gen;
     sub->instance = c->server_instance;
     rm_engine_unlock(c->ctx);
-    if ((st = ring_header(c, name, &sub->region_size, &sub->shape)) != REMORA_OK ||
+    /* The region first: a ring that replaces this one under the name from
+     * here on is not followed (the id is checked by every wait and fetch). */
+    if ((st = ring_region_id(c, name, &sub->region_id)) != REMORA_OK ||
+        (st = ring_header(c, name, &sub->region_size, &sub->shape)) != REMORA_OK ||
         (st = sub_apply_params(sub, params)) != REMORA_OK)
         goto err;
     sub_choose_push(sub);

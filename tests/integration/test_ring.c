@@ -678,6 +678,21 @@ static void test_replaced_ring_not_followed(void **state)
     local_ring_close(&l);
 }
 
+/* Whether a server counter reaches [lo, hi] within ms. */
+static bool server_stat_reaches(remora_server_h s, uint64_t field, uint64_t lo, uint64_t hi,
+                                unsigned ms)
+{
+    for (unsigned t = 0; t <= ms; t += 10) {
+        remora_server_stats_t st = {.field_mask = field};
+        it_assert_ok(remora_server_stats(s, &st));
+        uint64_t v = field == REMORA_SERVER_STATS_FIELD_CONNS ? st.conns : st.ring_subscribers;
+        if (v >= lo && v <= hi)
+            return true;
+        it_sleep_ms(10);
+    }
+    return false;
+}
+
 /* A ring replaced under its name while a subscriber's connection was down:
  * the subscriber reconnects to the same server instance and says NOT_FOUND,
  * as it would have connected, instead of taking the new ring's elements as
@@ -701,11 +716,15 @@ static void test_replaced_ring_while_reconnecting(void **state)
     snprintf(target, sizeof(target), "%s/r", l.addr);
     assert_int_equal(it_cli_spawn(&p, fast_env, "stream", "read", target, "--verify",
                                   "--seconds", "10", NULL), 0);
-    it_sleep_ms(700); /* subscribed: it follows from the head */
+    /* Subscribed (a wait armed): it follows from the head. */
+    assert_true(server_stat_reaches(l.server, REMORA_SERVER_STATS_FIELD_RING_SUBSCRIBERS, 1, 1,
+                                    5000));
     produce_n(l.prod.ring, 50);
     it_sleep_ms(300);
     assert_true(it_stop_process(p.pid, 5000));
-    it_sleep_ms(1500); /* the server takes it for dead and closes its connection */
+    /* The server takes it for dead and closes its connection; only then does
+     * the ring go (NOT_FOUND on the old connection would prove nothing). */
+    assert_true(server_stat_reaches(l.server, REMORA_SERVER_STATS_FIELD_CONNS, 0, 0, 5000));
     remora_ring_destroy(l.prod.ring);
     it_assert_ok(remora_ring_create(l.ctx, &rp, &l.prod.ring));
     it_assert_ok(remora_server_expose_ring(l.server, "r", l.prod.ring));
@@ -716,6 +735,7 @@ static void test_replaced_ring_while_reconnecting(void **state)
     print_message("reader exit %d %.0f ms after SIGCONT: %s", r.status, it_now_ms() - t0,
                   r.err);
     assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "reconnected (the same server instance)"));
     assert_non_null(strstr(r.err, "not found"));
     assert_true(it_now_ms() - t0 < 8000); /* well before its --seconds */
     it_run_free(&r);
