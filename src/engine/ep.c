@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/seal.h"
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -487,7 +488,7 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         free(sp->body_free);
         return REMORA_ERR_DISCONNECTED;
     }
-    s = malloc(sizeof(*s));
+    s = rm_fault_send_take(hdr->type) ? NULL : malloc(sizeof(*s));
     if (s == NULL) {
         free(sp->body_free);
         return REMORA_ERR_NO_MEMORY;

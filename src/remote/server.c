@@ -42,7 +42,6 @@
 #include "engine/seal.h"
 #include "remote/signals.h"
 #include "remote/sock.h"
-#include "util/fault.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -216,21 +215,28 @@ static void conn_on_closed(rm_peer_t *peer)
  * Sends do not hold the connection: UCX may call back for a send to a dead
  * peer long after the connection is gone (seconds, in UCX 1.13), and a
  * server must not wait for that to free it.
- * A message that cannot go out on a live connection (memory ran out) is an
- * answer its client waits for, a ring subscriber forever: the connection
- * goes instead, and the client hears DISCONNECTED at once.
+ * A message that cannot go out on a live connection (memory ran out for
+ * its body, say) is an answer its client waits for, a ring subscriber
+ * forever. A reply is then answered with the error instead; if even that
+ * cannot go, or the message answered nothing (an event), the connection
+ * goes, and the client hears DISCONNECTED at once.
  */
 remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t *sp)
 {
-    remora_status_t st;
+    remora_status_t st = rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
 
-    if (rm_fault_send_take(hdr->type)) {
-        free(sp->body_free);
-        st = REMORA_ERR_NO_MEMORY;
-    } else {
-        st = rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, hdr, sp);
+    if (st == REMORA_OK || rm_peer_failing(&c->peer))
+        return st;
+    if (hdr->req_id != 0 && hdr->status == REMORA_OK) {
+        rm_hdr_t e = {.type = hdr->type, .req_id = hdr->req_id, .status = st};
+        rm_send_params_t ep = {0};
+        if (rm_peer_send(&c->peer, RM_AM_ID_TO_CLIENT, &e, &ep) == REMORA_OK) {
+            rm_info("a %s to %s could not be sent (%s): answered with the error",
+                    rm_msg_type_name(hdr->type), c->peer_host, remora_status_string(st));
+            return st;
+        }
     }
-    if (st != REMORA_OK && !rm_peer_failing(&c->peer)) {
+    if (!rm_peer_failing(&c->peer)) {
         rm_warn("a %s to %s could not be sent (%s): closing the connection",
                 rm_msg_type_name(hdr->type), c->peer_host, remora_status_string(st));
         rm_peer_fail(&c->peer, st);

@@ -11,11 +11,11 @@
 #ifndef RM_UTIL_FAULT_H
 #define RM_UTIL_FAULT_H
 
-/* The next `count` server sends of message type `type` (RM_MSG_*) fail as
- * if memory ran out; count 0 disarms. */
+/* The next `count` sends of message type `type` (RM_MSG_*, by any peer of
+ * the process) fail as if memory ran out; count 0 disarms. */
 void rm_fault_send_arm(unsigned type, unsigned count);
 
-/* Whether a server send of this type is to fail now (and count it taken). */
+/* Whether a send of this type is to fail now (and count it taken). */
 int rm_fault_send_take(unsigned type);
 
 #endif

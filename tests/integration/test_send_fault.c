@@ -2,10 +2,11 @@
 /*
  * A server message that cannot be sent (memory ran out: src/util/fault.h
  * makes it happen on demand) on a live connection. The client must hear of
- * it at once, as DISCONNECTED, not wait for an answer that never comes: a
- * ring subscriber would wait forever (its waits have no timeout), a read
- * for its whole timeout. Other clients of the server go on. In process,
- * real UCX over loopback.
+ * it at once, not wait for an answer that never comes: a ring subscriber
+ * would wait forever (its waits have no timeout), a read for its whole
+ * timeout. The server answers with the error instead; where even that
+ * cannot be sent, the connection goes (DISCONNECTED). Other clients of the
+ * server go on. In process, real UCX over loopback.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -89,14 +90,31 @@ static void bystander_reads(it_client_t *b)
         assert_int_equal(buf[i], 0x5a);
 }
 
-/* The answer to a subscriber's wait is lost: DISCONNECTED, promptly. */
+/* Waits for the subscription's next status other than TIMED_OUT (an OK
+ * first: the element may have come with the answer to a wait armed ahead). */
+static remora_status_t sub_next_status(remora_sub_h sub, double t0, int skip_ok)
+{
+    uint8_t elem[256];
+    remora_status_t st;
+
+    do {
+        st = remora_sub_next(sub, elem, sizeof(elem), NULL, 200);
+    } while ((st == REMORA_ERR_TIMED_OUT || (skip_ok && st == REMORA_OK)) &&
+             it_now_ms() - t0 < 3 * PROMPT_MS);
+    return st;
+}
+
+/*
+ * The answer to a subscriber's wait cannot be sent: the server answers the
+ * wait with the error instead, at once, and the subscription goes on. If
+ * even that cannot be sent, the connection goes: DISCONNECTED, at once.
+ */
 static void test_lost_ring_answer(void **state)
 {
     world_t w;
     it_client_t c, b;
     remora_sub_h sub;
     uint8_t elem[256];
-    remora_status_t st;
     (void)state;
 
     world_open(&w);
@@ -105,20 +123,24 @@ static void test_lost_ring_answer(void **state)
     it_assert_ok(remora_client_subscribe(c.client, "r", NULL, &sub));
     commit_one(w.ring);
     it_assert_ok(remora_sub_next(sub, elem, sizeof(elem), NULL, 5000));
-    rm_fault_send_arm(RM_MSG_RING_NOTIFY, 1);
+
+    rm_fault_send_arm(RM_MSG_RING_NOTIFY, 1); /* the answer; its error reply goes */
     commit_one(w.ring);
     double t0 = it_now_ms();
-    while ((st = remora_sub_next(sub, elem, sizeof(elem), NULL, 200)) == REMORA_ERR_TIMED_OUT &&
-           it_now_ms() - t0 < 3 * PROMPT_MS)
-        ;
-    double took = it_now_ms() - t0;
-    print_message("lost ring answer: %s after %.0f ms\n", remora_status_string(st), took);
-    /* The element may have come with the answer to the wait armed ahead:
-     * the next call then sees the connection gone. */
-    if (st == REMORA_OK)
-        while ((st = remora_sub_next(sub, elem, sizeof(elem), NULL, 200)) == REMORA_ERR_TIMED_OUT &&
-               it_now_ms() - t0 < 3 * PROMPT_MS)
-            ;
+    remora_status_t st = sub_next_status(sub, t0, 1);
+    print_message("ring answer lost: %s after %.0f ms\n", remora_status_string(st),
+                  it_now_ms() - t0);
+    it_assert_status(st, REMORA_ERR_NO_MEMORY);
+    assert_true(it_now_ms() - t0 < PROMPT_MS);
+    commit_one(w.ring); /* and it goes on */
+    it_assert_ok(remora_sub_next(sub, elem, sizeof(elem), NULL, 5000));
+
+    rm_fault_send_arm(RM_MSG_RING_NOTIFY, 2); /* the answer and its error reply */
+    commit_one(w.ring);
+    t0 = it_now_ms();
+    st = sub_next_status(sub, t0, 1);
+    print_message("ring answer and error reply lost: %s after %.0f ms\n",
+                  remora_status_string(st), it_now_ms() - t0);
     it_assert_status(st, REMORA_ERR_DISCONNECTED);
     assert_true(it_now_ms() - t0 < PROMPT_MS);
     bystander_reads(&b);
@@ -128,7 +150,8 @@ static void test_lost_ring_answer(void **state)
     world_close(&w);
 }
 
-/* A read's reply is lost: DISCONNECTED, not a wait for the whole timeout. */
+/* A read's reply cannot be sent: the error comes back instead, at once; if
+ * that cannot be sent either, DISCONNECTED, not a wait for the whole timeout. */
 static void test_lost_read_reply(void **state)
 {
     world_t w;
@@ -143,8 +166,17 @@ static void test_lost_read_reply(void **state)
     rm_fault_send_arm(RM_MSG_READ_REPLY, 1);
     double t0 = it_now_ms();
     remora_status_t st = remora_client_read(c.client, "m", 0, buf, sizeof(buf));
+    print_message("read reply lost: %s after %.0f ms\n", remora_status_string(st),
+                  it_now_ms() - t0);
+    it_assert_status(st, REMORA_ERR_NO_MEMORY);
+    it_assert_ok(remora_client_read(c.client, "m", 0, buf, sizeof(buf))); /* still connected */
+
+    rm_fault_send_arm(RM_MSG_READ_REPLY, 2);
+    t0 = it_now_ms();
+    st = remora_client_read(c.client, "m", 0, buf, sizeof(buf));
     double took = it_now_ms() - t0;
-    print_message("lost read reply: %s after %.0f ms\n", remora_status_string(st), took);
+    print_message("read reply and error reply lost: %s after %.0f ms\n",
+                  remora_status_string(st), took);
     it_assert_status(st, REMORA_ERR_DISCONNECTED);
     assert_true(took < PROMPT_MS);
     bystander_reads(&b);
@@ -157,11 +189,63 @@ static void test_lost_read_reply(void **state)
     world_close(&w);
 }
 
+/*
+ * A socket's CREDITs cannot be sent by the reader (here the server's side):
+ * each one lost shrinks the writer's window for good, and four lose all of
+ * it (a credit hands back a quarter); the writer would stall until its
+ * timeout. The connection goes at the first instead: the writer's send
+ * fails at once.
+ */
+static void test_lost_sock_credit(void **state)
+{
+    enum { CHUNK = 256 << 10 };
+    world_t w;
+    it_client_t c;
+    remora_sock_listener_h l;
+    remora_sock_h cs, ss;
+    static uint8_t buf[CHUNK];
+    int64_t n = 0;
+    uint64_t got = 0;
+    (void)state;
+
+    world_open(&w);
+    client_open(&c, &w);
+    it_assert_ok(remora_sock_listen(w.server, "f", &l));
+    it_assert_ok(remora_sock_connect(c.client, "f", 5000, &cs));
+    it_assert_ok(remora_sock_accept(l, 5000, &ss));
+    rm_fault_send_arm(RM_MSG_SOCK_CREDIT, 4);
+    /* More than the window: the writer needs the reader's credit to finish.
+     * One thread plays both, so the writer waits 20 ms at a time (a full
+     * window is not a failure) and the reader reads in between. */
+    double t0 = it_now_ms();
+    for (uint64_t sent = 0; sent < 3ull * REMORA_SOCK_WINDOW && it_now_ms() - t0 < 3 * PROMPT_MS;) {
+        n = remora_sock_send(cs, buf, CHUNK, 20);
+        if (n < 0 && n != REMORA_ERR_TIMED_OUT)
+            break;
+        sent += n > 0 ? (uint64_t)n : 0;
+        int64_t r;
+        while ((r = remora_sock_recv(ss, buf, CHUNK, 20)) > 0)
+            got += (uint64_t)r;
+    }
+    double took = it_now_ms() - t0;
+    print_message("credit lost: send %s after %.0f ms, %llu bytes read\n",
+                  n >= 0 ? "ok" : remora_status_string((remora_status_t)n), took,
+                  (unsigned long long)got);
+    it_assert_status((remora_status_t)n, REMORA_ERR_DISCONNECTED);
+    assert_true(took < PROMPT_MS);
+    remora_sock_close(ss);
+    remora_sock_close(cs);
+    remora_sock_listener_destroy(l);
+    it_client_close(&c);
+    world_close(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lost_ring_answer),
         cmocka_unit_test(test_lost_read_reply),
+        cmocka_unit_test(test_lost_sock_credit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
