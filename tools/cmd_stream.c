@@ -847,6 +847,9 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
 
     if ((rc = cli_parse_args(cmd, argc, argv, &parser, &target)) != CLI_CONTINUE)
         return rc;
+    if (o.warmup > 0 && o.seconds > 0 && o.warmup >= o.seconds)
+        return cli_usage_error(cmd, "--warmup %g leaves nothing of --seconds %g to measure",
+                               o.warmup, o.seconds);
     memset(&st, 0, sizeof(st));
     if ((rc = cli_session_open(&s, cmd, target, true, &o.client)) != 0)
         return rc;

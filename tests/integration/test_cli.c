@@ -85,6 +85,9 @@ static void test_malformed_address(void **state)
     it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", t, "--warmup", "-1", NULL);
     assert_one_error_line(&r, 2, "bad --warmup");
     it_run_free(&r);
+    it_cli_run(&r, IT_CLI_TIMEOUT_MS, "stream", "read", t, "--warmup", "3", "--seconds", "2", NULL);
+    assert_one_error_line(&r, 2, "leaves nothing");
+    it_run_free(&r);
 }
 
 /* A port nothing listens on: exit 1, "connection refused", quickly. */
