@@ -23,12 +23,14 @@
 #include "engine/seal.h"
 #include "mem/cuda.h"
 #include "util/fields.h"
+#include "util/env.h"
 #include "util/log.h"
 #include "util/time.h"
 
 #define RM_DEFAULT_SPIN_US   50
 #define RM_DEFAULT_HEARTBEAT_MS    500
 #define RM_DEFAULT_PEER_TIMEOUT_MS 2000
+#define RM_ENV_MS_MAX              3600000u /* an hour, in ms (or µs for REMORA_SPIN_US) */
 #define RM_DRIVER_IDLE_NS    2000000ull /* a driver that saw nothing for 2 ms steps back */
 #define RM_STAND_ASIDE_NS    1000000ull /* how often a standing-aside progress thread looks again */
 #define RM_STAND_ASIDE_ASLEEP_NS 10000000ull /* the same while the driver sleeps on the worker */
@@ -983,22 +985,6 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     return REMORA_OK;
 }
 
-static unsigned env_unsigned(const char *name, unsigned dflt)
-{
-    const char *v = getenv(name);
-    char *end;
-    unsigned long n;
-
-    if (v == NULL)
-        return dflt;
-    n = strtoul(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || n > 3600000u) {
-        rm_warn("%s=%s is not a number of ms up to 3600000; using %u", name, v, dflt);
-        return dflt;
-    }
-    return (unsigned)n;
-}
-
 static int rma_from_env(void)
 {
     const char *v = getenv("REMORA_RMA");
@@ -1019,11 +1005,12 @@ static remora_status_t context_apply_params(remora_context_h ctx,
                                             const remora_context_params_t *p)
 {
     uint64_t fm   = p ? p->field_mask : 0;
-    unsigned hb   = env_unsigned("REMORA_HEARTBEAT_MS", RM_DEFAULT_HEARTBEAT_MS);
-    unsigned dead = env_unsigned("REMORA_PEER_TIMEOUT_MS", RM_DEFAULT_PEER_TIMEOUT_MS);
+    unsigned hb   = (unsigned)rm_env_u64("REMORA_HEARTBEAT_MS", RM_DEFAULT_HEARTBEAT_MS, 0, RM_ENV_MS_MAX);
+    unsigned dead = (unsigned)rm_env_u64("REMORA_PEER_TIMEOUT_MS", RM_DEFAULT_PEER_TIMEOUT_MS, 0,
+                                         RM_ENV_MS_MAX);
 
-    ctx->spin_us   = env_unsigned("REMORA_SPIN_US", RM_DEFAULT_SPIN_US);
-    ctx->spin_load = env_unsigned("REMORA_SPIN_LOAD", 1) != 0;
+    ctx->spin_us   = (unsigned)rm_env_u64("REMORA_SPIN_US", RM_DEFAULT_SPIN_US, 0, RM_ENV_MS_MAX);
+    ctx->spin_load = rm_env_u64("REMORA_SPIN_LOAD", 1, 0, 1) != 0;
     ctx->rma       = rma_from_env();
     if (fm & REMORA_CONTEXT_FIELD_SPIN_US)
         ctx->spin_us = p->spin_us;

@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "util/env.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -857,18 +858,6 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
     return REMORA_OK;
 }
 
-static uint64_t env_u64(const char *name, uint64_t dflt)
-{
-    const char *v = getenv(name);
-    char *end;
-    unsigned long long x;
-
-    if (v == NULL || *v == '\0')
-        return dflt;
-    x = strtoull(v, &end, 10);
-    return *end == '\0' ? x : dflt;
-}
-
 remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
                                      const remora_gpunet_params_t *params,
                                      remora_gpunet_h *net_p)
@@ -890,19 +879,20 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
                                                                        : REMORA_DEFAULT_TIMEOUT_MS) *
                      1000000u;
     g->host_queues = (fm & REMORA_GPUNET_FIELD_HOST_QUEUES) ? params->host_queues != 0 : 0;
-    g->spin_ns     = env_u64("REMORA_GPUNET_SPIN_US", 2000) * 1000u;
-    g->direct_min  = env_u64("REMORA_GPUNET_DIRECT_MIN", 64u << 10);
-    g->bounce_min  = env_u64("REMORA_GPUNET_BOUNCE_MIN", GN_BOUNCE_MIN_DEFAULT);
-    g->submit_thread = env_u64("REMORA_GPUNET_SUBMIT_THREAD", 1) != 0;
-    g->copy_lanes    = (unsigned)env_u64("REMORA_GPUNET_COPY_LANES", 2);
+    g->spin_ns     = rm_env_u64("REMORA_GPUNET_SPIN_US", 2000, 0, 10000000u) * 1000u;
+    g->direct_min  = rm_env_u64("REMORA_GPUNET_DIRECT_MIN", 64u << 10, 0, UINT32_MAX);
+    g->bounce_min  = rm_env_u64("REMORA_GPUNET_BOUNCE_MIN", GN_BOUNCE_MIN_DEFAULT, 0, UINT32_MAX);
+    g->submit_thread = rm_env_u64("REMORA_GPUNET_SUBMIT_THREAD", 1, 0, 1) != 0;
+    g->copy_lanes    = (unsigned)rm_env_u64("REMORA_GPUNET_COPY_LANES", 2, 1, RM_COPYQ_LANES_MAX);
     g->hb_ns       = ctx->hb_interval_ns;
     g->dead_ns     = ctx->peer_timeout_ns;
     g->nslots      = GN_SLOTS;
     {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         uint64_t dflt = ncpu >= 4 ? (uint64_t)(ncpu / 2) : 1u;
-        uint64_t nw = env_u64("REMORA_GPUNET_THREADS", dflt > GN_WORKERS_MAX ? GN_WORKERS_MAX : dflt);
-        g->nworkers = nw < 1 ? 1u : nw > GN_WORKERS_MAX ? GN_WORKERS_MAX : (unsigned)nw;
+        g->nworkers = (unsigned)rm_env_u64("REMORA_GPUNET_THREADS",
+                                           dflt > GN_WORKERS_MAX ? GN_WORKERS_MAX : dflt, 1,
+                                           GN_WORKERS_MAX);
     }
     for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
         g->epfd[w] = -1;

@@ -38,6 +38,7 @@
 #include "remote/auth.h"
 #include "remote/client.h"
 #include "remote/sock.h"
+#include "util/env.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -912,22 +913,6 @@ static remora_path_t path_from_env(void)
     return path;
 }
 
-static size_t size_from_env(const char *name, size_t dflt, size_t min, size_t max)
-{
-    const char *v = getenv(name);
-    char *end;
-    unsigned long long n;
-
-    if (v == NULL)
-        return dflt;
-    n = strtoull(v, &end, 10);
-    if (*end != '\0' || n < min || n > max) {
-        rm_warn("%s=%s out of range; using %zu", name, v, dflt);
-        return dflt;
-    }
-    return (size_t)n;
-}
-
 static remora_status_t client_apply_params(remora_client_h c, const remora_client_params_t *p)
 {
     ucp_context_attr_t ua = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
@@ -939,10 +924,10 @@ static remora_status_t client_apply_params(remora_client_h c, const remora_clien
         return REMORA_ERR_NO_MEMORY;
     c->timeout_ms  = REMORA_DEFAULT_TIMEOUT_MS;
     c->forced_path = path_from_env();
-    c->chunk_size  = size_from_env("REMORA_CHUNK_SIZE", RM_DEFAULT_CHUNK, 4096, 1u << 30);
-    c->window      = (unsigned)size_from_env("REMORA_WINDOW", RM_DEFAULT_WINDOW, 1, 64);
-    c->want_lanes  = (unsigned)size_from_env("REMORA_LANES", 1, 1, RM_LANES_MAX);
-    c->rc_enable   = (int)size_from_env("REMORA_RECONNECT", 0, 0, 1);
+    c->chunk_size  = rm_env_u64("REMORA_CHUNK_SIZE", RM_DEFAULT_CHUNK, 4096, 1u << 30);
+    c->window      = (unsigned)rm_env_u64("REMORA_WINDOW", RM_DEFAULT_WINDOW, 1, 64);
+    c->want_lanes  = (unsigned)rm_env_u64("REMORA_LANES", 1, 1, RM_LANES_MAX);
+    c->rc_enable   = (int)rm_env_u64("REMORA_RECONNECT", 0, 0, 1);
     c->rc_min_ms   = RM_RC_MIN_MS;
     c->rc_max_ms   = RM_RC_MAX_MS;
     c->rc_give_up_ms = RM_RC_GIVE_UP_MS;

@@ -42,6 +42,7 @@
 #include "engine/seal.h"
 #include "remote/signals.h"
 #include "remote/sock.h"
+#include "util/env.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -1374,19 +1375,11 @@ static remora_status_t start_lane(remora_server_h s, const remora_server_params_
  * own threads taking the rest of the cores (docs/performance.md). */
 static unsigned default_workers(void)
 {
-    const char *env = getenv("REMORA_WORKERS");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned by_cores = cores <= 4 ? 1u : cores / 2 < RM_LANES_MAX ? (unsigned)(cores / 2)
+                                                                   : RM_LANES_MAX;
 
-    if (env != NULL && *env) {
-        char *end;
-        long n = strtol(env, &end, 10);
-        if (*end == '\0' && n >= 1 && n <= RM_LANES_MAX)
-            return (unsigned)n;
-        rm_warn("REMORA_WORKERS=%s: not 1..%d; choosing by the cores", env, RM_LANES_MAX);
-    }
-    if (cores <= 4)
-        return 1;
-    return cores / 2 < RM_LANES_MAX ? (unsigned)(cores / 2) : RM_LANES_MAX;
+    return (unsigned)rm_env_u64("REMORA_WORKERS", by_cores, 1, RM_LANES_MAX);
 }
 
 static remora_status_t start_lanes(remora_server_h s, const remora_server_params_t *params)

@@ -51,6 +51,7 @@
 #include "mem/cuda.h"
 #include "remote/client.h"
 #include "ring/ring.h"
+#include "util/env.h"
 #include "util/fields.h"
 #include "util/log.h"
 #include "util/time.h"
@@ -898,10 +899,7 @@ static remora_status_t sub_apply_params(remora_sub_h sub, const remora_sub_param
         sub->batch_max = sub->shape.capacity;
     sub->batch = sub->batch_max;
     /* REMORA_RING_INLINE (bytes, 0: never) lets tests force the fetch path. */
-    const char *env = getenv("REMORA_RING_INLINE");
-    sub->inline_max = env ? strtoull(env, NULL, 0) : RM_SUB_INLINE_MAX;
-    if (sub->inline_max > RM_SUB_INLINE_MAX)
-        sub->inline_max = RM_SUB_INLINE_MAX;
+    sub->inline_max = rm_env_u64("REMORA_RING_INLINE", RM_SUB_INLINE_MAX, 0, RM_SUB_INLINE_MAX);
     sub->use_inline = sub->shape.elem_size <= sub->inline_max;
     return REMORA_OK;
 }
