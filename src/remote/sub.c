@@ -78,7 +78,7 @@ struct remora_sub {
     uint64_t          region_size;
     uint64_t          batch_max;   /* elements per fetch, at most */
     uint64_t          batch;       /* elements per fetch now (adapts, see fetch_more) */
-    uint32_t          region_id;   /* the ring's region (at subscribe, or re-attach to a new instance) */
+    uint32_t          region_id;   /* the ring's region (taken at subscribe and re-attach) */
     uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
     int               use_push;    /* larger ones too, as whole slots (RM_RING_BULK) */
@@ -158,8 +158,6 @@ static remora_status_t wait_post(remora_sub_h sub, uint64_t want, rm_op_t **slot
 
     if ((st = rm_client_region_get(c, sub->name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
         return st; /* lock held only on success */
-    if (sub->region_id == 0)
-        sub->region_id = r->id;
     if (c->disconnected) {
         st = c->disc_status;
     } else if (c->conn_gen != sub->gen) {
@@ -413,14 +411,12 @@ static remora_status_t fetch_start(remora_sub_h sub, uint64_t first, uint64_t co
     /* Reads go by name: the name must still be the ring we follow, not
      * another exposed under it since (its elements are not ours). */
     uint32_t id = st == REMORA_OK ? rm_request_region_id(sub->f_req[0]) : 0;
-    if (st == REMORA_OK && sub->region_id != 0 && id != sub->region_id)
+    if (st == REMORA_OK && id != sub->region_id)
         st = REMORA_ERR_NOT_FOUND;
     if (st != REMORA_OK) {
         fetch_cancel(sub);
         return st;
     }
-    if (sub->region_id == 0)
-        sub->region_id = id;
     sub->f_first = first;
     sub->f_count = count;
     sub->stage   = FETCH_DATA;
@@ -573,8 +569,7 @@ static int batch_take(remora_sub_h sub, const void **elem_p, remora_elem_info_t 
 }
 
 static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t *size_p,
-                                   rm_ring_shape_t *shape);
-static remora_status_t ring_region_id(remora_client_h c, const char *name, uint32_t *id);
+                                   rm_ring_shape_t *shape, uint32_t *id_p);
 
 /* Whether the client's connection is another than the one we are attached on. */
 static int sub_stale(remora_sub_h sub)
@@ -599,6 +594,7 @@ static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
     remora_client_h c = sub->client;
     rm_ring_shape_t shape;
     uint64_t size, gen, instance;
+    uint32_t id;
     remora_status_t st;
 
     if ((st = rm_client_await_link(c, deadline, &gen, &instance)) != REMORA_OK)
@@ -610,7 +606,7 @@ static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
      * rings (ms, but a reconnect can land in them): a new instance gets a
      * short grace before NOT_FOUND means the ring is gone. */
     uint64_t grace = rm_deadline_ns(RM_REATTACH_GRACE_MS);
-    while ((st = ring_header(c, sub->name, &size, &shape)) == REMORA_ERR_NOT_FOUND &&
+    while ((st = ring_header(c, sub->name, &size, &shape, &id)) == REMORA_ERR_NOT_FOUND &&
            instance != sub->instance && rm_now_ns() < grace && rm_now_ns() < deadline)
         usleep(20000);
     if (st != REMORA_OK)
@@ -620,16 +616,18 @@ static remora_status_t sub_reattach(remora_sub_h sub, uint64_t deadline)
         rm_info("ring '%s' has another shape after the reconnect", sub->name);
         return REMORA_ERR_NOT_FOUND;
     }
+    /* On the same instance, another region under the name is another ring,
+     * exposed while we were away: NOT_FOUND, as a subscriber that stayed
+     * connected hears. A new instance numbers its regions afresh. */
+    if (instance == sub->instance && id != sub->region_id) {
+        rm_info("ring '%s' was replaced while the connection was down", sub->name);
+        return REMORA_ERR_NOT_FOUND;
+    }
     sub->region_size = size;
-    /* The same instance keeps region_id: a ring exposed under the name while
-     * we were away is another ring, and the next wait or fetch says
-     * NOT_FOUND, as it would have on the old connection. */
+    sub->region_id   = id;
     if (instance != sub->instance) {
         sub->next       = 0; /* a new ring: its numbering starts again */
         sub->known_head = shape.head;
-        /* And its server's region ids: the ring's, or learnt on the next wait. */
-        if (ring_region_id(c, sub->name, &sub->region_id) != REMORA_OK)
-            sub->region_id = 0;
     } else if (shape.head > sub->known_head) {
         sub->known_head = shape.head;
     }
@@ -835,28 +833,24 @@ static void *sub_thread(void *arg)
 
 /* ------------------------------------------------------------ lifetime */
 
-/* The id of the region the name stands for now, as this client sees it. */
-static remora_status_t ring_region_id(remora_client_h c, const char *name, uint32_t *id)
-{
-    rm_rregion_t *r;
-    remora_status_t st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r);
-
-    if (st != REMORA_OK)
-        return st; /* lock held only on success */
-    *id = r->id;
-    rm_engine_unlock(c->ctx);
-    return REMORA_OK;
-}
-
-/* The ring behind name: its region size and checked header. */
+/* The ring behind name: its region size and checked header, and with id_p
+ * the region's id, taken first (a ring exposed under the name after this
+ * is another one: waits and fetches check the id). */
 static remora_status_t ring_header(remora_client_h c, const char *name, uint64_t *size_p,
-                                   rm_ring_shape_t *shape)
+                                   rm_ring_shape_t *shape, uint32_t *id_p)
 {
     remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_SIZE |
                                                REMORA_REGION_INFO_FIELD_KIND};
     uint8_t hdr[RM_RING_HDR_LEN];
+    rm_rregion_t *r;
     remora_status_t st;
 
+    if (id_p != NULL) {
+        if ((st = rm_client_region_get(c, name, rm_deadline_ns(c->timeout_ms), &r)) != REMORA_OK)
+            return st; /* lock held only on success */
+        *id_p = r->id;
+        rm_engine_unlock(c->ctx);
+    }
     if ((st = remora_client_lookup(c, name, &info)) != REMORA_OK)
         return st;
     if (info.kind != REMORA_REGION_RING) {
@@ -945,10 +939,8 @@ remora_status_t remora_client_subscribe(remora_client_h c, const char *name,
     sub->gen      = c->conn_gen;
     sub->instance = c->server_instance;
     rm_engine_unlock(c->ctx);
-    /* The region first: a ring that replaces this one under the name from
-     * here on is not followed (the id is checked by every wait and fetch). */
-    if ((st = ring_region_id(c, name, &sub->region_id)) != REMORA_OK ||
-        (st = ring_header(c, name, &sub->region_size, &sub->shape)) != REMORA_OK ||
+    if ((st = ring_header(c, name, &sub->region_size, &sub->shape, &sub->region_id)) !=
+            REMORA_OK ||
         (st = sub_apply_params(sub, params)) != REMORA_OK)
         goto err;
     sub_choose_push(sub);
@@ -1013,7 +1005,7 @@ remora_status_t remora_client_clone_ring(remora_client_h c, const char *name,
 
     if (c == NULL || ring_p == NULL || !rm_name_valid(name))
         return REMORA_ERR_INVALID_PARAM;
-    if ((st = ring_header(c, name, &size, &shape)) != REMORA_OK)
+    if ((st = ring_header(c, name, &size, &shape, NULL)) != REMORA_OK)
         return st;
     if (size > SIZE_MAX || (image = malloc(size)) == NULL)
         return REMORA_ERR_NO_MEMORY;
