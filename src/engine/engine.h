@@ -289,11 +289,11 @@ remora_status_t rm_peer_attach(rm_peer_t *peer);
  * failure from the send's status, and the peer goes afterwards). Returns
  * how many. Lock held, outside any handler: the progress pass. */
 unsigned rm_peer_failures_run(remora_context_h ctx);
-/* Fail a peer for a reason of ours (a reply that could not be sent, which
- * its sender would otherwise wait for forever): no send goes out from now
- * on, and on_error(status) comes after the progress pass, as above. Lock
- * held; a peer failing already is left as it is. */
-void rm_peer_fail(rm_peer_t *peer, remora_status_t status);
+/* A message of `type` that had to go could not (status): the peer waits for
+ * it (a reply, a socket's credit), so the peer is failed, with a warning. No
+ * send goes out from now on, and on_error(status) comes after the progress
+ * pass, as above. Lock held; a peer failing already is left as it is. */
+void rm_peer_fail_lost(rm_peer_t *peer, unsigned type, remora_status_t status);
 /* Whether the peer failed or is about to (sends fail at once). Lock held. */
 int  rm_peer_failing(const rm_peer_t *peer);
 /* Unregister and close the ep (forcefully: pending operations are canceled). */

@@ -90,7 +90,7 @@ static void fail_unlink(rm_peer_t *peer)
 static void fail_after_pass(rm_peer_t *peer, remora_status_t status)
 {
     if (peer->fail_link.next != NULL)
-        return; /* listed already (rm_peer_fail, then its endpoint failed): one on_error */
+        return; /* listed already (rm_peer_fail_lost, then its endpoint failed): one on_error */
     peer->fail_status = status;
     rm_list_push_back(&peer->ctx->failing, &peer->fail_link);
     rm_engine_kick(peer->ctx);
@@ -125,10 +125,13 @@ int rm_peer_failing(const rm_peer_t *peer)
 
 /* The endpoint itself is sound: not marked failed, so that its owner's
  * close lets the sends in flight through first (rm_peer_close_linger). */
-void rm_peer_fail(rm_peer_t *peer, remora_status_t status)
+void rm_peer_fail_lost(rm_peer_t *peer, unsigned type, remora_status_t status)
 {
-    if (!rm_peer_failing(peer))
-        fail_after_pass(peer, status);
+    if (rm_peer_failing(peer))
+        return;
+    rm_warn("a %s could not be sent (%s): closing the connection", rm_msg_type_name(type),
+            remora_status_string(status));
+    fail_after_pass(peer, status);
 }
 
 unsigned rm_peer_failures_run(remora_context_h ctx)

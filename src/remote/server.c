@@ -237,11 +237,7 @@ remora_status_t rm_conn_send(rm_conn_t *c, const rm_hdr_t *hdr, rm_send_params_t
             return st;
         }
     }
-    if (!rm_peer_failing(&c->peer)) {
-        rm_warn("a %s to %s could not be sent (%s): closing the connection",
-                rm_msg_type_name(hdr->type), c->peer_host, remora_status_string(st));
-        rm_peer_fail(&c->peer, st);
-    }
+    rm_peer_fail_lost(&c->peer, hdr->type, st);
     return st;
 }
 

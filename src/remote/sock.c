@@ -186,11 +186,8 @@ static void send_ctl(remora_sock_h s, unsigned type, uint8_t kind, uint64_t leng
     /* A CREDIT or FIN lost would stall the other end's socket for good: the
      * connection goes instead, as for a server's reply (rm_conn_send). */
     remora_status_t st = rm_peer_send(s->peer, s->am_id, &hdr, &sp);
-    if (st != REMORA_OK && !rm_peer_failing(s->peer)) {
-        rm_warn("socket %u: a %s could not be sent (%s): closing the connection", s->id,
-                rm_msg_type_name(type), remora_status_string(st));
-        rm_peer_fail(s->peer, st);
-    }
+    if (st != REMORA_OK)
+        rm_peer_fail_lost(s->peer, type, st);
 }
 
 /* ------------------------------------------------------------ messages */
