@@ -18,6 +18,9 @@
  *   no_marker    cuMemcpyAsync alone on one stream (a sync at the end)
  *   two_threads  two threads, each one_stream on a stream of its own (so
  *                2 x DEPTH copies in flight)
+ *   dtod         two_streams with cuMemcpyDtoDAsync (no pointer-type lookup)
+ *   own_src      two_streams from this process's own buffers (no IPC mapping)
+ *   batch2       two copies a call (cuMemcpyBatchAsync) and one write, one stream
  * no_marker has no limit in flight: its call time includes the driver
  * waiting for room in the stream. Any error, or a copy not done in 10 s,
  * ends both processes.
@@ -62,7 +65,9 @@ __global__ void resident(volatile unsigned *stop)
 }
 
 static CUcontext g_ctx;
-static CUdeviceptr g_src[NB], g_dst[NB];
+static CUdeviceptr g_src[NB], g_dst[NB], g_own[NB];
+enum { E_MEMCPY, E_DTOD, E_OWN, E_BATCH2 };
+static int g_how; /* which enqueue copies() makes */
 static size_t g_len;
 static int g_depth;
 
@@ -98,7 +103,7 @@ static void copies(lane_t *lanes, int nl, int n, int first, int marker, double *
         lane_t *l = &lanes[i % nl];
         if (marker && i >= g_depth) {
             lane_t *old = &lanes[(i - g_depth) % nl];
-            uint64_t want = (uint64_t)((i - g_depth) / nl) + 1;
+            uint64_t want = (uint64_t)((i - g_depth) / (g_how == E_BATCH2 ? 2 : nl)) + 1;
             double until = now_us() + 10e6;
             while (*old->word < want)
                 if (now_us() > until) {
@@ -108,7 +113,20 @@ static void copies(lane_t *lanes, int nl, int n, int first, int marker, double *
         }
         int k = (first + i) % NB;
         double t0 = now_us();
-        CK(cuMemcpyAsync(g_dst[k], g_src[k], g_len, l->stream));
+        if (g_how == E_BATCH2) { /* copies i and i+1 in one call, one write */
+            int k2 = (k + 1) % NB;
+            CUdeviceptr d[2] = {g_dst[k], g_dst[k2]}, s[2] = {g_src[k], g_src[k2]};
+            size_t sz[2] = {g_len, g_len}, idx = 0;
+            CUmemcpyAttributes at;
+            memset(&at, 0, sizeof(at));
+            at.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+            CK(cuMemcpyBatchAsync(d, s, sz, 2, &at, &idx, 1, l->stream));
+            i++;
+        } else if (g_how == E_DTOD) {
+            CK(cuMemcpyDtoDAsync(g_dst[k], g_src[k], g_len, l->stream));
+        } else {
+            CK(cuMemcpyAsync(g_dst[k], g_how == E_OWN ? g_own[k] : g_src[k], g_len, l->stream));
+        }
         if (marker)
             CK(cuStreamWriteValue64(l->stream, l->word_dev, ++l->next, 0));
         *call += now_us() - t0;
@@ -140,9 +158,11 @@ static void report(const char *mode, double t, double call, int n)
 /* lanes[4]: made before the resident kernel starts (see lane_wait). */
 static void run_modes(lane_t *lanes)
 {
-    const char *modes[] = {"one_stream", "two_streams", "no_marker", "two_threads"};
+    const char *modes[] = {"one_stream", "two_streams", "no_marker", "two_threads",
+                           "dtod",       "own_src",     "batch2"};
 
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < 7; m++) {
+        g_how = m == 4 ? E_DTOD : m == 5 ? E_OWN : m == 6 ? E_BATCH2 : E_MEMCPY;
         double call = 0, t0 = now_us();
         for (int i = 0; i < 4; i++)
             *lanes[i].word = lanes[i].next = 0;
@@ -156,7 +176,7 @@ static void run_modes(lane_t *lanes)
             report(modes[m], now_us() - t0, a[0].call + a[1].call, COPIES);
             continue;
         }
-        int nl = m == 1 ? 2 : 1;
+        int nl = m == 1 || m == 4 || m == 5 ? 2 : 1;
         copies(lanes, nl, COPIES, 0, m != 2, &call);
         for (int i = 0; i < nl; i++)
             lane_wait(&lanes[i]);
@@ -236,6 +256,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < NB; k++) {
         CK(cuIpcOpenMemHandle(&g_src[k], h[k], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
         CK(cuMemAlloc(&g_dst[k], g_len));
+        CK(cuMemAlloc(&g_own[k], g_len));
     }
     for (int i = 0; i < 4; i++)
         lane_init(&lanes[i]);
