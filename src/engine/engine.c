@@ -176,6 +176,7 @@ static unsigned progress_once(remora_context_h ctx)
 remora_status_t rm_engine_copy(remora_context_h ctx, rm_copy_t *copy, void *dst,
                                const void *src, size_t length, rm_copy_cb_t done)
 {
+    copy->d2d = 0; /* staging: one side is host memory */
     remora_status_t st = ctx->copyq ? rm_copyq_start(ctx->copyq, copy, dst, src, length, done)
                                     : REMORA_ERR_UNSUPPORTED;
 

@@ -553,10 +553,11 @@ static void copy_ended(rm_copy_t *copy, remora_status_t status)
 }
 
 remora_status_t gn_copy_start(remora_gpunet_h g, int i, gn_copy_t *c, void *dst, const void *src,
-                              uint64_t n)
+                              uint64_t n, int d2d)
 {
-    c->ended = 0;
-    c->n     = n;
+    c->ended    = 0;
+    c->n        = n;
+    c->copy.d2d = d2d;
     return rm_copyq_start_on(g->copyq[(unsigned)i % g->nworkers], g->device, &c->copy, dst, src,
                              (size_t)n, copy_ended);
 }

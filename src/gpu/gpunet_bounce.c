@@ -103,7 +103,7 @@ static int copy_next(remora_gpunet_h g, gn_bounce_t *b, int i)
         b->landed += n;
         return 1;
     }
-    if (gn_copy_start(g, i, &b->copy, dst, src, n) != REMORA_OK) {
+    if (gn_copy_start(g, i, &b->copy, dst, src, n, 0) != REMORA_OK) {
         b->err = REMORA_ERR_IO;
         return 0;
     }

@@ -246,9 +246,10 @@ int64_t gn_backend_send(psock_t *p, const void *buf, size_t n); /* BK_TCP/BK_SOC
 /* Answer the kernel's direct send (dtx) seq with res: bytes, a status or RG_RES_RING. */
 void gn_answer_tx(remora_gpunet_h g, int i, uint32_t seq, int32_t res);
 /* Start dst <- src on socket i's worker's copy queue, on our device (a
- * peer's buffer is mapped in its context only); no CUDA object is made. */
+ * peer's buffer is mapped in its context only); no CUDA object is made.
+ * d2d: both sides device-addressable (rm_copy_t.d2d). */
 remora_status_t gn_copy_start(remora_gpunet_h g, int i, gn_copy_t *c, void *dst, const void *src,
-                              uint64_t n);
+                              uint64_t n, int d2d);
 
 /* gpunet_bounce.c: direct sends to CPU and TCP peers (BK_TCP, BK_SOCK),
  * copied out of GPU memory through the worker's bounce buffer. */

@@ -457,7 +457,7 @@ static int copy_start(remora_gpunet_h g, int i, void *dst, const void *src, uint
     gp_state_t *gp = &g->ps[i].gp;
     remora_status_t st;
 
-    if ((st = gn_copy_start(g, i, &gp->copy, dst, src, n)) != REMORA_OK)
+    if ((st = gn_copy_start(g, i, &gp->copy, dst, src, n, 1)) != REMORA_OK)
         return st;
     gp->copying = 1;
     return REMORA_OK;
@@ -621,7 +621,7 @@ static int serve_queue(remora_gpunet_h g, int i)
             break;
         }
         if (from != NULL) {
-            remora_status_t st = gn_copy_start(g, i, &a->copy, dst, from, n);
+            remora_status_t st = gn_copy_start(g, i, &a->copy, dst, from, n, 1);
             if (st != REMORA_OK) {
                 rm_warn("gpunet: device-to-device copy failed (%s)", remora_status_string(st));
                 rm_copyq_release(cq); /* before the failure, which may drain the queue */

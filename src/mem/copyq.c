@@ -152,6 +152,13 @@ remora_status_t rm_copyq_start(rm_copyq_t *q, rm_copy_t *copy, void *dst, const 
     return rm_copyq_start_on(q, rm_cuda_copy_device(dst, src), copy, dst, src, length, done);
 }
 
+static remora_status_t enqueue(rm_cuda_stream_h stream, const rm_copy_t *copy, void *dst,
+                               const void *src, size_t length)
+{
+    return copy->d2d ? rm_cuda_copy_async_d2d(stream, dst, src, length)
+                     : rm_cuda_copy_async(stream, dst, src, length);
+}
+
 remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, void *dst,
                                   const void *src, size_t length, rm_copy_cb_t done)
 {
@@ -174,7 +181,7 @@ remora_status_t rm_copyq_start_on(rm_copyq_t *q, int device, rm_copy_t *copy, vo
         submit_push(q->sub, &(rm_copyq_job_t){copy, device, dst, src, length});
         return REMORA_OK;
     }
-    st = rm_cuda_copy_async(l->stream, dst, src, length);
+    st = enqueue(l->stream, copy, dst, src, length);
     if (st == REMORA_OK && !q->hold)
         st = rm_cuda_stream_write64(l->stream, l->word_dev, copy->lane_seq);
     if (st != REMORA_OK) {
@@ -218,7 +225,7 @@ static void submit_batch(rm_copyq_t *q, uint64_t from, uint64_t to)
         rm_copyq_lane_t *l = &d->lane[j->copy->lane];
         remora_status_t st = __atomic_load_n(&d->broken, __ATOMIC_ACQUIRE);
         if (st == REMORA_OK)
-            st = rm_cuda_copy_async(l->stream, j->dst, j->src, j->length);
+            st = enqueue(l->stream, j->copy, j->dst, j->src, j->length);
         if (st != REMORA_OK)
             __atomic_store_n(&j->copy->status, st, __ATOMIC_RELAXED);
         l->issued = j->copy->lane_seq;

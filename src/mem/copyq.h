@@ -68,6 +68,8 @@ struct rm_copy {
     remora_status_t status; /* set when it ended, for the callback; the submit
                              * thread may set a refusal before */
     rm_copy_cb_t    done;
+    int             d2d;    /* the caller's, before the start: both sides are
+                             * device-addressable (rm_cuda_copy_async_d2d) */
 };
 
 typedef struct rm_copyq rm_copyq_t;

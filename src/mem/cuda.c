@@ -39,6 +39,7 @@ typedef struct { char reserved[RM_CUDA_IPC_HANDLE_SIZE]; } CUipcMemHandle;
 
 enum {
     CUDA_SUCCESS                           = 0,
+    CUDA_ERROR_INVALID_VALUE               = 1,
     CUDA_ERROR_OUT_OF_MEMORY               = 2,
     CUDA_ERROR_INVALID_CONTEXT             = 201,
     CUDA_ERROR_NOT_READY                   = 600,
@@ -115,6 +116,7 @@ static struct cu_api {
     CUresult (*PointerGetAttributes)(unsigned, int *, void **, CUdeviceptr);
     CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*StreamCreate)(CUstream *, unsigned);
     CUresult (*StreamDestroy)(CUstream);
     CUresult (*StreamSynchronize)(CUstream);
@@ -165,6 +167,7 @@ static const struct cu_sym {
     CU_SYM(PointerGetAttributes, "cuPointerGetAttributes"),
     CU_SYM(Memcpy, "cuMemcpy"),
     CU_SYM(MemcpyAsync, "cuMemcpyAsync"),
+    CU_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
     CU_SYM(StreamCreate, "cuStreamCreate"),
     CU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
     CU_SYM(StreamSynchronize, "cuStreamSynchronize"),
@@ -778,8 +781,9 @@ remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length)
     return status;
 }
 
-remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const void *src,
-                                   size_t length)
+/* d2d: cuMemcpyDtoDAsync first, which skips the pointer-type lookup. */
+static remora_status_t copy_async(rm_cuda_stream_h stream, void *dst, const void *src,
+                                  size_t length, int d2d)
 {
     remora_status_t status;
 
@@ -790,9 +794,25 @@ remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const voi
     int pushed;
     if ((status = ctx_enter(stream->device, &pushed)) != REMORA_OK)
         return status;
-    status = cu_check(cu.MemcpyAsync(dptr(dst), dptr(src), length, stream->cu), "cuMemcpyAsync");
+    CUresult r = d2d ? cu.MemcpyDtoDAsync(dptr(dst), dptr(src), length, stream->cu)
+                     : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_ERROR_INVALID_VALUE) /* not device-addressable after all, or any copy */
+        r = cu.MemcpyAsync(dptr(dst), dptr(src), length, stream->cu);
+    status = cu_check(r, "cuMemcpyAsync");
     ctx_leave(pushed);
     return status;
+}
+
+remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const void *src,
+                                   size_t length)
+{
+    return copy_async(stream, dst, src, length, 0);
+}
+
+remora_status_t rm_cuda_copy_async_d2d(rm_cuda_stream_h stream, void *dst, const void *src,
+                                       size_t length)
+{
+    return copy_async(stream, dst, src, length, 1);
 }
 
 /* ---------------------------------------------------------------- streams */

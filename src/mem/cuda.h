@@ -128,6 +128,12 @@ remora_status_t rm_cuda_copy(void *dst, const void *src, size_t length);
 /** Enqueue a copy on a stream; host memory must be pinned for it to overlap. */
 remora_status_t rm_cuda_copy_async(rm_cuda_stream_h stream, void *dst, const void *src,
                                    size_t length);
+/* The same where both sides are device-addressable (device memory, a peer's
+ * opened by IPC, pinned host memory mapped for the device): no pointer-type
+ * lookup, 1.2 µs less CPU a call under MPS on an H100 (docs/gpunet.md);
+ * other memory falls back to rm_cuda_copy_async's call. */
+remora_status_t rm_cuda_copy_async_d2d(rm_cuda_stream_h stream, void *dst, const void *src,
+                                       size_t length);
 
 /* ---------------------------------------------------------------- streams */
 

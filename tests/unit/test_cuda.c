@@ -320,6 +320,37 @@ static void refused_copy(rm_copyq_t *q, tcopy_t *t, int *order, int *ncalled, vo
  * start nothing. All of that holds with several lanes (streams) and with a
  * submit thread making the CUDA calls; with the thread, a copy the driver
  * refuses ends alone with its error. */
+/* Copies marked d2d (rm_copy_t.d2d): device -> device and device -> pinned
+ * take cuMemcpyDtoDAsync; a pageable source falls back; all byte-exact. */
+static void d2d_copies(rm_copyq_t *q, tcopy_t *t, int *ncalled, void *dev, uint8_t *pinned,
+                       const uint8_t *src, size_t piece)
+{
+    void *dev2 = NULL;
+    assert_int_equal(rm_cuda_mem_alloc(0, 3 * piece, &dev2), REMORA_OK);
+    *ncalled = 0;
+    memset(pinned, 0, 3 * piece);
+    const void *from[3] = {dev, (uint8_t *)dev + piece, src + 2 * piece};
+    for (int i = 0; i < 3; i++) {
+        t[i].next = NULL;
+        t[i].copy.d2d = 1;
+        assert_int_equal(rm_copyq_start(q, &t[i].copy, (uint8_t *)dev2 + i * piece, from[i],
+                                        piece, tcopy_done), REMORA_OK);
+    }
+    rm_copyq_drain(q);
+    assert_int_equal(*ncalled, 3);
+    t[3].copy.d2d = 1;
+    assert_int_equal(rm_copyq_start(q, &t[3].copy, pinned, dev2, 3 * piece, tcopy_done),
+                     REMORA_OK);
+    rm_copyq_drain(q);
+    assert_int_equal(*ncalled, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(t[i].status, REMORA_OK);
+        t[i].copy.d2d = 0;
+    }
+    assert_memory_equal(pinned, src, 3 * piece);
+    rm_cuda_mem_free(0, dev2);
+}
+
 static void copyq_cases(unsigned lanes, int submit)
 {
     const size_t piece = LEN / NCOPIES;
@@ -380,6 +411,8 @@ static void copyq_cases(unsigned lanes, int submit)
     assert_int_equal(ncalled, NCOPIES + 1);
     assert_int_equal(order[NCOPIES], NCOPIES);
     assert_memory_equal(pinned, src, LEN);
+
+    d2d_copies(q, t, &ncalled, dev, pinned, src, piece);
 
     if (submit)
         refused_copy(q, t, order, &ncalled, dev, pinned, src, piece);
