@@ -799,6 +799,7 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
     size_t off_q     = align_up(off_cmds + g->nslots * sizeof(rg_cmd_t), 4096);
     size_t off_tx    = align_up(off_q + g->max_socks * sizeof(rg_sockq_t), 4096);
     size_t off_rx    = off_tx + g->max_socks * g->ring;
+    size_t off_shadows = align_up(g->nslots * sizeof(int), 64); /* in the locks' allocation */
     void *host = NULL, *dev = NULL;
     remora_status_t st;
 
@@ -811,12 +812,14 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
         }
         dev = host;
     } else {
-        int *zero;
+        /* Device memory, zeroed: the slot locks, then the send shadows. */
+        size_t dlen = off_shadows + g->max_socks * sizeof(rg_sock_dev_t);
+        void *zero;
         if ((st = rm_cuda_host_alloc_mapped(g->device, g->mem_len, &host, &dev)) != REMORA_OK)
             return st;
-        if ((zero = calloc(g->nslots, sizeof(int))) == NULL ||
-            (st = rm_cuda_mem_alloc(g->device, g->nslots * sizeof(int), &g->locks)) != REMORA_OK ||
-            (st = rm_cuda_copy(g->locks, zero, g->nslots * sizeof(int))) != REMORA_OK) {
+        if ((zero = calloc(1, dlen)) == NULL ||
+            (st = rm_cuda_mem_alloc(g->device, dlen, &g->locks)) != REMORA_OK ||
+            (st = rm_cuda_copy(g->locks, zero, dlen)) != REMORA_OK) {
             if (g->locks)
                 rm_cuda_mem_free(g->device, g->locks);
             rm_cuda_host_free(host);
@@ -842,7 +845,9 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
                          .slot_locks = (uint64_t)(uintptr_t)g->locks,
                          .alive_ptr = g->dev + offsetof(rg_net_t, alive),
                          .direct_min = g->direct_min, .bounce_min = g->bounce_min,
-                         .queues = g->dev + off_q};
+                         .queues = g->dev + off_q,
+                         .shadows = g->host_queues ? 0
+                                                   : (uint64_t)(uintptr_t)g->locks + off_shadows};
     if (!g->host_queues) {
         /* Kernels read the constant header from device memory: each field
          * read across PCIe would cost a round trip per call. */

@@ -7,6 +7,7 @@
  *      more are copied out by its copy engine (the bounce buffer), and that
  *      peer reset mid-stream
  *   2 echo with a TCP peer from shared memory, odd sizes, partial sends
+ *   2b 50 connections one right after another in one block, byte-exact
  *   3 64 thread blocks, a socket each, at once
  *   4 a GPU server (remora:SERVICE) accepting 3 CPU clients
  *   5 a GPU peer in another process (gpu_echo_server, same GPU), byte-exact
@@ -67,17 +68,18 @@ __global__ void k_echo(const char *addr, const uint8_t *src, uint8_t *dst, int l
     if (threadIdx.x == 0) result[blockIdx.x] = r < 0 ? r : got;
 }
 
-/* Each block: connect, echo `rounds` x `len` bytes through shared memory, check. */
-__global__ void k_echo_shared(const char *addr, int len, int rounds, int *result)
+/* Connect, echo `rounds` x `len` bytes through shared memory, check, close:
+ * 1 or a status. */
+__device__ int echo_shared_once(const char *addr, int len, int rounds, int salt)
 {
     __shared__ uint8_t out[8192], in[8192];
     __shared__ int s, bad;
     s = rg_connect(addr);
-    if (s < 0) { if (threadIdx.x == 0) result[blockIdx.x] = s; return; }
+    if (s < 0) return s;
     int r = 0;
     for (int m = 0; m < rounds && r >= 0; m++) {
         for (int i = threadIdx.x; i < len; i += blockDim.x)
-            out[i] = (uint8_t)(i * 3 + m + blockIdx.x * 17);
+            out[i] = (uint8_t)(i * 3 + m + blockIdx.x * 17 + salt);
         bad = 0;
         __syncthreads();
         int sent = 0, got = 0;
@@ -90,7 +92,25 @@ __global__ void k_echo_shared(const char *addr, int len, int rounds, int *result
         if (bad) r = -200;
     }
     rg_close(s);
-    if (threadIdx.x == 0) result[blockIdx.x] = r < 0 ? r : 1;
+    return r < 0 ? r : 1;
+}
+
+/* Each block: one connection's echo (echo_shared_once). */
+__global__ void k_echo_shared(const char *addr, int len, int rounds, int *result)
+{
+    int r = echo_shared_once(addr, len, rounds, 0);
+    if (threadIdx.x == 0) result[blockIdx.x] = r;
+}
+
+/* One block: `cycles` connections one right after another, each echoing
+ * checked bytes; a new connection in a slot whose last one sent a moment
+ * ago must not reuse that one's send state (socket_abi.h, send shadows). */
+__global__ void k_reconnect(const char *addr, int cycles, int *result)
+{
+    int r = 1;
+    for (int c = 0; c < cycles && r == 1; c++)
+        r = echo_shared_once(addr, 100 + c * 37 % 900, 3, c);
+    if (threadIdx.x == 0) result[0] = r;
 }
 
 /* Listen on addr; accept n connections one after another and echo each to
@@ -509,6 +529,13 @@ int main(int argc, char **argv)
             CHECK(*res == 1);
         }
         report("echo from shared memory, TCP peer", ok);
+        /* 2b */
+        ok = 1;
+        k_reconnect<<<1, 128, 0, st>>>(a, 50, res);
+        CHECK(wait_stream(st, 60000));
+        if (*res != 1) printf("  reconnects: %d\n", *res);
+        CHECK(*res == 1);
+        report("50 connections one after another, byte-exact", ok);
         /* 3 */
         int *r64 = mapped_ints(64);
         k_echo_shared<<<64, 128, 0, st>>>(a, 8192, 50, r64);

@@ -3,7 +3,7 @@
  * The memory layout shared by GPU kernels (socket.cuh) and remora's GPU
  * socket proxy (src/gpu/gpunet.c). Plain C, included by both; every field
  * has a fixed size and offset. All of it lives in pinned host memory mapped
- * for the device, except the slot locks (device memory).
+ * for the device, except the slot locks and send shadows (device memory).
  *
  * Ownership of each field is single-writer:
  *   device writes: rg_cmd_t.seq/op/sock/flags/len/arg/data, rg_sock_shm_t's first 64 bytes
@@ -54,6 +54,17 @@
  * stream goes on in the ring). The proxy moves several at once, so
  * messages are in flight together (docs/gpunet.md, "Queued transfers").
  *
+ * Send shadows (rg_sock_dev_t, one per socket, in device memory at
+ * rg_net_t.shadows; ABI 5). Only kernels use them: what a send's last
+ * snapshot of the socket said (the send ring's tail, that the socket was
+ * open) and the send ring's head this device wrote last. A send within
+ * RG_SHADOW_NS of that snapshot, with room in the ring by the shadow's
+ * count, writes without a snapshot first (a 1.3 us PCIe round trip). So a
+ * send on a socket that failed less than RG_SHADOW_NS ago may still be
+ * taken into the ring, as a POSIX send into a socket buffer is, and the
+ * next call reports the error. A connect, accept, shutdown or close clears
+ * the shadow of its socket.
+ *
  * The magic carries the version: a kernel built against another layout
  * finds a magic it does not know and fails every call with -1.
  */
@@ -62,8 +73,8 @@
 
 #include <stdint.h>
 
-#define RG_ABI_MAGIC    0x34474e52u /* "RNG4" */
-#define RG_ABI_VERSION  4u
+#define RG_ABI_MAGIC    0x35474e52u /* "RNG5" */
+#define RG_ABI_VERSION  5u
 #define RG_CMD_INLINE   256u        /* bytes of a command's inline data (addresses) */
 #define RG_ADDR_MAX     (RG_CMD_INLINE - 1u)
 
@@ -152,6 +163,17 @@ typedef struct rg_sockq {
     uint32_t          pad1[14];
 } rg_sockq_t; /* 448 bytes */
 
+/* A socket's send shadow (device memory; see above). */
+typedef struct rg_sock_dev {
+    uint64_t tx_head;  /* the send ring's head this device wrote last */
+    uint64_t tx_tail;  /* the proxy's tail at the last snapshot */
+    uint64_t t_snap;   /* %globaltimer of that snapshot */
+    uint32_t bits;     /* its rx_eof & RG_RX_REQ (fixed for a connection) */
+    uint32_t valid;    /* 0: take a snapshot */
+} rg_sock_dev_t; /* 32 bytes */
+
+#define RG_SHADOW_NS 100000u /* a shadow older than this is not used */
+
 /* The handle kernels get (remora_gpunet_device_handle). Addresses are
  * device addresses. */
 typedef struct rg_net {
@@ -170,6 +192,7 @@ typedef struct rg_net {
     uint64_t          direct_min;  /* sends and receives this large may go device to device */
     uint64_t          bounce_min;  /* other peers: sends this large are copied out by the proxy */
     uint64_t          queues;      /* rg_sockq_t[max_socks]; 0: no queued transfers */
+    uint64_t          shadows;     /* rg_sock_dev_t[max_socks], device memory; 0: none */
 } rg_net_t;
 
 #endif
