@@ -23,7 +23,9 @@ ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
 # Two ranks on this host; rank 0's line on stdout. Ports from the PID.
 pingpong() {
   local bin=$1 mode=$2 iters=${3:-10000} size=${4:-64}
-  local base=$(( 20000 + ($$ * 7 + RANDOM) % 20000 ))
+  # below 32768, where Linux's ephemeral ports start: a listen port taken by
+  # some connection's local end failed a run ("resource busy")
+  local base=$(( 20000 + ($$ * 7 + RANDOM) % 12000 ))
   local p0=$base p1=$((base + 1)) extra=() extra1=() envs=()
   case $mode in
     ipc) envs=(REMORA_PATH=auto) ;;
