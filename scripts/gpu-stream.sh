@@ -103,7 +103,8 @@ summary=$out/summary.txt
 failed=0
 say() { echo "$*" | tee -a "$summary"; }
 
-for b in test_stream stream_pingpong stream_bench stream_wait_probe stream_switch_probe; do
+for b in test_stream stream_pingpong stream_bench stream_wait_probe stream_switch_probe \
+         stream_signal_probe; do
   [ -x "$gpu/$b" ] || { say "MISSING $gpu/$b (was nvcc found? see cmake output)"; exit 1; }
 done
 if ! have_gpu; then
@@ -186,6 +187,12 @@ grep -h '^wait_probe' "$out/wait_probe.log" | sed 's/^/    /' | tee -a "$summary
 #     round asks of the GPU (memory operations only, a kernel, a copy).
 step switch_probe 120 -- "$gpu/stream_switch_probe" 2000
 grep -h '^switch_probe' "$out/switch_probe.log" | sed 's/^/    /' | tee -a "$summary"
+
+# 2e. A staged 64 B write and its signal, from the message to the waiting
+#     stream: the CPU setting the signal after the copy (what the server
+#     does) against the copy's stream setting it (docs/stream.md).
+step signal_probe 120 -- "$gpu/stream_signal_probe" 2000
+grep -h '^stream_signal' "$out/signal_probe.log" | sed 's/^/    /' | tee -a "$summary"
 
 # 3. Benchmark: TCP (staging) and the same-host default.
 step bench_tcp 100 UCX_TLS=tcp REMORA_PATH=staging -- "$gpu/stream_bench"
