@@ -69,12 +69,13 @@ __global__ void k_echo(const char *addr, const uint8_t *src, uint8_t *dst, int l
 }
 
 /* Connect, echo `rounds` x `len` bytes through shared memory, check, close:
- * 1 or a status. */
-__device__ int echo_shared_once(const char *addr, int len, int rounds, int salt)
+ * 1 or a status; *sock (if given) the socket it had. */
+__device__ int echo_shared_once(const char *addr, int len, int rounds, int salt, int *sock = NULL)
 {
     __shared__ uint8_t out[8192], in[8192];
     __shared__ int s, bad;
     s = rg_connect(addr);
+    if (sock) *sock = s;
     if (s < 0) return s;
     int r = 0;
     for (int m = 0; m < rounds && r >= 0; m++) {
@@ -90,6 +91,7 @@ __device__ int echo_shared_once(const char *addr, int len, int rounds, int salt)
             if (in[i] != out[i]) bad = 1;
         __syncthreads();
         if (bad) r = -200;
+        __syncthreads(); /* every thread read bad before the next round clears it */
     }
     rg_close(s);
     return r < 0 ? r : 1;
@@ -104,13 +106,20 @@ __global__ void k_echo_shared(const char *addr, int len, int rounds, int *result
 
 /* One block: `cycles` connections one right after another, each echoing
  * checked bytes; a new connection in a slot whose last one sent a moment
- * ago must not reuse that one's send state (socket_abi.h, send shadows). */
+ * ago must not reuse that one's send state (socket_abi.h, send shadows).
+ * result[1]: how many connections had the slot of the one before. */
 __global__ void k_reconnect(const char *addr, int cycles, int *result)
 {
-    int r = 1;
-    for (int c = 0; c < cycles && r == 1; c++)
-        r = echo_shared_once(addr, 100 + c * 37 % 900, 3, c);
-    if (threadIdx.x == 0) result[0] = r;
+    int r = 1, last = -1, reused = 0, s = -1;
+    for (int c = 0; c < cycles && r == 1; c++) {
+        r = echo_shared_once(addr, 100 + c * 37 % 900, 3, c, &s);
+        reused += s == last;
+        last = s;
+    }
+    if (threadIdx.x == 0) {
+        result[0] = r;
+        result[1] = reused;
+    }
 }
 
 /* Listen on addr; accept n connections one after another and echo each to
@@ -531,10 +540,12 @@ int main(int argc, char **argv)
         report("echo from shared memory, TCP peer", ok);
         /* 2b */
         ok = 1;
-        k_reconnect<<<1, 128, 0, st>>>(a, 50, res);
+        int *rc = mapped_ints(2);
+        k_reconnect<<<1, 128, 0, st>>>(a, 50, rc);
         CHECK(wait_stream(st, 60000));
-        if (*res != 1) printf("  reconnects: %d\n", *res);
-        CHECK(*res == 1);
+        printf("  50 connections: %d, %d of them in the slot of the one before\n", rc[0], rc[1]);
+        CHECK(rc[0] == 1);
+        CHECK(rc[1] > 0); /* else the case tested nothing */
         report("50 connections one after another, byte-exact", ok);
         /* 3 */
         int *r64 = mapped_ints(64);

@@ -118,6 +118,7 @@ struct snap_t {
     uint64_t tx_head, rx_tail, tx_tail, rx_head;
     int32_t  state, error;
     uint32_t rx_eof, alive;
+    bool     shadowed; /* made from a send shadow: tx_tail may be old */
 };
 
 /* The same with acquire semantics at system scope: loads after it see data
@@ -145,9 +146,10 @@ __device__ __forceinline__ snap_t snap(rg_net_t *net, rg_sock_shm_t *sh)
         ld_v2_acq((const void *)&sh->tx_tail, x.tx_tail, x.rx_head);
     else
         ld_v2((const void *)&sh->tx_tail, x.tx_tail, x.rx_head);
-    x.state  = (int32_t)(uint32_t)se;
-    x.error  = (int32_t)(uint32_t)(se >> 32);
-    x.rx_eof = (uint32_t)eg;
+    x.state    = (int32_t)(uint32_t)se;
+    x.error    = (int32_t)(uint32_t)(se >> 32);
+    x.rx_eof   = (uint32_t)eg;
+    x.shadowed = false;
     return x;
 }
 
@@ -214,6 +216,7 @@ __device__ inline snap_t send_snap(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev
         x.error   = 0;
         x.rx_eof  = (uint32_t)v.flags;
         x.alive   = 1;
+        x.shadowed = true;
         return x;
     }
     snap_t x = snap(net, sh);
@@ -347,18 +350,22 @@ __device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t fla
         if (now_ns() > until)
             break;
     }
-    if ((op == RG_OP_CONNECT || op == RG_OP_ACCEPT) && result >= 0 &&
+    if ((op == RG_OP_CONNECT || op == RG_OP_ACCEPT || op == RG_OP_BIND) && result >= 0 &&
         (unsigned)result < net->max_socks)
-        shadow_clear(shadow_of(net, result)); /* a new connection in this slot */
+        shadow_clear(shadow_of(net, result)); /* a new socket in this slot */
+    else if (sock >= 0 && (unsigned)sock < net->max_socks)
+        shadow_clear(shadow_of(net, sock)); /* again: a send may have raced the command */
     __threadfence();
     atomicExch(&locks[slot], 0);
     return result;
 }
 
 /* One thread: how many bytes send may put in now (> 0), or a status; *x
- * holds the snapshot it decided on. */
+ * holds the snapshot it decided on. A shadow's tail may be old: with less
+ * room than len by it, a real snapshot decides (a non-blocking send would
+ * say "full" of a ring the proxy emptied meanwhile). */
 __device__ inline int64_t tx_space(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev_t *sd, snap_t *x,
-                                   uint64_t until, bool nb)
+                                   int len, uint64_t until, bool nb)
 {
     for (;;) {
         if (x->error)
@@ -366,6 +373,10 @@ __device__ inline int64_t tx_space(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev
         if (!x->alive)
             return RG_ECANCELED;
         uint64_t used = x->tx_head - x->tx_tail;
+        if (x->shadowed && net->ring_size - used < (uint64_t)len) {
+            *x = send_resnap(net, sh, sd);
+            continue;
+        }
         if (used < net->ring_size)
             return (int64_t)(net->ring_size - used);
         if (nb || now_ns() > until)
@@ -513,7 +524,7 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
                     x = send_resnap(net, sh, sd);
             }
             while (n == RG_RES_RING) {
-                n = send ? tx_space(net, sh, sd, &x, until, nb)
+                n = send ? tx_space(net, sh, sd, &x, len, until, nb)
                          : rx_avail(net, sh, &x, until, nb);
                 if (n == RG_RES_RING) {
                     n = rx_request(net, sh, buf, len, x, until, nb);
