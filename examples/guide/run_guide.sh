@@ -17,6 +17,7 @@ fail() { echo "FAIL: $*"; for f in "$tmp"/*.out; do [ -f "$f" ] && { echo "--- $
 
 # start PROGRAM: in the background; sets server_pid and addr.
 start() {
+  : >"$tmp/server.out" # the background job opens it only once it runs: sed below may come first
   "$bin/$1" 127.0.0.1:0 >"$tmp/server.out" 2>&1 &
   server_pid=$!
   for _ in $(seq 200); do
@@ -53,6 +54,7 @@ ring)
   grep -qE '^pushed [0-9]+ frames$' "$tmp/server.out" || fail "the producer printed no total" ;;
 region_events)
   start guide_server
+  : >"$tmp/watch.out"
   "$bin/guide_watch" "$addr" >"$tmp/watch.out" 2>&1 &
   watch_pid=$!
   for _ in $(seq 200); do
