@@ -200,6 +200,22 @@ __device__ inline void shadow_note(rg_sock_dev_t *sd, const shadow_t &v, const s
     w->valid  = 1;
 }
 
+/* A real snapshot for a send, noted in the shadow (v: as loaded before). */
+__device__ __forceinline__ snap_t snap_noted(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev_t *sd,
+                                             const shadow_t &v)
+{
+    snap_t x = snap(net, sh);
+    shadow_note(sd, v, x);
+    return x;
+}
+
+/* A send's fresh snapshot (the shadow said the ring is full, or a direct
+ * send fell back). */
+__device__ __forceinline__ snap_t send_resnap(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev_t *sd)
+{
+    return sd == NULL ? snap(net, sh) : snap_noted(net, sh, sd, shadow_load(sd));
+}
+
 /* A send's snapshot: from a fresh shadow without crossing PCIe, else a
  * real one, noted in the shadow. */
 __device__ inline snap_t send_snap(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev_t *sd)
@@ -219,21 +235,7 @@ __device__ inline snap_t send_snap(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev
         x.shadowed = true;
         return x;
     }
-    snap_t x = snap(net, sh);
-    shadow_note(sd, v, x);
-    return x;
-}
-
-/* A send's fresh snapshot (the shadow said the ring is full, or a direct
- * send fell back). */
-__device__ __forceinline__ snap_t send_resnap(rg_net_t *net, rg_sock_shm_t *sh, rg_sock_dev_t *sd)
-{
-    if (sd == NULL)
-        return snap(net, sh);
-    shadow_t v = shadow_load(sd);
-    snap_t x = snap(net, sh);
-    shadow_note(sd, v, x);
-    return x;
+    return snap_noted(net, sh, sd, v);
 }
 
 /* Checks every call makes on the handle and the socket number (no PCIe). */
@@ -324,8 +326,6 @@ __device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t fla
             return RG_EADDRESS;
         }
     }
-    if (sock >= 0 && (unsigned)sock < net->max_socks)
-        shadow_clear(shadow_of(net, sock)); /* shutdown, close: sends snapshot again */
     c->op = op;
     c->sock = sock;
     c->flags = flags;
@@ -350,11 +350,11 @@ __device__ inline int command(rg_net_t *net, uint32_t op, int sock, uint32_t fla
         if (now_ns() > until)
             break;
     }
-    if ((op == RG_OP_CONNECT || op == RG_OP_ACCEPT || op == RG_OP_BIND) && result >= 0 &&
-        (unsigned)result < net->max_socks)
-        shadow_clear(shadow_of(net, result)); /* a new socket in this slot */
-    else if (sock >= 0 && (unsigned)sock < net->max_socks)
-        shadow_clear(shadow_of(net, sock)); /* again: a send may have raced the command */
+    /* A new socket in its slot, or one shut down or closed: sends take a
+     * snapshot again. */
+    int touched = op == RG_OP_CONNECT || op == RG_OP_ACCEPT || op == RG_OP_BIND ? result : sock;
+    if (touched >= 0 && (unsigned)touched < net->max_socks)
+        shadow_clear(shadow_of(net, touched));
     __threadfence();
     atomicExch(&locks[slot], 0);
     return result;
