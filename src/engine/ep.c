@@ -77,10 +77,13 @@ void rm_format_addr(const struct sockaddr *sa, char *buf, size_t len)
 
 /* ------------------------------------------------------------ endpoints */
 
-/* Off ctx->failing, if on it (a NULL link: not listed). */
+/* Whether the peer is on ctx->failing (a NULL link: not listed). */
+static int fail_listed(const rm_peer_t *peer) { return peer->fail_link.next != NULL; }
+
+/* Off ctx->failing, if on it. */
 static void fail_unlink(rm_peer_t *peer)
 {
-    if (peer->fail_link.next != NULL) {
+    if (fail_listed(peer)) {
         rm_list_del(&peer->fail_link);
         peer->fail_link.next = peer->fail_link.prev = NULL;
     }
@@ -89,7 +92,7 @@ static void fail_unlink(rm_peer_t *peer)
 /* on_error after the progress pass (rm_peer_failures_run), lock held. */
 static void fail_after_pass(rm_peer_t *peer, remora_status_t status)
 {
-    if (peer->fail_link.next != NULL)
+    if (fail_listed(peer))
         return; /* listed already (rm_peer_fail_lost, then its endpoint failed): one on_error */
     peer->fail_status = status;
     rm_list_push_back(&peer->ctx->failing, &peer->fail_link);
@@ -120,7 +123,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 int rm_peer_failing(const rm_peer_t *peer)
 {
-    return peer->failed || peer->fail_link.next != NULL;
+    return peer->failed || fail_listed(peer);
 }
 
 /* The endpoint itself is sound: not marked failed, so that its owner's
