@@ -5,6 +5,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -15,6 +17,21 @@ static inline double bench_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline double bench_now_us(void) { return bench_now_s() * 1e6; }
+
+/* Spin until *w >= v (a word a GPU stream writes, counting up); exit after
+ * a second: a stream that never answers. */
+static inline void bench_await_u64(volatile uint64_t *w, uint64_t v)
+{
+    double until = bench_now_s() + 1;
+
+    while (*w < v)
+        if (bench_now_s() > until) {
+            fprintf(stderr, "the stream did not write %llu within 1 s\n", (unsigned long long)v);
+            exit(1);
+        }
 }
 
 static inline int bench_cmp_double(const void *a, const void *b)

@@ -25,6 +25,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #define CKR(x)                                                                     \
     do {                                                                           \
         CUresult r_ = (x);                                                         \
@@ -33,30 +35,6 @@
             exit(1);                                                               \
         }                                                                          \
     } while (0)
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-/* Spin until *w >= v; exit after a second (a stream that never answers). */
-static void await_word(volatile uint64_t *w, uint64_t v)
-{
-    double until = now_us() + 1e6;
-    while (*w < v)
-        if (now_us() > until) {
-            fprintf(stderr, "the stream did not write %llu within 1 s\n", (unsigned long long)v);
-            exit(1);
-        }
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
@@ -92,28 +70,28 @@ int main(int argc, char **argv)
                 CKR(cuStreamWaitValue64((CUstream)s, (CUdeviceptr)dwords, (cuuint64_t)i,
                                         CU_STREAM_WAIT_VALUE_GEQ));
                 CKR(cuStreamWriteValue64((CUstream)s, (CUdeviceptr)(dwords + 8), (cuuint64_t)i, 0));
-                await_word(&words[8], (uint64_t)(i - 1));
-                double t0 = now_us();
-                while (now_us() - t0 < 20) {
+                bench_await_u64(&words[8], (uint64_t)(i - 1));
+                double t0 = bench_now_us();
+                while (bench_now_us() - t0 < 20) {
                 }
-                double t1 = now_us(); /* the message is here */
+                double t1 = bench_now_us(); /* the message is here */
                 memset(stage, i & 0xff, 64);
                 CKR(cuMemcpyHtoDAsync((CUdeviceptr)dst, stage, 64, (CUstream)c));
                 if (m == 1)
                     CKR(cuStreamWriteValue64((CUstream)c, (CUdeviceptr)dwords, (cuuint64_t)i, 0));
                 CKR(cuStreamWriteValue64((CUstream)c, (CUdeviceptr)(dwords + 16), (cuuint64_t)i, 0));
                 if (m != 1) {
-                    await_word(&words[16], (uint64_t)i);
+                    bench_await_u64(&words[16], (uint64_t)i);
                     words[0] = (uint64_t)i;
                     if (m == 2)
                         CKR(cuStreamWriteValue64((CUstream)k, (CUdeviceptr)(dwords + 24),
                                                  (cuuint64_t)i, 0));
                 }
-                await_word(&words[8], (uint64_t)i);
-                lat[i - 1] = now_us() - t1;
+                bench_await_u64(&words[8], (uint64_t)i);
+                lat[i - 1] = bench_now_us() - t1;
             }
             cudaDeviceSynchronize();
-            qsort(lat, (size_t)rounds, sizeof(double), cmp);
+            qsort(lat, (size_t)rounds, sizeof(double), bench_cmp_double);
             printf("stream_signal mode=%s p50=%.2f p90=%.2f p99=%.2f us\n", modes[m],
                    lat[rounds / 2], lat[rounds * 9 / 10], lat[rounds * 99 / 100]);
         }

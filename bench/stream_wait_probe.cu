@@ -26,32 +26,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #define CKR(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { \
     fprintf(stderr, "%s:%d %s: %d\n", __FILE__, __LINE__, #x, (int)r_); exit(1); } } while (0)
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-/* Spin until *w == v; exit after a second (a stream that never answers). */
-static void await_word(volatile uint64_t *w, uint64_t v)
-{
-    double until = now_us() + 1e6;
-    while (*w != v)
-        if (now_us() > until) {
-            fprintf(stderr, "the stream did not write %llu within 1 s\n", (unsigned long long)v);
-            exit(1);
-        }
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
@@ -85,22 +63,22 @@ int main(int argc, char **argv)
                 CKR(cuStreamWriteValue64((CUstream)s, (CUdeviceptr)(dwords + 8), (cuuint64_t)i, 0));
                 if (i % 256 == 0 || i == rounds) { /* the CPU runs the queued rounds meanwhile */
                     for (int j = i - (i % 256 ? i % 256 : 256) + 1; j <= i; j++) {
-                        await_word(&words[8], (uint64_t)(j - 1));
-                        double t0 = now_us();
-                        while (now_us() - t0 < delays[d]) {}
-                        double t1 = now_us();
+                        bench_await_u64(&words[8], (uint64_t)(j - 1));
+                        double t0 = bench_now_us();
+                        while (bench_now_us() - t0 < delays[d]) {}
+                        double t1 = bench_now_us();
                         words[0] = (uint64_t)j;
                         if (kick)
                             CKR(cuStreamWriteValue64((CUstream)k, (CUdeviceptr)(dwords + 16),
                                                      (cuuint64_t)j, 0));
-                        await_word(&words[8], (uint64_t)j);
-                        lat[j - 1] = now_us() - t1;
+                        bench_await_u64(&words[8], (uint64_t)j);
+                        lat[j - 1] = bench_now_us() - t1;
                     }
                 }
             }
             cudaStreamSynchronize(s);
             cudaStreamSynchronize(k);
-            qsort(lat, (size_t)rounds, sizeof(double), cmp);
+            qsort(lat, (size_t)rounds, sizeof(double), bench_cmp_double);
             printf("wait_probe mode=%s blocked_us=%d wake_us_p50=%.2f p90=%.2f p99=%.2f\n",
                    kick ? "kick" : "plain", delays[d], lat[rounds / 2], lat[rounds * 9 / 10],
                    lat[rounds * 99 / 100]);
