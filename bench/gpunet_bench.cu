@@ -527,7 +527,7 @@ int main(int argc, char **argv)
         cudaGetLastError(); /* already enabled, or no peer access: the copy stages then */
     /* The reference is taken before and after the rows; their mean is the
      * ratios' base (it moved 558-986 GB/s between runs of one machine). */
-    double d2d_before = copy_gbps(d2, src), gg_row[2] = {0, 0}, ns_row[2][2] = {{0, 0}, {0, 0}};
+    double d2d_before = copy_gbps(d2, src), gg_row[2] = {0, 0}, q_post_us = 0, q_wait_us = 0;
     const char *base = g_sink_gpu ? "memcpy_peer" : "d2d_memcpy";
     /* Blocking sends and receives (one message at a time), then queued ones
      * (GG_INFLIGHT in flight), each against a sink process of its own. */
@@ -574,8 +574,10 @@ int main(int argc, char **argv)
             } else {
                 double nmsg = (double)(gg_total / g_gg - GG_WARM);
                 gg_row[queued] = nmsg * g_gg / ((ns[1] - ns[0]) / 1e9) / 1e9;
-                ns_row[queued][0] = ns[2] / 1e3 / nmsg;
-                ns_row[queued][1] = ns[3] / 1e3 / nmsg;
+                if (queued) { /* the sending kernel's own time, a message */
+                    q_post_us = ns[2] / 1e3 / nmsg;
+                    q_wait_us = ns[3] / 1e3 / nmsg;
+                }
             }
         }
         fclose(f);
@@ -598,7 +600,7 @@ int main(int argc, char **argv)
                gg, gg / d2d, gg / d2d >= 0.5 ? "MET" : "NOT MET", g_gg / gg / 1e3, nmsg);
         if (queued)
             printf("  %d in flight; the sending kernel a message: %.1f us posting, %.1f us "
-                   "waiting\n", g_inflight, ns_row[1][0], ns_row[1][1]);
+                   "waiting\n", g_inflight, q_post_us, q_wait_us);
     }
     printf("done: %d failure(s)\n", fails);
     _exit(fails ? 1 : 0);
