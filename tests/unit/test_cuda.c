@@ -314,12 +314,6 @@ static void refused_copy(rm_copyq_t *q, tcopy_t *t, int *order, int *ncalled, vo
                         (NCOPIES - bad - 1) * piece);
 }
 
-/* Copies start only on a prepared device; they end in start order; each
- * callback runs once, from a poll (never from start), with the bytes in
- * place; callbacks can start copies; drain waits for all; bad arguments
- * start nothing. All of that holds with several lanes (streams) and with a
- * submit thread making the CUDA calls; with the thread, a copy the driver
- * refuses ends alone with its error. */
 /* Copies marked d2d (rm_copy_t.d2d): device -> device and device -> pinned
  * take cuMemcpyDtoDAsync; a pageable source falls back; all byte-exact. */
 static void d2d_copies(rm_copyq_t *q, tcopy_t *t, int *ncalled, void *dev, uint8_t *pinned,
@@ -351,6 +345,12 @@ static void d2d_copies(rm_copyq_t *q, tcopy_t *t, int *ncalled, void *dev, uint8
     rm_cuda_mem_free(0, dev2);
 }
 
+/* Copies start only on a prepared device; they end in start order; each
+ * callback runs once, from a poll (never from start), with the bytes in
+ * place; callbacks can start copies; drain waits for all; bad arguments
+ * start nothing. All of that holds with several lanes (streams) and with a
+ * submit thread making the CUDA calls; with the thread, a copy the driver
+ * refuses ends alone with its error. */
 static void copyq_cases(unsigned lanes, int submit)
 {
     const size_t piece = LEN / NCOPIES;
