@@ -118,6 +118,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
         fail_after_pass(peer, rm_status_from_ucs(status));
         return;
     }
+    fail_unlink(peer); /* listed by rm_peer_fail_lost: this is its one on_error */
     peer->ops->on_error(peer, rm_status_from_ucs(status));
 }
 
