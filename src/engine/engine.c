@@ -305,6 +305,24 @@ void rm_engine_hand_off(remora_context_h ctx)
 
 void rm_engine_bulk_add(remora_context_h ctx, int n) { atomic_fetch_add(&ctx->bulk, n); }
 
+#define RM_GPU_UCX_POLL_NS (10000ull * 1000000u)
+
+void rm_engine_gpu_ucx_add(remora_context_h ctx, int n)
+{
+    if (n > 0)
+        atomic_store(&ctx->gpu_ucx_ns, rm_now_ns());
+    atomic_fetch_add(&ctx->gpu_ucx, n);
+}
+
+/* GPU copies run whose end is polled, not signalled (or signalled late):
+ * the copy queue's, and UCX's own (rm_engine_gpu_ucx_add). */
+static int gpu_copies_run(remora_context_h ctx)
+{
+    return rm_copyq_busy(ctx->copyq) != 0 ||
+           (atomic_load(&ctx->gpu_ucx) > 0 &&
+            rm_now_ns() - atomic_load(&ctx->gpu_ucx_ns) < RM_GPU_UCX_POLL_NS);
+}
+
 remora_status_t rm_engine_wait(remora_context_h ctx, const atomic_int *done, uint64_t deadline)
 {
     return rm_engine_wait_spin(ctx, done, deadline, RM_DRIVER_IDLE_NS);
@@ -324,7 +342,7 @@ static void driver_sleep(remora_context_h ctx, const atomic_int *done, uint64_t 
 {
     uint64_t now = rm_now_ns();
 
-    if (now >= deadline || rm_copyq_busy(ctx->copyq))
+    if (now >= deadline || gpu_copies_run(ctx))
         return;
     rm_engine_lock(ctx);
     ucs_status_t status = ucp_worker_arm(ctx->worker);
@@ -582,7 +600,7 @@ static void *progress_thread(void *arg)
         yield_to_lockers(ctx);
         rm_engine_lock(ctx);
         unsigned n = progress_once(ctx);
-        int copying = rm_copyq_busy(ctx->copyq) != 0;
+        int copying = gpu_copies_run(ctx);
         rm_engine_unlock(ctx);
         uint64_t now = rm_now_ns();
         if (n) {

@@ -140,6 +140,8 @@ struct remora_context {
     atomic_int      thread_asleep;/* progress thread is in epoll_wait */
     atomic_int      driver_asleep;/* the driver sleeps on efd (engine.c, driver_sleep) */
     atomic_int      bulk;         /* large transfers in flight (rm_engine_bulk_add) */
+    atomic_int      gpu_ucx;      /* GPU memory UCX moves now (rm_engine_gpu_ucx_add) */
+    _Atomic uint64_t gpu_ucx_ns;  /* ... and when the last such move started */
     pthread_mutex_t wait_mx;
     pthread_cond_t  wait_cv;      /* completions, for callers in rm_engine_wait */
     pthread_cond_t  prog_cv;      /* the progress thread standing aside */
@@ -228,6 +230,16 @@ void rm_engine_hand_off(remora_context_h ctx);
  * costs more than the wait it saves. Any thread, lock or not. */
 #define RM_ENGINE_BULK_MIN (256u << 10)
 void rm_engine_bulk_add(remora_context_h ctx, int n);
+/* Sends and receives of GPU memory that UCX moves itself (CUDA-enabled UCX:
+ * cuda_ipc, cuda_copy), +1 when one is pending in UCX, -1 when it ended.
+ * While any is, the progress thread and a driving caller poll instead of
+ * sleeping: UCX reports the end of its GPU copies through a host function
+ * on the copy's stream, which woke a sleeping server about 100 µs after a
+ * 256 MiB copy ended (a quarter of the read's time; docs/gpu-ucx.md).
+ * Polling stops 10 s after the last start, should UCX never call back for
+ * one (as UCX 1.13 may, for sends to a peer that died). Any thread, lock or
+ * not. */
+void rm_engine_gpu_ucx_add(remora_context_h ctx, int n);
 
 /* Servers on this context, by instance (lock held): add (0 when the table is
  * full: not remembered), remove, and whether one serves instance. */

@@ -421,6 +421,7 @@ typedef struct rm_send {
     void          *arg;
     ucp_context_h  ucp;      /* with memh: the mapping made for this send */
     ucp_mem_h      memh;
+    remora_context_h gpu_ctx; /* counted in rm_engine_gpu_ucx_add while pending */
 } rm_send_t;
 
 /* Bulk bodies at least this long are mapped for UCX by us (map_body). */
@@ -459,6 +460,10 @@ static void unlink_sends(rm_peer_t *peer, int cancel)
     rm_list_for_each_safe(pos, tmp, &peer->sends) {
         rm_send_t *s = rm_container_of(pos, rm_send_t, link);
         rm_list_del(&s->link); /* now linked to itself: a later del is harmless */
+        if (s->gpu_ctx) { /* its callback may come late, or never (UCX 1.13): not polled for */
+            rm_engine_gpu_ucx_add(s->gpu_ctx, -1);
+            s->gpu_ctx = NULL;
+        }
         if (cancel && s->request)
             ucp_request_cancel(peer->ctx->worker, s->request);
     }
@@ -466,6 +471,8 @@ static void unlink_sends(rm_peer_t *peer, int cancel)
 
 static void send_finish(rm_send_t *s, ucs_status_t status)
 {
+    if (s->gpu_ctx)
+        rm_engine_gpu_ucx_add(s->gpu_ctx, -1);
     if (s->memh)
         ucp_mem_unmap(s->ucp, s->memh);
     if (s->done)
@@ -520,8 +527,9 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         /* Control bodies always go eager: receivers parse them in place. */
         .flags        = UCP_AM_SEND_FLAG_REPLY | (sp->bulk ? 0 : UCP_AM_SEND_FLAG_EAGER),
     };
-    s->ucp  = peer->ctx->ucp;
-    s->memh = NULL;
+    s->ucp     = peer->ctx->ucp;
+    s->memh    = NULL;
+    s->gpu_ctx = NULL;
     if (s->cipher == NULL && sp->memh == NULL && sp->bulk && sp->body_len >= RM_SEND_MAP_MIN)
         s->memh = map_body(s->ucp, sp->body, sp->body_len, sp->cuda);
     if (s->cipher == NULL && (sp->memh || s->memh)) {
@@ -541,6 +549,10 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
     peer->ctx->in_send--;
     if (UCS_PTR_IS_PTR(req)) {
         s->request = req;
+        if (sp->cuda && s->cipher == NULL) { /* UCX moves GPU memory: poll for its end */
+            s->gpu_ctx = peer->ctx;
+            rm_engine_gpu_ucx_add(s->gpu_ctx, 1);
+        }
         return REMORA_OK;
     }
     rm_list_del(&s->link);

@@ -991,6 +991,7 @@ static void client_free(remora_client_h c)
         free(rm_container_of(pos, rm_event_item_t, link));
     }
     rm_stage_pool_release(c->stage);
+    rm_client_regs_free(c);
     pthread_cond_destroy(&c->rc_cv);
     pthread_mutex_destroy(&c->rc_mx);
     free(c->addr);

@@ -70,6 +70,17 @@ typedef struct rm_event_item {
     char              name[REMORA_NAME_MAX + 1];
 } rm_event_item_t;
 
+/* A GPU allocation of the caller's registered with UCX (client_reg.c). */
+#define RM_CLIENT_REGS 8
+typedef struct rm_gpu_reg {
+    uint64_t  id;    /* the driver's buffer ID of the allocation */
+    void     *base;
+    size_t    size;
+    ucp_mem_h memh;  /* NULL: a free entry */
+    unsigned  users; /* requests holding it */
+    uint64_t  used;  /* last taken, for eviction */
+} rm_gpu_reg_t;
+
 struct remora_client {
     rm_peer_t         peer; /* first: the engine hands us the peer */
     remora_context_h  ctx;
@@ -98,6 +109,8 @@ struct remora_client {
     uint64_t          epoch_seen;  /* newest change epoch received */
     uint64_t          epoch_acked; /* newest epoch acknowledged */
     rm_list_t         maps;        /* rm_map_t */
+    rm_gpu_reg_t      gpu_regs[RM_CLIENT_REGS];
+    uint64_t          gpu_reg_clock;
     int               disconnected;
     remora_status_t   disc_status;
     unsigned          nsubs;       /* subscriptions (sub.c) still alive */
@@ -195,6 +208,7 @@ struct remora_request {
     unsigned         inflight;
     int              flushed;
     int              bulk;       /* counted in rm_engine_bulk_add until complete */
+    rm_gpu_reg_t    *reg;        /* the GPU buffer's registration (am path), held */
 
     /* A request split across lanes has parts (requests of their own, on
      * the lanes' clients) and no chunks; each part points to it and uses a
@@ -283,6 +297,13 @@ remora_status_t rm_client_await_link(remora_client_h c, uint64_t deadline, uint6
 
 /* client_map.c: drop the mappings handed out by remora_client_map (lock held) */
 void rm_client_unmap_all(remora_client_h c);
+
+/* client_reg.c (lock held): the registration of the GPU allocation holding
+ * buf, held until put (NULL: none to be had; the transfer goes without);
+ * all dropped when the client is freed. */
+rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf);
+void          rm_client_reg_put(rm_gpu_reg_t *g);
+void          rm_client_regs_free(remora_client_h c);
 
 /* client_seal.c: the client's side of encryption (engine/seal.h). */
 remora_status_t rm_client_seal_params(remora_client_h c, const remora_client_params_t *p);

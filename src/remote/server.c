@@ -573,6 +573,7 @@ typedef struct rm_write_ctx {
     int          has_sig; /* WRITE_SIGNAL: apply sig once the data landed */
     rm_sig_desc_t sig;
     int          staged;  /* counted as staging (else am) */
+    int          gpu_ucx; /* counted in rm_engine_gpu_ucx_add until it landed */
 } rm_write_ctx_t;
 
 /* The write's data is in place (or failed): the signal, the reply. */
@@ -629,7 +630,11 @@ static void write_finish(rm_write_ctx_t *wc, ucs_status_t status)
 
 static void write_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
-    write_finish(user_data, status);
+    rm_write_ctx_t *wc = user_data;
+
+    if (wc->gpu_ucx)
+        rm_engine_gpu_ucx_add(wc->conn->server->ctx, -1);
+    write_finish(wc, status);
     ucp_request_free(request);
 }
 
@@ -707,6 +712,8 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
         write_finish(wc, UCS_PTR_STATUS(req));
     else if (req == NULL)
         write_finish(wc, UCS_OK);
+    else if ((wc->gpu_ucx = (p.op_attr_mask & UCP_OP_ATTR_FIELD_MEMORY_TYPE) != 0))
+        rm_engine_gpu_ucx_add(c->server->ctx, 1); /* UCX copies into GPU memory */
 }
 
 static void handle_event_ack(rm_conn_t *c, const rm_hdr_t *hdr)

@@ -78,6 +78,7 @@ static void request_complete(remora_request_h req)
     remora_status_t st     = req->status;
 
     rm_client_region_put(req->client, req->region);
+    rm_client_reg_put(req->reg);
     if (req->bulk)
         rm_engine_bulk_add(req->ctx, -1);
     rm_engine_complete(req->ctx, &req->done);
@@ -109,6 +110,13 @@ static void recv_cb(void *request, ucs_status_t status, size_t length, void *use
 {
     op_ucx_done(user_data, status);
     ucp_request_free(request);
+}
+
+/* A rendezvous payload UCX moved into GPU memory itself. */
+static void recv_gpu_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    rm_engine_gpu_ucx_add(((rm_op_t *)user_data)->client->ctx, -1);
+    recv_cb(request, status, length, user_data);
 }
 
 /* An encrypted read's payload landed (in the caller's buffer or the staging
@@ -156,6 +164,7 @@ static void chunk_am(rm_chunk_t *ch, remora_request_h req)
         sp.body     = chunk_wire_buf(ch);
         sp.body_len = ch->len;
         sp.cuda     = ch->stage == NULL && req->gpu_buf;
+        sp.memh     = sp.cuda && req->reg ? req->reg->memh : NULL;
         sp.done     = send_done_cb;
         sp.arg      = op;
         sp.bulk     = 1;
@@ -396,6 +405,11 @@ static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_
             } else if (ch->stage == NULL && ch->req->gpu_buf) {
                 p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
                 p.memory_type = UCS_MEMORY_TYPE_CUDA;
+                p.cb.recv_am  = recv_gpu_cb;
+                if (ch->req->reg) {
+                    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+                    p.memh = ch->req->reg->memh;
+                }
             }
             op->ucx_busy++;
             op->replied = 1;
@@ -403,6 +417,8 @@ static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_
                                                         chunk_wire_buf(ch), len, &p);
             if (c->peer.seal && !UCS_PTR_IS_PTR(ret)) /* landed at once: no callback */
                 sealed_landed(op, UCS_PTR_STATUS(ret));
+            if (UCS_PTR_IS_PTR(ret) && p.cb.recv_am == recv_gpu_cb)
+                rm_engine_gpu_ucx_add(c->ctx, 1); /* until recv_gpu_cb */
             op_track(op, ret);
             return UCS_OK;
         } else if (ch->stage == NULL && ch->req->gpu_buf && len) {
@@ -588,12 +604,16 @@ void rm_client_staging_prepare(remora_client_h c, int device)
  * chunk then costs a rendezvous round trip against a copy that takes
  * microseconds: 4 MiB chunks, 4 in flight, held a 256 MiB read to 0.12x of a
  * device-to-device copy on the H100 host; 64 MiB, 16 in flight, reach
- * 0.74-0.77x (32 MiB 0.65x, 128 MiB 0.62x: docs/gpu-ucx.md). The user's
- * REMORA_CHUNK_SIZE / REMORA_WINDOW still win where they ask for more. */
+ * 0.74-0.77x (32 MiB 0.65x, 128 MiB 0.62x). With the buffer registered
+ * (req->reg) a rendezvous costs less, and one for the whole request was
+ * fastest (docs/gpu-ucx.md). The user's REMORA_CHUNK_SIZE / REMORA_WINDOW
+ * still win where they ask for more. */
 static void ucx_ipc_shape(remora_request_h req)
 {
-    if (req->chunk < RM_UCX_IPC_CHUNK)
-        req->chunk = RM_UCX_IPC_CHUNK;
+    size_t chunk = req->reg && req->length > RM_UCX_IPC_CHUNK ? req->length : RM_UCX_IPC_CHUNK;
+
+    if (req->chunk < chunk)
+        req->chunk = chunk;
     if (req->window < RM_UCX_IPC_WINDOW)
         req->window = RM_UCX_IPC_WINDOW;
 }
@@ -651,6 +671,8 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         req->path = REMORA_PATH_AM; /* the server's file is sealed read-only */
     if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)
         req->chunk = RM_STAGE_CHUNK;
+    if (req->path == REMORA_PATH_AM && gpu_buf && !dev_buf && length)
+        req->reg = rm_client_reg_get(c, buf); /* UCX moves the GPU buffer itself */
     if (req->path == REMORA_PATH_AM && gpu_buf && !dev_buf && c->same_host &&
         r->mem_type == REMORA_MEM_CUDA)
         ucx_ipc_shape(req);

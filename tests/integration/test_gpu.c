@@ -171,6 +171,44 @@ static void test_gpu_region(void **state)
     exercise(g_gpu.addr, 0, REMORA_PATH_STAGING, REMORA_PATH_STAGING);
 }
 
+/* GPU buffers that UCX moves itself (am path) are registered once per
+ * allocation and kept (client_reg.c): reads and writes through more
+ * allocations than it keeps, some freed and made again (often at the same
+ * address, then with a new buffer ID), every one byte-exact. */
+static void test_gpu_buffers_come_and_go(void **state)
+{
+    enum { NBUF = 12 };
+    remora_client_params_t cp = {.field_mask = REMORA_CLIENT_FIELD_PATH, .path = REMORA_PATH_AM};
+    it_client_t c;
+    buf_t b[NBUF];
+    size_t len[NBUF];
+    (void)state;
+
+    if (!ucx_handles_cuda())
+        skip(); /* GPU buffers go through staging: nothing is registered */
+    it_assert_ok(it_client_open(&c, g_gpu.addr, &cp));
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < NBUF; i++) {
+            uint64_t off = (uint64_t)i * 65536 + (uint64_t)round * 4096;
+            if (round == 0 || i % 3 == 0) {
+                if (round)
+                    buf_free(&b[i]); /* and made again, likely where it was */
+                len[i] = (1u << 20) + (size_t)i * 4099 + (size_t)round;
+                buf_alloc(&b[i], c.ctx, 0, len[i]);
+            }
+            it_assert_ok(remora_client_read(c.client, "r", off, b[i].p, len[i]));
+            assert_buf_pattern(b[i].p, off, len[i]);
+            /* the bytes go back where they came from: the region stays as it was */
+            it_assert_ok(remora_client_write(c.client, "r", off, b[i].p, len[i]));
+        }
+    for (int i = 0; i < NBUF; i++) {
+        it_assert_ok(remora_client_read(c.client, "r", 0, b[i].p, len[i]));
+        assert_buf_pattern(b[i].p, 0, len[i]);
+        buf_free(&b[i]);
+    }
+    it_client_close(&c);
+}
+
 /* A host region asked to go through IPC: a clear error, not a crash. */
 static void test_ipc_refused_for_host_region(void **state)
 {
@@ -389,6 +427,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_region),
         cmocka_unit_test(test_gpu_region),
+        cmocka_unit_test(test_gpu_buffers_come_and_go),
         cmocka_unit_test(test_ipc_refused_for_host_region),
         cmocka_unit_test(test_two_gpus),
         /* No reaping teardowns: the group's servers must live on. */
