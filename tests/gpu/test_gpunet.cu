@@ -125,14 +125,18 @@ __global__ void k_reconnect(const char *addr, int cycles, int *result)
 /* Listen on addr; accept n connections one after another and echo each to
  * EOF through buf (cap bytes). result[1] = 1 once bound; result[0] = the
  * connections served, or the status that ended it. */
-__device__ void echo_server(const char *addr, uint8_t *buf, int cap, int n, int *result)
+__device__ void echo_server(const char *addr, uint8_t *buf, int cap, int n, int *result,
+                            unsigned long long *accept_fail_ns = nullptr)
 {
     int ls = rg_bind(addr), served = 0, r = 0;
     if (ls < 0) { if (threadIdx.x == 0) result[0] = ls; return; }
     if (threadIdx.x == 0) result[1] = 1; /* bound */
     __threadfence_system();
+    unsigned long long t0 = rg_detail::now_ns();
     for (int c = 0; c < n; c++) {
         int s = rg_accept(ls);
+        if (s < 0 && accept_fail_ns && threadIdx.x == 0)
+            *accept_fail_ns = rg_detail::now_ns() - t0; /* by the GPU's clock */
         if (s < 0) { r = s; break; }
         while ((r = rg_recv(s, buf, cap)) > 0) {
             int sent = 0, m = 0;
@@ -146,10 +150,10 @@ __device__ void echo_server(const char *addr, uint8_t *buf, int cap, int n, int 
 }
 
 /* ... through shared memory (the rings). */
-__global__ void k_server(const char *addr, int n, int *result)
+__global__ void k_server(const char *addr, int n, int *result, unsigned long long *fail_ns)
 {
     __shared__ uint8_t buf[4096];
-    echo_server(addr, buf, sizeof(buf), n, result);
+    echo_server(addr, buf, sizeof(buf), n, result, fail_ns);
 }
 
 /* ... through global memory: large receives and sends go device to device. */
@@ -561,17 +565,28 @@ int main(int argc, char **argv)
     {
         int ok = 1, *res = mapped_ints(2);
         char *a = dev_string("remora:gpusrv");
-        k_server<<<1, 128, 0, st>>>(a, 3, res);
-        for (int i = 0; i < 20000 && !((volatile int *)res)[1] && !((volatile int *)res)[0]; i++) usleep(500);
+        /* The client's context before the kernel: with a CUDA-enabled UCX,
+         * creating one sometimes waits until running kernels end (UCX's
+         * CUDA start-up synchronizes the device), here until the server
+         * kernel's accept gave up (docs/gpunet.md). */
         remora_context_h cctx;
         remora_client_h cl;
         CHECK(remora_context_create(NULL, &cctx) == REMORA_OK);
+        unsigned long long *fail_ns = (unsigned long long *)mapped_ints(2);
+        *fail_ns = 0;
+        k_server<<<1, 128, 0, st>>>(a, 3, res, fail_ns);
+        for (int i = 0; i < 20000 && !((volatile int *)res)[1] && !((volatile int *)res)[0]; i++) usleep(500);
         CHECK(remora_client_connect(cctx, saddr, NULL, &cl) == REMORA_OK);
         for (int c = 0; ok && c < 3; c++) {
             remora_sock_h s;
             char out[3000], in[3000];
             for (int i = 0; i < 3000; i++) out[i] = (char)(i + c);
-            CHECK(remora_sock_connect(cl, "gpusrv", 10000, &s) == REMORA_OK);
+            remora_status_t cst = remora_sock_connect(cl, "gpusrv", 10000, &s);
+            if (cst != REMORA_OK)
+                printf("  client %d: connect: %s (kernel: bound %d, result %d after %.1f ms)\n",
+                       c, remora_status_string(cst), ((volatile int *)res)[1],
+                       ((volatile int *)res)[0], *(volatile unsigned long long *)fail_ns / 1e6);
+            CHECK(cst == REMORA_OK);
             if (!ok) break;
             CHECK(remora_sock_send(s, out, 3000, 10000) == 3000);
             size_t got = 0;
