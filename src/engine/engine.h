@@ -236,9 +236,9 @@ void rm_engine_bulk_add(remora_context_h ctx, int n);
  * sleeping: UCX reports the end of its GPU copies through a host function
  * on the copy's stream, which woke a sleeping server about 100 µs after a
  * 256 MiB copy ended (a quarter of the read's time; docs/gpu-ucx.md).
- * Polling stops 10 s after the last start, should UCX never call back for
- * one (as UCX 1.13 may, for sends to a peer that died). Any thread, lock or
- * not. */
+ * Polling stops 1 s after the last start, should UCX never call back for
+ * one (a receive from a peer that died may never end): a longer transfer
+ * only loses the early wake-up at its end. Any thread, lock or not. */
 void rm_engine_gpu_ucx_add(remora_context_h ctx, int n);
 
 /* Servers on this context, by instance (lock held): add (0 when the table is

@@ -72,6 +72,7 @@ typedef struct rm_event_item {
 
 /* A GPU allocation of the caller's registered with UCX (client_reg.c). */
 #define RM_CLIENT_REGS 8
+#define RM_CLIENT_REG_REFUSED 4
 typedef struct rm_gpu_reg {
     uint64_t  id;    /* the driver's buffer ID of the allocation */
     void     *base;
@@ -111,6 +112,8 @@ struct remora_client {
     rm_list_t         maps;        /* rm_map_t */
     rm_gpu_reg_t      gpu_regs[RM_CLIENT_REGS];
     uint64_t          gpu_reg_clock;
+    uint64_t          gpu_reg_refused[RM_CLIENT_REG_REFUSED]; /* buffer IDs UCX refused */
+    unsigned          gpu_reg_nrefused;
     int               disconnected;
     remora_status_t   disc_status;
     unsigned          nsubs;       /* subscriptions (sub.c) still alive */
@@ -298,10 +301,10 @@ remora_status_t rm_client_await_link(remora_client_h c, uint64_t deadline, uint6
 /* client_map.c: drop the mappings handed out by remora_client_map (lock held) */
 void rm_client_unmap_all(remora_client_h c);
 
-/* client_reg.c (lock held): the registration of the GPU allocation holding
- * buf, held until put (NULL: none to be had; the transfer goes without);
- * all dropped when the client is freed. */
-rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf);
+/* client_reg.c (lock held): a registration covering [buf, buf + len) of
+ * a GPU allocation, held until put (NULL: none to be had; the transfer goes
+ * without); all dropped when the client is freed (no lock needed then). */
+rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len);
 void          rm_client_reg_put(rm_gpu_reg_t *g);
 void          rm_client_regs_free(remora_client_h c);
 

@@ -7,14 +7,24 @@
  * 0.73x to 0.79x of a device copy, and could go in one rendezvous instead of
  * four (docs/gpu-ucx.md).
  *
- * An entry covers a whole allocation and is known by the driver's buffer ID,
- * so an allocation freed and another made at the same address is registered
- * anew. Requests hold the entries they use (users); eviction, least recently
- * used first, takes only entries no request holds, and when all are held a
- * request simply goes without. Lock held (the context's) for every call.
+ * An entry covers a whole allocation, or for an allocation larger than
+ * RM_REG_WHOLE_MAX (a caching allocator's segment, say: registering it all
+ * could pin gigabytes for an RDMA NIC) the range a request asked for. It is
+ * known by the driver's buffer ID, so an allocation freed and another made
+ * at the same address is registered anew, and it serves a request only if
+ * it covers the request's whole range. Requests hold the entries they use
+ * (users); eviction, least recently used first, takes only entries no
+ * request holds, and when all are held a request simply goes without. An
+ * allocation UCX refused (memory from another process, a stream-ordered
+ * pool) is remembered and not tried again.
+ *
+ * Lock held (the context's) for get and put; free runs when the client is
+ * freed, when no request holds an entry (the UCX context is thread-safe).
  */
 #include "mem/cuda.h"
 #include "remote/client.h"
+
+#define RM_REG_WHOLE_MAX (1ull << 30)
 
 static void reg_drop(remora_client_h c, rm_gpu_reg_t *g)
 {
@@ -23,16 +33,32 @@ static void reg_drop(remora_client_h c, rm_gpu_reg_t *g)
     *g = (rm_gpu_reg_t){0};
 }
 
-/* The entry for id, or the one to (re)use: free, else the least recently
- * used that no request holds; NULL when every entry is held. */
-static rm_gpu_reg_t *reg_slot(remora_client_h c, uint64_t id, int *hit)
+static int covers(const rm_gpu_reg_t *g, const char *p, size_t len)
+{
+    return p >= (const char *)g->base && len <= g->size &&
+           (size_t)(p - (const char *)g->base) <= g->size - len;
+}
+
+static int refused(const remora_client_h c, uint64_t id)
+{
+    for (unsigned i = 0; i < RM_CLIENT_REG_REFUSED; i++)
+        if (c->gpu_reg_refused[i] == id)
+            return 1;
+    return 0;
+}
+
+/* The entry that serves [p, p + len) of allocation id, or the one to
+ * (re)use: free, else the least recently used that no request holds; NULL
+ * when every entry is held. */
+static rm_gpu_reg_t *reg_slot(remora_client_h c, uint64_t id, const char *p, size_t len,
+                              int *hit)
 {
     rm_gpu_reg_t *pick = NULL;
 
     *hit = 0;
     for (unsigned i = 0; i < RM_CLIENT_REGS; i++) {
         rm_gpu_reg_t *g = &c->gpu_regs[i];
-        if (g->id == id && g->memh) {
+        if (g->memh && g->id == id && covers(g, p, len)) {
             *hit = 1;
             return g;
         }
@@ -42,16 +68,22 @@ static rm_gpu_reg_t *reg_slot(remora_client_h c, uint64_t id, int *hit)
     return pick;
 }
 
-rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf)
+rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len)
 {
     uint64_t id;
     void *base;
     size_t size;
     int hit;
 
-    if (rm_cuda_ptr_alloc(buf, &id, &base, &size) != REMORA_OK)
+    if (len == 0 || rm_cuda_ptr_alloc(buf, &id, &base, &size) != REMORA_OK || refused(c, id))
         return NULL;
-    rm_gpu_reg_t *g = reg_slot(c, id, &hit);
+    if (size > RM_REG_WHOLE_MAX) { /* the request's range only */
+        base = (void *)buf;
+        size = len;
+    }
+    if (!covers(&(rm_gpu_reg_t){.base = base, .size = size}, buf, len))
+        return NULL; /* past its allocation's end: UCX registers it per transfer */
+    rm_gpu_reg_t *g = reg_slot(c, id, buf, len, &hit);
     if (g == NULL)
         return NULL;
     if (!hit) {
@@ -65,6 +97,7 @@ rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf)
         };
         if (ucp_mem_map(c->ctx->ucp, &mp, &g->memh) != UCS_OK) {
             g->memh = NULL;
+            c->gpu_reg_refused[c->gpu_reg_nrefused++ % RM_CLIENT_REG_REFUSED] = id;
             return NULL; /* UCX registers it per transfer, as without this */
         }
         g->id   = id;
