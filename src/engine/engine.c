@@ -501,11 +501,8 @@ void rm_engine_remove_ticker(remora_context_h ctx, rm_ticker_t *t) { rm_list_del
 static void poll_watches(remora_context_h ctx)
 {
     struct epoll_event ev;
-    uint64_t t0_ = rm_now_ns();
 
     rm_engine_lock(ctx);
-    if ((rm_now_ns() - t0_) / 1000000u > 300)
-        fprintf(stderr, "TEMP ctx %p: poll_watches lock wait %llu ms\n", (void *)ctx, (unsigned long long)((rm_now_ns() - t0_) / 1000000u));
     for (int i = 0; i < 64 && epoll_wait(ctx->watch_epfd, &ev, 1, 0) == 1; i++) {
         rm_watch_t *w = ev.data.ptr;
         w->cb(w, ev.events);
@@ -592,27 +589,24 @@ static void *progress_thread(void *arg)
     uint64_t last_event  = rm_now_ns(), next_poll = 0, next_tick = 0;
 
     while (!atomic_load(&ctx->stop)) {
-#define TEMP_T(what, stmt) do { uint64_t t0_ = rm_now_ns(); stmt; uint64_t d_ = (rm_now_ns() - t0_) / 1000000u; \
-        if (d_ > 300) fprintf(stderr, "TEMP ctx %p: %s took %llu ms\n", (void *)ctx, what, (unsigned long long)d_); } while (0)
-        TEMP_T("run_deferred", run_deferred(ctx));
-        TEMP_T("run_signals", run_signals(ctx));
-        TEMP_T("housekeeping", housekeeping(ctx, &next_poll, &next_tick));
+        run_deferred(ctx);
+        run_signals(ctx);
+        housekeeping(ctx, &next_poll, &next_tick);
         if (atomic_load(&ctx->driver)) {
-            TEMP_T("stand_aside", stand_aside(ctx));
+            stand_aside(ctx);
             last_event = rm_now_ns();
             continue;
         }
-        TEMP_T("yield", yield_to_lockers(ctx));
-        TEMP_T("lock", rm_engine_lock(ctx));
-        unsigned n;
-        TEMP_T("progress_once", n = progress_once(ctx));
+        yield_to_lockers(ctx);
+        rm_engine_lock(ctx);
+        unsigned n = progress_once(ctx);
         int copying = gpu_copies_run(ctx);
         rm_engine_unlock(ctx);
         uint64_t now = rm_now_ns();
         if (n) {
             last_event = now;
         } else if (!copying && now - last_event >= spin_budget(ctx, (uint64_t)ctx->spin_us * 1000u)) {
-            TEMP_T("sleep_on_worker", sleep_on_worker(ctx));
+            sleep_on_worker(ctx);
             last_event = rm_now_ns();
             next_poll  = 0;
         } else {
