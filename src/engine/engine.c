@@ -314,6 +314,20 @@ void rm_engine_gpu_ucx_add(remora_context_h ctx, int n)
     atomic_fetch_add(&ctx->gpu_ucx, n);
 }
 
+ucs_status_ptr_t rm_engine_am_recv_data(remora_context_h ctx, void *data_desc, void *buf,
+                                        size_t len, const ucp_request_param_t *p)
+{
+    int gpu = (p->op_attr_mask & UCP_OP_ATTR_FIELD_MEMORY_TYPE) &&
+              p->memory_type == UCS_MEMORY_TYPE_CUDA;
+
+    if (gpu)
+        rm_engine_gpu_ucx_add(ctx, 1);
+    ucs_status_ptr_t ret = ucp_am_recv_data_nbx(ctx->worker, data_desc, buf, len, p);
+    if (gpu && !UCS_PTR_IS_PTR(ret))
+        rm_engine_gpu_ucx_add(ctx, -1);
+    return ret;
+}
+
 /* GPU copies run whose end is polled, not signalled (or signalled late):
  * the copy queue's, and UCX's own (rm_engine_gpu_ucx_add). */
 static int gpu_copies_run(remora_context_h ctx)

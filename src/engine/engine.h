@@ -240,6 +240,11 @@ void rm_engine_bulk_add(remora_context_h ctx, int n);
  * one (a receive from a peer that died may never end): a longer transfer
  * only loses the early wake-up at its end. Any thread, lock or not. */
 void rm_engine_gpu_ucx_add(remora_context_h ctx, int n);
+/* ucp_am_recv_data_nbx on ctx's worker, counted as above when p says the
+ * buffer is CUDA memory: +1 before the call (its callback may run inside
+ * it), taken back when no callback will come; the callback takes -1. */
+ucs_status_ptr_t rm_engine_am_recv_data(remora_context_h ctx, void *data_desc, void *buf,
+                                        size_t len, const ucp_request_param_t *p);
 
 /* Servers on this context, by instance (lock held): add (0 when the table is
  * full: not remembered), remove, and whether one serves instance. */

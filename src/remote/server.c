@@ -707,12 +707,8 @@ void rm_server_handle_write(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
         p.memory_type = UCS_MEMORY_TYPE_CUDA;
     }
-    /* Counted before the call: the callback may run inside it. */
-    if ((wc->gpu_ucx = (p.op_attr_mask & UCP_OP_ATTR_FIELD_MEMORY_TYPE) != 0))
-        rm_engine_gpu_ucx_add(c->server->ctx, 1); /* UCX copies into GPU memory */
-    ucs_status_ptr_t req = ucp_am_recv_data_nbx(c->server->ctx->worker, body, land, len, &p);
-    if (!UCS_PTR_IS_PTR(req) && wc->gpu_ucx) /* no callback will come */
-        rm_engine_gpu_ucx_add(c->server->ctx, -1);
+    wc->gpu_ucx = (p.op_attr_mask & UCP_OP_ATTR_FIELD_MEMORY_TYPE) != 0; /* UCX copies to GPU */
+    ucs_status_ptr_t req = rm_engine_am_recv_data(c->server->ctx, body, land, len, &p);
     if (UCS_PTR_IS_ERR(req))
         write_finish(wc, UCS_PTR_STATUS(req));
     else if (req == NULL)

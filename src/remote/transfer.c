@@ -413,15 +413,10 @@ static ucs_status_t on_reply(rm_op_t *op, const rm_hdr_t *hdr, void *body, size_
             }
             op->ucx_busy++;
             op->replied = 1;
-            int gpu = p.cb.recv_am == recv_gpu_cb;
-            if (gpu) /* until recv_gpu_cb, which may run inside the call */
-                rm_engine_gpu_ucx_add(c->ctx, 1);
-            ucs_status_ptr_t ret = ucp_am_recv_data_nbx(c->ctx->worker, body,
-                                                        chunk_wire_buf(ch), len, &p);
+            ucs_status_ptr_t ret = rm_engine_am_recv_data(c->ctx, body, chunk_wire_buf(ch),
+                                                          len, &p);
             if (c->peer.seal && !UCS_PTR_IS_PTR(ret)) /* landed at once: no callback */
                 sealed_landed(op, UCS_PTR_STATUS(ret));
-            if (gpu && !UCS_PTR_IS_PTR(ret))
-                rm_engine_gpu_ucx_add(c->ctx, -1);
             op_track(op, ret);
             return UCS_OK;
         } else if (ch->stage == NULL && ch->req->gpu_buf && len) {
@@ -674,11 +669,11 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         req->path = REMORA_PATH_AM; /* the server's file is sealed read-only */
     if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)
         req->chunk = RM_STAGE_CHUNK;
-    if (req->path == REMORA_PATH_AM && gpu_buf && !dev_buf && length)
-        req->reg = rm_client_reg_get(c, buf, length); /* UCX moves the GPU buffer itself */
-    if (req->path == REMORA_PATH_AM && gpu_buf && !dev_buf && c->same_host &&
-        r->mem_type == REMORA_MEM_CUDA)
-        ucx_ipc_shape(req);
+    if (req->path == REMORA_PATH_AM && gpu_buf && !dev_buf) { /* UCX moves the GPU buffer */
+        req->reg = rm_client_reg_get(c, buf, length);
+        if (c->same_host && r->mem_type == REMORA_MEM_CUDA)
+            ucx_ipc_shape(req);
+    }
     r->users++;
     *req_p = req;
     if (length == 0 || req->path == REMORA_PATH_MAP || req->path == REMORA_PATH_IPC) {
