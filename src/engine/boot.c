@@ -339,10 +339,12 @@ static void live_tick(rm_ticker_t *t)
         (uint8_t)RM_BOOT_MAGIC, (uint8_t)(RM_BOOT_MAGIC >> 8), (uint8_t)(RM_BOOT_MAGIC >> 16),
         (uint8_t)(RM_BOOT_MAGIC >> 24), RM_BOOT_VERSION, 0, RM_BOOT_HEARTBEAT, 0, 0, 0, 0, 0};
     uint64_t now = rm_now_ns();
+    uint64_t stall = rm_stall_ns(&ctx->live_tick_ns, now, (uint64_t)RM_TICK_MS * 1000000u);
     rm_list_t *pos, *tmp;
 
     rm_list_for_each_safe(pos, tmp, &ctx->live) {
         rm_peer_t *peer = rm_container_of(pos, rm_peer_t, live);
+        rm_stall_credit(&peer->last_rx_ns, stall, now);
         if (peer->seal_failed) { /* seal.c: a forged or replayed message */
             rm_peer_live_stop(peer);
             peer->ops->on_error(peer, REMORA_ERR_PROTOCOL);

@@ -164,6 +164,7 @@ struct remora_context {
     /* Liveness (boot.c): peers whose handshake is done, guarded by lock. */
     rm_list_t       live;
     rm_ticker_t     live_ticker;
+    uint64_t        live_tick_ns;    /* when live_ticker last ran: our own stalls */
     uint64_t        hb_interval_ns;  /* 0: no heartbeats */
     uint64_t        peer_timeout_ns; /* silence after which a peer is dead */
     int             rma;             /* RMA enabled: 0 no, 1 verbs only, 2 any transport */

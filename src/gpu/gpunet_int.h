@@ -92,6 +92,7 @@ typedef struct gp_state {
     int      hello, fin_in, peer_closed;
     pid_t    peer_pid;        /* SO_PEERCRED */
     uint64_t last_rx_ns, last_ping_ns; /* liveness while the kernel waits on the peer */
+    uint64_t last_check_ns;            /* when liveness last ran: our own stalls */
     uint32_t rx_bits;         /* what rg_sock_shm_t.rx_eof says (RG_RX_*) */
     /* Our direct send: the kernel's dtx request, out as an RTS until DONE. */
     uint32_t tx_id;           /* the dtx_seq out as an RTS (tx_busy) */

@@ -1110,9 +1110,10 @@ static int liveness(remora_gpunet_h g, int i)
                   gp->rq_answered != ld_acq32(&g->q[i].rq_posted);
 
     if (!waiting || g->hb_ns == 0 || gp->peer_closed) {
-        gp->last_rx_ns = now;
+        gp->last_rx_ns = gp->last_check_ns = now;
         return 0;
     }
+    rm_stall_credit(&gp->last_rx_ns, rm_stall_ns(&gp->last_check_ns, now, g->hb_ns), now);
     if (gp->ctl_closed && (gp->tx_busy || qtx))
         return REMORA_ERR_DISCONNECTED; /* the DONE it waits for cannot come */
     if (now - gp->last_rx_ns > g->dead_ns) {

@@ -10,6 +10,10 @@
  *   c. without heartbeats from the server (REMORA_HEARTBEAT_MS=0 in its
  *      environment only), a read with a client timeout of 1000 ms fails
  *      after 1.0-1.6 s: a request's timeout is its own.
+ * And a stall of one's own is not the peer's death:
+ *   d. a server and its subscriber both stopped for 3 s (a VM paused, a host
+ *      too loaded to run either), then resumed in either order: the
+ *      subscription goes on and `remora stream read` exits 0.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -224,12 +228,52 @@ static void test_request_timeout_is_its_own(void **state)
     assert_int_equal(it_server_stop(&s), 0);
 }
 
+/* d: stop a `stream serve` and a `stream read` of it together for 3 s, more
+ * than the peer timeout, then resume first one, 200 ms later the other. The
+ * first to run again has heard nothing from the other for 3 s, but was not
+ * running either: neither may take the other for dead. */
+static void both_stopped_round(int reader_first)
+{
+    it_server_t ss;
+    it_proc_t p;
+    it_run_t run;
+    char target[IT_ADDR_MAX + 8];
+
+    it_must_start(&ss, "stream", "serve", "--ring", "r=64x16", "--rate", "100", NULL);
+    snprintf(target, sizeof(target), "%s/r", ss.addr);
+    assert_int_equal(it_cli_spawn(&p, NULL, "stream", "read", target, "--no-reconnect",
+                                  "--seconds", "6", NULL), 0);
+    it_sleep_ms(1500); /* connected and consuming */
+    assert_true(it_stop_process(ss.pid, 2000));
+    assert_true(it_stop_process(p.pid, 2000));
+    it_sleep_ms(3000);
+    kill(reader_first ? p.pid : ss.pid, SIGCONT);
+    it_sleep_ms(200);
+    kill(reader_first ? ss.pid : p.pid, SIGCONT);
+    it_proc_wait(&p, 15000, &run);
+    printf("# both stopped 3 s, %s resumed first: stream read exit %d\n",
+           reader_first ? "the reader" : "the server", run.status);
+    if (run.status != 0)
+        fail_msg("stream read exited %d after a stall of both ends (stderr: %s)", run.status,
+                 run.err);
+    it_run_free(&run);
+    assert_int_equal(it_server_stop(&ss), 0);
+}
+
+static void test_both_stopped(void **state)
+{
+    (void)state;
+    both_stopped_round(1);
+    both_stopped_round(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_stopped_server, it_teardown_reap),
         cmocka_unit_test_teardown(test_stream_read_stopped_server, it_teardown_reap),
         cmocka_unit_test_teardown(test_request_timeout_is_its_own, it_teardown_reap),
+        cmocka_unit_test_teardown(test_both_stopped, it_teardown_reap),
     };
 
     it_init("liveness");
