@@ -433,6 +433,14 @@ remora_status_t rm_cuda_thread_ctx(int device)
     return cu_check(cu.CtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
+remora_status_t rm_cuda_ctx_enter(int device, int *pushed)
+{
+    *pushed = 0;
+    return rm_cuda_init() != REMORA_OK ? REMORA_ERR_UNSUPPORTED : ctx_enter(device, pushed);
+}
+
+void rm_cuda_ctx_leave(int pushed) { ctx_leave(pushed); }
+
 /* ---------------------------------------------------------------- devices */
 
 remora_status_t rm_cuda_driver_version(int *version)

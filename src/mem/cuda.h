@@ -75,6 +75,23 @@ remora_status_t rm_cuda_can_access_peer(int a, int b, int *can);
  *  ways: a copy runs in either's context); already enabled is success. */
 remora_status_t rm_cuda_enable_peer_access(int a, int b);
 
+/* ---------------------------------------------------------------- contexts */
+
+/**
+ * Make device's primary context current for calls into a library that works
+ * on the current context (UCX's CUDA memory domains look allocations up in
+ * it: memory of another GPU is "not found" there). *pushed tells
+ * rm_cuda_ctx_leave whether to restore the caller's context.
+ */
+remora_status_t rm_cuda_ctx_enter(int device, int *pushed);
+void rm_cuda_ctx_leave(int pushed);
+
+/** A thread with no current CUDA context gets device's primary context made
+ *  current (as the CUDA runtime does on a thread's first call); one with a
+ *  context keeps it. UCX's cuda_copy/cuda_ipc transports (1.13) refuse to
+ *  copy on a thread without a current context. */
+remora_status_t rm_cuda_thread_ctx(int device);
+
 /* ---------------------------------------------------------------- memory */
 
 /** Classify p. Without CUDA every pointer is RM_PTR_HOST and *device is -1.
@@ -83,11 +100,6 @@ remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device
 
 /** Device memory on `device`, freed with rm_cuda_mem_free(). */
 remora_status_t rm_cuda_mem_alloc(int device, size_t length, void **p);
-/** A thread with no current CUDA context gets device's primary context made
- *  current (as the CUDA runtime does on a thread's first call); one with a
- *  context keeps it. UCX's cuda_copy/cuda_ipc transports (1.13) refuse to
- *  copy on a thread without a current context. */
-remora_status_t rm_cuda_thread_ctx(int device);
 /** Managed memory; remora refuses it as a region, this exists for tests. */
 remora_status_t rm_cuda_mem_alloc_managed(int device, size_t length, void **p);
 remora_status_t rm_cuda_mem_free(int device, void *p);

@@ -41,6 +41,19 @@ static int ucx_handles_cuda(remora_context_h ctx)
            (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
+/* GPU memory is registered and packed in its own device's context: UCX
+ * looks the allocation up in the current one (memory of GPU 1 in GPU 0's
+ * context: "named symbol not found", and the region lost UCX's path).
+ * Returns what rm_cuda_ctx_leave takes. */
+static int mem_cuda_enter(remora_mem_h mem)
+{
+    int pushed = 0;
+
+    if (mem->type == REMORA_MEM_CUDA)
+        rm_cuda_ctx_enter(mem->device < 0 ? 0 : mem->device, &pushed);
+    return pushed;
+}
+
 /* Register [addr, addr+length) with UCX; prot 0 means UCX's default (all). */
 static remora_status_t mem_map(remora_mem_h mem, unsigned prot, ucp_mem_h *memh_p)
 {
@@ -59,7 +72,10 @@ static remora_status_t mem_map(remora_mem_h mem, unsigned prot, ucp_mem_h *memh_
         p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_PROT;
         p.prot = prot;
     }
-    if ((status = ucp_mem_map(mem->ctx->ucp, &p, memh_p)) != UCS_OK) {
+    int pushed = mem_cuda_enter(mem);
+    status = ucp_mem_map(mem->ctx->ucp, &p, memh_p);
+    rm_cuda_ctx_leave(pushed);
+    if (status != UCS_OK) {
         rm_error("ucp_mem_map of %zu bytes failed: %s", mem->length, ucs_status_string(status));
         return rm_status_from_ucs(status);
     }
@@ -68,8 +84,10 @@ static remora_status_t mem_map(remora_mem_h mem, unsigned prot, ucp_mem_h *memh_
 
 static remora_status_t mem_pack(remora_mem_h mem, ucp_mem_h memh, void **rkey_p, size_t *len_p)
 {
+    int pushed = mem_cuda_enter(mem);
     ucs_status_t status = ucp_rkey_pack(mem->ctx->ucp, memh, rkey_p, len_p);
 
+    rm_cuda_ctx_leave(pushed);
     if (status != UCS_OK) {
         rm_error("ucp_rkey_pack failed: %s", ucs_status_string(status));
         return rm_status_from_ucs(status);

@@ -68,7 +68,7 @@ static rm_gpu_reg_t *reg_slot(remora_client_h c, uint64_t id, const char *p, siz
     return pick;
 }
 
-rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len)
+rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len, int device)
 {
     uint64_t id;
     void *base;
@@ -95,7 +95,11 @@ rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len)
             .length      = size,
             .memory_type = UCS_MEMORY_TYPE_CUDA,
         };
-        if (ucp_mem_map(c->ctx->ucp, &mp, &g->memh) != UCS_OK) {
+        int pushed = 0;
+        rm_cuda_ctx_enter(device, &pushed); /* UCX finds the allocation in its context */
+        ucs_status_t st = ucp_mem_map(c->ctx->ucp, &mp, &g->memh);
+        rm_cuda_ctx_leave(pushed);
+        if (st != UCS_OK) {
             g->memh = NULL;
             c->gpu_reg_refused[c->gpu_reg_nrefused++ % RM_CLIENT_REG_REFUSED] = id;
             return NULL; /* UCX registers it per transfer, as without this */

@@ -223,6 +223,43 @@ static void test_ipc_refused_for_host_region(void **state)
 }
 
 /* Two GPUs: region on GPU 0, buffer on GPU 1 (peer copy over NVLink/PCIe). */
+/* A region on GPU 1 served by this process, whose thread has GPU 0's
+ * context (test_gpu_region bound it): a UCX with CUDA must still register
+ * it (in GPU 1's context: in GPU 0's, UCX 1.13 found no such allocation and
+ * the region lost UCX's path), so forced active messages go through UCX. */
+static void region_on_gpu1(void)
+{
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE |
+                                            REMORA_MEM_FIELD_DEVICE,
+                              .length = GPU_REGION, .type = REMORA_MEM_CUDA, .device = 1};
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0"};
+    remora_region_params_t rp = {.field_mask = REMORA_REGION_FIELD_FLAGS,
+                                 .flags = REMORA_REGION_WRITABLE};
+    remora_path_t am = ucx_handles_cuda() ? REMORA_PATH_AM : REMORA_PATH_STAGING;
+    remora_context_h ctx;
+    remora_mem_h mem;
+    remora_server_h srv;
+    char addr[80];
+    uint8_t *host = malloc(GPU_REGION);
+
+    assert_non_null(host);
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    it_assert_ok(remora_mem_create(ctx, &mp, &mem));
+    remora_pattern_fill(host, 0, GPU_REGION);
+    it_assert_ok(remora_copy(remora_mem_address(mem), host, GPU_REGION));
+    it_assert_ok(remora_server_create(ctx, &sp, &srv));
+    it_assert_ok(remora_server_expose(srv, "r", mem, &rp));
+    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    exercise(addr, 1, REMORA_PATH_AM, am);
+    exercise(addr, 0, REMORA_PATH_AM, am);
+    exercise(addr, -1, REMORA_PATH_AM, am);
+    remora_server_destroy(srv);
+    remora_mem_destroy(mem);
+    remora_context_destroy(ctx);
+    free(host);
+}
+
 static void test_two_gpus(void **state)
 {
     (void)state;
@@ -232,6 +269,7 @@ static void test_two_gpus(void **state)
     exercise(g_gpu.addr, 1, REMORA_PATH_STAGING, REMORA_PATH_STAGING);
     exercise(g_gpu.addr, 1, REMORA_PATH_AM,
              ucx_handles_cuda() ? REMORA_PATH_AM : REMORA_PATH_STAGING);
+    region_on_gpu1();
 }
 
 /* Ring elements land in GPU memory and check out there. */
