@@ -230,6 +230,7 @@ for b in bench_tcp bench_am; do
   check "  the same against host writes with 64 in flight, us" "$(val $b proxy_added_nb_us)" "<=" 2
   for s in 1 16 256; do
     check "stream/host put bandwidth ${s} MiB ($(val $b stream_put_GBps_${s}MiB) / $(val $b host_put_GBps_${s}MiB) GB/s)" "$(val $b put_ratio_${s}MiB)" ">=" 0.9
+    say "    the 9 rounds' own ratios: $(val $b put_ratio_rounds_${s}MiB)"
   done
 done
 say "  same-host 1 MiB put_signal ping-pong RTT: $(val pingpong_ipc_1MiB rtt_us) us"
