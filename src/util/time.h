@@ -22,19 +22,22 @@ static inline uint64_t rm_deadline_ns(int timeout_ms)
  * thread did not run (the process stopped, a VM paused, a loaded host) and so
  * heard nothing from anyone. A liveness check credits it to its peers'
  * silence, so that a stall of our own never reads as the peer's death.
- * Returns 0 for a gap within twice the period, and on the first call. */
+ * Returns what the gap since the last call exceeds twice the period by (a
+ * check's normal jitter is not a stall); 0 on the first call. */
 static inline uint64_t rm_stall_ns(uint64_t *last_ns, uint64_t now, uint64_t period_ns)
 {
     uint64_t gap = *last_ns != 0 && now > *last_ns ? now - *last_ns : 0;
 
     *last_ns = now;
-    return gap > 2 * period_ns ? gap - period_ns : 0;
+    return gap > 2 * period_ns ? gap - 2 * period_ns : 0;
 }
 
 /* Move a peer's last-heard time forward by a stall of ours (rm_stall_ns),
  * never past now. */
 static inline void rm_stall_credit(uint64_t *last_rx_ns, uint64_t stall_ns, uint64_t now)
 {
+    if (*last_rx_ns >= now)
+        return;
     *last_rx_ns = stall_ns >= now - *last_rx_ns ? now : *last_rx_ns + stall_ns;
 }
 
