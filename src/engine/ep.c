@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/seal.h"
+#include "mem/cuda.h"
 #include "util/fault.h"
 #include "util/log.h"
 #include "util/time.h"
@@ -442,12 +443,15 @@ static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len, int c
     };
     ucp_mem_h memh;
 
+    int pushed = 0;
     if (cuda) { /* a GPU buffer going to a CUDA UCX: said, not detected */
         mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
         mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+        rm_cuda_ptr_ctx_enter(body, &pushed); /* UCX finds it in its own context */
     }
-
-    return ucp_mem_map(ucp, &mp, &memh) == UCS_OK ? memh : NULL;
+    ucs_status_t st = ucp_mem_map(ucp, &mp, &memh);
+    rm_cuda_ctx_leave(pushed);
+    return st == UCS_OK ? memh : NULL;
 }
 
 /* UCX 1.13 leaves some rendezvous sends to a dead peer pending even after a

@@ -57,6 +57,7 @@ enum { /* CUdevice_attribute */
 };
 
 enum { /* CUpointer_attribute */
+    CU_POINTER_ATTRIBUTE_CONTEXT        = 1,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE    = 2,
     CU_POINTER_ATTRIBUTE_BUFFER_ID      = 7,
     CU_POINTER_ATTRIBUTE_IS_MANAGED     = 8,
@@ -399,8 +400,9 @@ static remora_status_t push_unless_current(CUcontext ctx, int *pushed)
     *pushed = 0;
     if (cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
         return REMORA_OK;
-    *pushed = 1;
-    return cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+    remora_status_t status = cu_check(cu.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+    *pushed = status == REMORA_OK; /* a failed push leaves the caller's context to it */
+    return status;
 }
 
 static void ctx_leave(int pushed)
@@ -433,10 +435,35 @@ remora_status_t rm_cuda_thread_ctx(int device)
     return cu_check(cu.CtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
-remora_status_t rm_cuda_ctx_enter(int device, int *pushed)
+static CUresult ptr_owner(const void *p, CUcontext *owner, int *ordinal)
 {
+    int attrs[] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void *data[] = {owner, ordinal};
+
+    return cu.PointerGetAttributes(2, (int *)attrs, data, (CUdeviceptr)(uintptr_t)p);
+}
+
+remora_status_t rm_cuda_ptr_ctx_enter(const void *p, int *pushed)
+{
+    CUcontext owner = NULL;
+    int ordinal = -1;
+    CUresult r;
+
     *pushed = 0;
-    return rm_cuda_init() != REMORA_OK ? REMORA_ERR_UNSUPPORTED : ctx_enter(device, pushed);
+    if (rm_cuda_init() != REMORA_OK)
+        return REMORA_ERR_UNSUPPORTED;
+    /* as in rm_cuda_ptr_kind: some drivers answer only in a context */
+    if ((r = ptr_owner(p, &owner, &ordinal)) == CUDA_ERROR_INVALID_CONTEXT &&
+        ctx_push(0) == REMORA_OK) {
+        r = ptr_owner(p, &owner, &ordinal);
+        ctx_pop();
+    }
+    if (r != CUDA_SUCCESS)
+        return cu_check(r, "cuPointerGetAttributes");
+    if (owner != NULL) /* the application's own context, or a primary one */
+        return push_unless_current(owner, pushed);
+    /* memory of no context (virtual memory management, pools) */
+    return ordinal >= 0 ? ctx_enter(ordinal, pushed) : REMORA_ERR_INVALID_PARAM;
 }
 
 void rm_cuda_ctx_leave(int pushed) { ctx_leave(pushed); }

@@ -78,12 +78,14 @@ remora_status_t rm_cuda_enable_peer_access(int a, int b);
 /* ---------------------------------------------------------------- contexts */
 
 /**
- * Make device's primary context current for calls into a library that works
- * on the current context (UCX's CUDA memory domains look allocations up in
- * it: memory of another GPU is "not found" there). *pushed tells
- * rm_cuda_ctx_leave whether to restore the caller's context.
+ * Make the context that owns GPU memory p current (the application's own,
+ * else its device's primary one) for calls into a library that works on the
+ * current context: UCX's CUDA memory domains look allocations up in it, and
+ * memory of another GPU or context is "not found" there. *pushed tells
+ * rm_cuda_ctx_leave whether to restore the caller's context; on failure
+ * nothing was pushed.
  */
-remora_status_t rm_cuda_ctx_enter(int device, int *pushed);
+remora_status_t rm_cuda_ptr_ctx_enter(const void *p, int *pushed);
 void rm_cuda_ctx_leave(int pushed);
 
 /** A thread with no current CUDA context gets device's primary context made

@@ -41,7 +41,7 @@ static int ucx_handles_cuda(remora_context_h ctx)
            (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
-/* GPU memory is registered and packed in its own device's context: UCX
+/* GPU memory is registered and packed in the context that owns it: UCX
  * looks the allocation up in the current one (memory of GPU 1 in GPU 0's
  * context: "named symbol not found", and the region lost UCX's path).
  * Returns what rm_cuda_ctx_leave takes. */
@@ -50,7 +50,7 @@ static int mem_cuda_enter(remora_mem_h mem)
     int pushed = 0;
 
     if (mem->type == REMORA_MEM_CUDA)
-        rm_cuda_ctx_enter(mem->device < 0 ? 0 : mem->device, &pushed);
+        rm_cuda_ptr_ctx_enter(mem->addr, &pushed);
     return pushed;
 }
 

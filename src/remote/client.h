@@ -302,11 +302,9 @@ remora_status_t rm_client_await_link(remora_client_h c, uint64_t deadline, uint6
 void rm_client_unmap_all(remora_client_h c);
 
 /* client_reg.c (lock held): a registration covering [buf, buf + len) of
- * a GPU allocation on device, held until put (NULL: none to be had; the
- * transfer goes without); all dropped when the client is freed (no lock
- * needed then). */
-rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len,
-                                int device);
+ * a GPU allocation, held until put (NULL: none to be had; the transfer goes
+ * without); all dropped when the client is freed (no lock needed then). */
+rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len);
 void          rm_client_reg_put(rm_gpu_reg_t *g);
 void          rm_client_regs_free(remora_client_h c);
 

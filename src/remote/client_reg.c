@@ -68,7 +68,7 @@ static rm_gpu_reg_t *reg_slot(remora_client_h c, uint64_t id, const char *p, siz
     return pick;
 }
 
-rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len, int device)
+rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len)
 {
     uint64_t id;
     void *base;
@@ -96,7 +96,7 @@ rm_gpu_reg_t *rm_client_reg_get(remora_client_h c, const void *buf, size_t len, 
             .memory_type = UCS_MEMORY_TYPE_CUDA,
         };
         int pushed = 0;
-        rm_cuda_ctx_enter(device, &pushed); /* UCX finds the allocation in its context */
+        rm_cuda_ptr_ctx_enter(base, &pushed); /* UCX finds the allocation in its context */
         ucs_status_t st = ucp_mem_map(c->ctx->ucp, &mp, &g->memh);
         rm_cuda_ctx_leave(pushed);
         if (st != UCS_OK) {

@@ -670,7 +670,7 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     if ((dev_buf || r->path == REMORA_PATH_STAGING) && req->chunk > RM_STAGE_CHUNK)
         req->chunk = RM_STAGE_CHUNK;
     if (req->path == REMORA_PATH_AM && gpu_buf && !dev_buf) { /* UCX moves the GPU buffer */
-        req->reg = rm_client_reg_get(c, buf, length, buf_dev);
+        req->reg = rm_client_reg_get(c, buf, length);
         if (c->same_host && r->mem_type == REMORA_MEM_CUDA)
             ucx_ipc_shape(req);
     }

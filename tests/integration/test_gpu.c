@@ -222,11 +222,11 @@ static void test_ipc_refused_for_host_region(void **state)
     it_client_close(&c);
 }
 
-/* Two GPUs: region on GPU 0, buffer on GPU 1 (peer copy over NVLink/PCIe). */
 /* A region on GPU 1 served by this process, whose thread has GPU 0's
- * context (test_gpu_region bound it): a UCX with CUDA must still register
- * it (in GPU 1's context: in GPU 0's, UCX 1.13 found no such allocation and
- * the region lost UCX's path), so forced active messages go through UCX. */
+ * context (the first GPU 0 buffer made on a thread binds it there): a UCX
+ * with CUDA must still register it (in GPU 1's context: in GPU 0's, UCX
+ * 1.13 found no such allocation and the region lost UCX's path), so forced
+ * active messages go through UCX. */
 static void region_on_gpu1(void)
 {
     remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH | REMORA_MEM_FIELD_TYPE |
@@ -245,6 +245,9 @@ static void region_on_gpu1(void)
 
     assert_non_null(host);
     it_assert_ok(remora_context_create(NULL, &ctx));
+    buf_t first; /* binds this thread to GPU 0, should this case run alone */
+    buf_alloc(&first, ctx, 0, 4096);
+    buf_free(&first);
     it_assert_ok(remora_mem_create(ctx, &mp, &mem));
     remora_pattern_fill(host, 0, GPU_REGION);
     it_assert_ok(remora_copy(remora_mem_address(mem), host, GPU_REGION));
@@ -260,16 +263,18 @@ static void region_on_gpu1(void)
     free(host);
 }
 
+/* Two GPUs: region on GPU 0, buffer on GPU 1 (peer copy over NVLink/PCIe),
+ * and a region on GPU 1. */
 static void test_two_gpus(void **state)
 {
     (void)state;
     if (g_ngpus < 2)
         skip();
+    region_on_gpu1();
     exercise(g_gpu.addr, 1, REMORA_PATH_AUTO, REMORA_PATH_IPC);
     exercise(g_gpu.addr, 1, REMORA_PATH_STAGING, REMORA_PATH_STAGING);
     exercise(g_gpu.addr, 1, REMORA_PATH_AM,
              ucx_handles_cuda() ? REMORA_PATH_AM : REMORA_PATH_STAGING);
-    region_on_gpu1();
 }
 
 /* Ring elements land in GPU memory and check out there. */
