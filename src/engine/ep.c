@@ -442,8 +442,8 @@ static ucp_mem_h map_body(ucp_context_h ucp, const void *body, size_t len, int c
         .length     = len,
     };
     ucp_mem_h memh;
-
     int pushed = 0;
+
     if (cuda) { /* a GPU buffer going to a CUDA UCX: said, not detected */
         mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
         mp.memory_type = UCS_MEMORY_TYPE_CUDA;

@@ -440,7 +440,7 @@ static CUresult ptr_owner(const void *p, CUcontext *owner, int *ordinal)
     int attrs[] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
     void *data[] = {owner, ordinal};
 
-    return cu.PointerGetAttributes(2, (int *)attrs, data, (CUdeviceptr)(uintptr_t)p);
+    return cu.PointerGetAttributes(2, attrs, data, dptr(p));
 }
 
 remora_status_t rm_cuda_ptr_ctx_enter(const void *p, int *pushed)
