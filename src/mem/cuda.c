@@ -435,29 +435,31 @@ remora_status_t rm_cuda_thread_ctx(int device)
     return cu_check(cu.CtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
-static CUresult ptr_owner(const void *p, CUcontext *owner, int *ordinal)
+/* cuPointerGetAttributes of p. Some drivers answer only with a current
+ * context: then once more in device 0's. Unknown pointers are not an error
+ * (their memory type comes back 0). */
+static CUresult ptr_query(const void *p, unsigned n, int *attrs, void **data)
 {
-    int attrs[] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-    void *data[] = {owner, ordinal};
+    CUresult r = cu.PointerGetAttributes(n, attrs, data, dptr(p));
 
-    return cu.PointerGetAttributes(2, attrs, data, dptr(p));
+    if (r == CUDA_ERROR_INVALID_CONTEXT && ctx_push(0) == REMORA_OK) {
+        r = cu.PointerGetAttributes(n, attrs, data, dptr(p));
+        ctx_pop();
+    }
+    return r;
 }
 
 remora_status_t rm_cuda_ptr_ctx_enter(const void *p, int *pushed)
 {
+    int attrs[] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
     CUcontext owner = NULL;
     int ordinal = -1;
-    CUresult r;
+    void *data[] = {&owner, &ordinal};
 
     *pushed = 0;
     if (rm_cuda_init() != REMORA_OK)
         return REMORA_ERR_UNSUPPORTED;
-    /* as in rm_cuda_ptr_kind: some drivers answer only in a context */
-    if ((r = ptr_owner(p, &owner, &ordinal)) == CUDA_ERROR_INVALID_CONTEXT &&
-        ctx_push(0) == REMORA_OK) {
-        r = ptr_owner(p, &owner, &ordinal);
-        ctx_pop();
-    }
+    CUresult r = ptr_query(p, 2, attrs, data);
     if (r != CUDA_SUCCESS)
         return cu_check(r, "cuPointerGetAttributes");
     if (owner != NULL) /* the application's own context, or a primary one */
@@ -563,20 +565,13 @@ remora_status_t rm_cuda_enable_peer_access(int a, int b)
 
 /* ---------------------------------------------------------------- pointers */
 
-static CUresult ptr_attrs(const void *p, unsigned *type, unsigned *managed, int *ordinal)
+remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device)
 {
     int attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-    void *data[] = {type, managed, ordinal};
-
-    return cu.PointerGetAttributes(3, attrs, data, dptr(p));
-}
-
-remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device)
-{
     unsigned type = 0, managed = 0;
     int ordinal = -1;
-    CUresult r;
+    void *data[] = {&type, &managed, &ordinal};
 
     if (kind == NULL || device == NULL)
         return REMORA_ERR_INVALID_PARAM;
@@ -585,13 +580,7 @@ remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device
         *device = -1;
         return REMORA_OK;
     }
-    /* Unknown pointers come back as type 0, not as an error. Some drivers
-     * want a current context for the query: retry in device 0's. */
-    r = ptr_attrs(p, &type, &managed, &ordinal);
-    if (r == CUDA_ERROR_INVALID_CONTEXT && ctx_push(0) == REMORA_OK) {
-        r = ptr_attrs(p, &type, &managed, &ordinal);
-        ctx_pop();
-    }
+    CUresult r = ptr_query(p, 3, attrs, data);
     if (r != CUDA_SUCCESS)
         return cu_check(r, "cuPointerGetAttributes");
     if (managed || type == CU_MEMORYTYPE_UNIFIED)
@@ -1053,11 +1042,7 @@ remora_status_t rm_cuda_ptr_alloc(const void *p, uint64_t *id, void **base, size
         return REMORA_ERR_INVALID_PARAM;
     if (rm_cuda_init() != REMORA_OK)
         return REMORA_ERR_UNSUPPORTED;
-    CUresult r = cu.PointerGetAttributes(4, attrs, data, dptr(p));
-    if (r == CUDA_ERROR_INVALID_CONTEXT && ctx_push(0) == REMORA_OK) { /* as rm_cuda_ptr_kind */
-        r = cu.PointerGetAttributes(4, attrs, data, dptr(p));
-        ctx_pop();
-    }
+    CUresult r = ptr_query(p, 4, attrs, data);
     if (r != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE || bid == 0)
         return REMORA_ERR_INVALID_PARAM;
     *id   = bid;
