@@ -320,13 +320,6 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--child") == 0)
         return child_main();
     g_self = argv[0];
-    /* Under load (sanitizers, tests in parallel) a stall of both ends past
-     * the default 2 s peer timeout had the first to resume take the other
-     * for dead, failing the connection's sockets with DISCONNECTED (the
-     * killed child's connect, once in CI). Heartbeats are not tested here
-     * (a killed peer is told by its connection's EOF): every context, the
-     * child's too (it inherits the environment), gets a longer timeout. */
-    setenv("REMORA_PEER_TIMEOUT_MS", "30000", 1);
     it_init("sock");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_echo_sizes),
