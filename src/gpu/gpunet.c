@@ -787,8 +787,11 @@ _Static_assert(offsetof(rg_sock_shm_t, tx_head) == 0 && offsetof(rg_sock_shm_t, 
                    offsetof(rg_sock_shm_t, state) == 96 && sizeof(rg_sock_shm_t) == 128,
                "rg_sock_shm_t layout");
 _Static_assert(offsetof(rg_sockq_t, tq_posted) == 256 && offsetof(rg_sockq_t, tq_done) == 320 &&
-                   sizeof(rg_sockq_t) == 448,
+                   offsetof(rg_sockq_t, tq_ans) == 384 && offsetof(rg_sockq_t, rq_ans) == 640 &&
+                   sizeof(rg_qans_t) == 32 && sizeof(rg_sockq_t) == 896,
                "rg_sockq_t layout");
+_Static_assert(offsetof(rg_sock_dev_t, q_posted) == 32 && sizeof(rg_sock_dev_t) == 192,
+               "rg_sock_dev_t layout");
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 

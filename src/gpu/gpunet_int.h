@@ -113,10 +113,10 @@ typedef struct gp_state {
     uint32_t copy_seq;
     gn_copy_t copy;           /* on the worker's copy queue while copying */
     /* Queued transfers (rg_sockq_t). Ours: entries offered as RTSQ and
-     * answered; tq_ans[k % RG_QDEPTH] holds an answer until its turn. */
+     * answered; tq_res[k % RG_QDEPTH] holds an answer until its turn. */
     uint32_t tq_sent, tq_acked;
     int      tq_has[RG_QDEPTH];
-    int32_t  tq_ans[RG_QDEPTH];
+    int32_t  tq_res[RG_QDEPTH];
     /* The peer's queued sends: qsrc[k % RG_QDEPTH] for counters k in
      * [qs_head, qs_tail); qs_take is the one bytes are taken from next. */
     gp_qsrc_t qsrc[RG_QDEPTH];

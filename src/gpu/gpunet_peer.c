@@ -341,6 +341,14 @@ static void answer_rx(rg_sock_shm_t *s, gp_state_t *gp, uint32_t seq, int32_t re
     gp->rx_seen = seq;
 }
 
+/* Entry k of a queue answered: its word says which entry and how
+ * (socket_abi.h); the done counter goes after it. */
+static void q_answer(rg_qans_t *ans, uint32_t k, int32_t res)
+{
+    __atomic_store_n(&ans[(k - 1) % RG_QDEPTH].word, (uint64_t)k << 32 | (uint32_t)res,
+                     __ATOMIC_RELEASE);
+}
+
 /* Our queued send k answered (bytes taken or a status); answers are
  * published in order, each once those before it are. */
 static void tq_answer(remora_gpunet_h g, int i, uint32_t k, int32_t res)
@@ -349,21 +357,21 @@ static void tq_answer(remora_gpunet_h g, int i, uint32_t k, int32_t res)
     rg_sockq_t *q = &g->q[i];
 
     gp->tq_has[(k - 1) % RG_QDEPTH] = 1;
-    gp->tq_ans[(k - 1) % RG_QDEPTH] = res;
+    gp->tq_res[(k - 1) % RG_QDEPTH] = res;
     while (gp->tq_has[gp->tq_acked % RG_QDEPTH]) {
         unsigned x = gp->tq_acked % RG_QDEPTH;
-        q->tq_res[x] = gp->tq_ans[x];
+        q_answer(q->tq_ans, gp->tq_acked + 1, gp->tq_res[x]);
         gp->tq_has[x] = 0;
         st_relu32(&q->tq_done, ++gp->tq_acked);
     }
 }
 
 /* Every queued entry of one direction up to what the kernel posted gets st. */
-static void q_fail(volatile int32_t *res, volatile uint32_t *done, uint32_t *upto, uint32_t posted,
+static void q_fail(rg_qans_t *ans, volatile uint32_t *done, uint32_t *upto, uint32_t posted,
                    int32_t st)
 {
     for (uint32_t k = *upto + 1; k - 1 != posted; k++)
-        res[(k - 1) % RG_QDEPTH] = st;
+        q_answer(ans, k, st);
     st_relu32(done, posted);
     *upto = posted;
 }
@@ -383,12 +391,12 @@ static void answer_all(remora_gpunet_h g, int i, int32_t st)
     if ((seq = ld_acq32(&s->drx_seq)) != gp->rx_seen)
         answer_rx(s, gp, seq, st);
     if ((seq = ld_acq32(&q->tq_posted)) != gp->tq_acked) {
-        q_fail(q->tq_res, &q->tq_done, &gp->tq_acked, seq, st);
+        q_fail(q->tq_ans, &q->tq_done, &gp->tq_acked, seq, st);
         gp->tq_sent = seq;
         memset(gp->tq_has, 0, sizeof(gp->tq_has));
     }
     if ((seq = ld_acq32(&q->rq_posted)) != gp->rq_answered) {
-        q_fail(q->rq_res, &q->rq_done, &gp->rq_answered, seq, st);
+        q_fail(q->rq_ans, &q->rq_done, &gp->rq_answered, seq, st);
         gp->rq_assigned = seq;
     }
 }
@@ -669,7 +677,7 @@ static int queue_progress(remora_gpunet_h g, int i)
                 r = qsrc_copied(p, s, a->qi);
             }
         }
-        q->rq_res[(k - 1) % RG_QDEPTH] = res;
+        q_answer(q->rq_ans, k, res);
         st_relu32(&q->rq_done, k);
         gp->rq_answered = k;
         busy = 1;

@@ -3,7 +3,9 @@
  * Queued transfers between GPU sockets of two processes on one GPU (label
  * gpu; exit 77 without one). Each case prints PASSED or FAILED.
  *   1 queued sends and receives only, 1 MiB messages and an odd one, several
- *     in flight each way: byte-exact
+ *     in flight each way: byte-exact; then a wait for the first send, whose
+ *     answer later ones took over, is RG_EINVAL and the last one's result
+ *     is still there
  *   2 queued sends mixed with ring sends and a direct (blocking, large) send:
  *     the bytes arrive in the order the kernel sent them
  *   3 a queued send on a TCP socket (not supported), from shared memory, a
@@ -109,7 +111,7 @@ __global__ void k_client(const char *addr, const uint8_t *src, const int *lens, 
 {
     int s = rg_connect(addr);
     if (s < 0) { if (threadIdx.x == 0) res[0] = s; return; }
-    int rt[SLOTS], st[SLOTS], r = 0;
+    int rt[SLOTS], st[SLOTS], r = 0, first_t = -1, last_t = -1, last_len = 0;
     long long sent = 0, got = 0, o = 0, sq = 0, sdone = 0;
     for (int j = 0; j < SLOTS; j++)
         rt[j] = rg_recv_post(s, slots + (size_t)j * SLOT, SLOT);
@@ -127,6 +129,9 @@ __global__ void k_client(const char *addr, const uint8_t *src, const int *lens, 
                 int t = rg_send_post(s, from, len);
                 if (t < 0) r = t;
                 else st[sq++ % SLOTS] = t;
+                if (first_t < 0) first_t = t;
+                last_t = t;
+                last_len = len;
             } else {
                 for (int k = 0, w; k < len && r >= 0; k += w)
                     if ((w = rg_send(s, from + k, len - k)) <= 0) r = w ? w : -2002;
@@ -150,6 +155,11 @@ __global__ void k_client(const char *addr, const uint8_t *src, const int *lens, 
     while (sdone < sq && r >= 0) {
         int w = rg_send_wait(s, st[sdone++ % SLOTS]);
         if (w < 0) r = w;
+    }
+    if (r >= 0 && sq > (long long)RG_QDEPTH) {
+        /* A result is gone once RG_QDEPTH later entries completed; the last one's stays. */
+        if (rg_send_wait(s, first_t) != RG_EINVAL) r = -2004;
+        else if (rg_send_wait(s, last_t) != last_len) r = -2005;
     }
     rg_close(s);
     if (threadIdx.x == 0) res[0] = r < 0 ? r : (int)(got >> 10); /* KiB */

@@ -174,8 +174,15 @@ __device__ __forceinline__ shadow_t shadow_load(const rg_sock_dev_t *sd)
 
 __device__ __forceinline__ void shadow_clear(rg_sock_dev_t *sd)
 {
-    if (sd)
-        *(volatile uint32_t *)&sd->valid = 0;
+    if (sd) {
+        volatile rg_sock_dev_t *w = sd;
+        w->valid = 0;
+        for (unsigned d = 0; d < 2; d++) {
+            w->q_seen[d] = 0;
+            for (unsigned k = 0; k < RG_QDEPTH; k++)
+                w->q_ans[d][k] = 0; /* a new socket's tickets start at 1 again */
+        }
+    }
 }
 
 /* A send keeps what its snapshot x says of the send side (v: the shadow as
@@ -659,8 +666,57 @@ __device__ __forceinline__ rg_sockq_t *queue_of(rg_net_t *net, int s)
     return (rg_sockq_t *)(uintptr_t)net->queues + s;
 }
 
+/* A queue shadow as a post needs it (socket_abi.h): the counters and the
+ * ring's head from device memory, if a post of this direction saw the
+ * socket open in a snapshot within RG_SHADOW_NS. */
+struct qshadow_t {
+    uint32_t posted, done;
+    uint64_t tx_head;
+    bool     fresh;
+};
+
+__device__ __forceinline__ qshadow_t qshadow_load(const rg_sock_dev_t *sd, int dir)
+{
+    qshadow_t v = {0, 0, 0, false};
+    if (sd == NULL)
+        return v;
+    uint64_t seen = *(const volatile uint64_t *)&sd->q_seen[dir];
+    v.posted  = *(const volatile uint32_t *)&sd->q_posted[dir];
+    v.done    = *(const volatile uint32_t *)&sd->q_done[dir];
+    v.tx_head = *(const volatile uint64_t *)&sd->tx_head; /* sends: kept by every ring send */
+    v.fresh   = seen != 0 && now_ns() - seen <= RG_SHADOW_NS;
+    return v;
+}
+
+/* A post's real snapshot, its counters loaded with it (one PCIe round trip
+ * for all): the status of the socket for a queued transfer. */
+__device__ inline int qpost_snap(rg_net_t *net, int s, bool send, uint32_t *k, uint32_t *d,
+                                 uint64_t *mark)
+{
+    rg_sockq_t *q = queue_of(net, s);
+    rg_sock_shm_t *sh = sock_of(net, s);
+    const volatile uint32_t *posted = send ? &q->tq_posted : &q->rq_posted;
+    const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
+    uint32_t p = *posted, dn = *done; /* issued before the snapshot's loads, used after */
+    /* A send notes its snapshot in the send shadow, whose head later posts read. */
+    snap_t x = send ? send_resnap(net, sh, shadow_of(net, s)) : snap(net, sh);
+    *k = p + 1;
+    *d = dn;
+    int st = check_snap(x, send);
+    if (st != RG_OK)
+        return st;
+    if (x.error)
+        return x.error;
+    if (!(x.rx_eof & RG_RX_REQ))
+        return RG_EUNSUPPORTED; /* the peer is not a GPU socket on this host */
+    *mark = x.tx_head;
+    return RG_OK;
+}
+
 /* One thread: post buf as the socket's next queued send or receive, once
- * fewer than RG_QDEPTH are open; a ticket (>= 0) or a status. */
+ * fewer than RG_QDEPTH are open; a ticket (>= 0) or a status. Within
+ * RG_SHADOW_NS of the last look at the socket no PCIe round trip precedes
+ * the entry's stores (socket_abi.h, queue shadows). */
 __device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
                             uint64_t timeout_ns)
 {
@@ -672,17 +728,15 @@ __device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
     if (buf == NULL || len <= 0 || !__isGlobal(buf))
         return RG_EINVAL;
     rg_sockq_t *q = queue_of(net, s);
+    rg_sock_dev_t *sd = shadow_of(net, s);
     volatile uint32_t *posted = send ? &q->tq_posted : &q->rq_posted;
     const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
-    /* The counters loaded with the snapshot: one PCIe round trip for all. */
-    snap_t x = snap(net, sock_of(net, s));
-    uint32_t k = *posted + 1, d = *done;
-    if ((st = check_snap(x, send)) != RG_OK)
+    const int dir = send ? 0 : 1;
+    qshadow_t v = qshadow_load(sd, dir);
+    uint32_t k = v.posted + 1, d = v.done;
+    uint64_t mark = v.tx_head;
+    if (!v.fresh && (st = qpost_snap(net, s, send, &k, &d, &mark)) != RG_OK)
         return st;
-    if (x.error)
-        return x.error;
-    if (!(x.rx_eof & RG_RX_REQ))
-        return RG_EUNSUPPORTED; /* the peer is not a GPU socket on this host */
     uint64_t until = budget(net, timeout_ns);
     while (k - d > RG_QDEPTH) { /* full: the oldest completes first */
         if (!alive(net))
@@ -695,13 +749,19 @@ __device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
     if (send) {
         q->tq_ptr[ix]  = (uint64_t)(uintptr_t)buf;
         q->tq_len[ix]  = (uint32_t)len;
-        q->tq_mark[ix] = x.tx_head; /* our own counter: ring bytes sent before go first */
+        q->tq_mark[ix] = mark; /* our own counter: ring bytes sent before go first */
     } else {
         q->rq_ptr[ix] = (uint64_t)(uintptr_t)buf;
         q->rq_len[ix] = (uint32_t)len;
     }
     __threadfence_system();
     *posted = k;
+    if (sd != NULL) {
+        sd->q_posted[dir] = k;
+        sd->q_done[dir]   = d;
+        if (!v.fresh)
+            sd->q_seen[dir] = now_ns();
+    }
     return (int)(k & RG_TICKET_MASK);
 }
 
@@ -719,17 +779,43 @@ __device__ inline int qwait(rg_net_t *net, int s, int ticket, bool send, uint64_
         return RG_EINVAL;
     rg_sock_shm_t *sh = sock_of(net, s);
     rg_sockq_t *q = queue_of(net, s);
-    const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
+    rg_sock_dev_t *sd = shadow_of(net, s);
+    const int dir = send ? 0 : 1;
+    const uint32_t t = (uint32_t)ticket;
+    unsigned ix = (t - 1) % RG_QDEPTH;
+    const rg_qans_t *ans = send ? q->tq_ans : q->rq_ans;
+    if (sd != NULL) { /* loaded ahead by an earlier wait (after its fence) */
+        uint64_t c = *(const volatile uint64_t *)&sd->q_ans[dir][ix];
+        if ((((uint32_t)(c >> 32) - t) & RG_TICKET_MASK) == 0) {
+            sd->q_done[dir] = (uint32_t)(c >> 32);
+            return (int32_t)(uint32_t)c;
+        }
+    }
     uint64_t until = budget(net, timeout_ns);
     for (;;) {
-        /* The three loads issued together: one PCIe round trip a look. */
-        uint32_t d = *done, up = alive(net), state = *(const volatile uint32_t *)&sh->state;
-        if (((d - (uint32_t)ticket) & RG_TICKET_MASK) < (RG_TICKET_MASK >> 1)) {
-            fence_acquire_sys();
-            unsigned ix = ((uint32_t)ticket - 1) % RG_QDEPTH;
-            return send ? *(const volatile int32_t *)&q->tq_res[ix]
-                        : *(const volatile int32_t *)&q->rq_res[ix];
+        /* Issued together, each in a sector of its own: one PCIe round trip
+         * a look. An answer word says whose answer it holds and what it is. */
+        uint64_t a[RG_QLOOK];
+        for (unsigned j = 0; j < RG_QLOOK; j++)
+            a[j] = ans[(ix + j) % RG_QDEPTH].word;
+        uint32_t up = alive(net), state = *(const volatile uint32_t *)&sh->state;
+        uint32_t age = ((uint32_t)(a[0] >> 32) - t) & RG_TICKET_MASK;
+        if (age == 0) {
+            if (!send)
+                fence_acquire_sys(); /* the received bytes, as new as the answers */
+            if (sd != NULL) {
+                uint32_t upto = (uint32_t)(a[0] >> 32); /* k, not masked */
+                for (unsigned j = 1; j < RG_QLOOK; j++)
+                    if ((((uint32_t)(a[j] >> 32) - t) & RG_TICKET_MASK) == j) {
+                        sd->q_ans[dir][(ix + j) % RG_QDEPTH] = a[j];
+                        upto = (uint32_t)(a[j] >> 32);
+                    }
+                sd->q_done[dir] = upto; /* answered in order: so many are done at least */
+            }
+            return (int32_t)(uint32_t)a[0];
         }
+        if (age < (RG_TICKET_MASK >> 1))
+            return RG_EINVAL; /* a later entry's answer: this one's was read long ago */
         if (state == RG_SOCK_FREE)
             return RG_EINVAL; /* closed: its transfers went with it */
         if (!up)
@@ -834,8 +920,9 @@ __device__ inline int rg_close(int s)
  * A wait that times out leaves the transfer queued (wait again). Ring bytes
  * and queued ones keep the order the kernel sent them in; a blocking
  * rg_send or rg_recv may be mixed in, and runs after the queued ones.
- * Results stay readable until RG_QDEPTH later posts of that direction
- * completed: wait for tickets in order.
+ * A result stays readable until the entry RG_QDEPTH posts later of that
+ * direction completed (a wait after that returns RG_EINVAL): wait for
+ * tickets in order.
  */
 #define RG_ERING RG_RES_RING
 __device__ inline int rg_send_post_on(rg_net_t *net, int s, const void *buf, int len,

@@ -47,7 +47,8 @@
  * RG_QDEPTH sends and RG_QDEPTH receives of global memory without waiting:
  * entry k (a counter from 1) sits at index (k - 1) % RG_QDEPTH; the device
  * writes ptr and len, fences, then the posted counter; the proxy writes the
- * result, then the done counter. Entries complete in order. A queued send
+ * answer (k and the result in one word), then the done counter, which
+ * posts read to know a slot is free. Entries complete in order. A queued send
  * is taken whole (its result is its length or a status); a queued receive
  * gets the next bytes of the stream, as a receive does (its result is a byte count,
  * 0 at end of stream, a status, or RG_RES_RING: nothing was received, the
@@ -65,6 +66,12 @@
  * next call reports the error. A connect, accept, shutdown or close clears
  * the shadow of its socket.
  *
+ * Queue shadows (the same struct, ABI 6) do that for queued posts: a post
+ * within RG_SHADOW_NS of a post of its direction whose snapshot saw the
+ * socket open takes the counters from device memory and writes its entry
+ * without a snapshot. A post on a socket that failed since is answered with
+ * the error, like any entry open when a socket fails.
+ *
  * The magic carries the version: a kernel built against another layout
  * finds a magic it does not know and fails every call with -1.
  */
@@ -73,8 +80,8 @@
 
 #include <stdint.h>
 
-#define RG_ABI_MAGIC    0x35474e52u /* "RNG5" */
-#define RG_ABI_VERSION  5u
+#define RG_ABI_MAGIC    0x36474e52u /* "RNG6" */
+#define RG_ABI_VERSION  6u
 #define RG_CMD_INLINE   256u        /* bytes of a command's inline data (addresses) */
 #define RG_ADDR_MAX     (RG_CMD_INLINE - 1u)
 
@@ -144,6 +151,14 @@ typedef struct rg_sock_shm {
     uint64_t          pad1[2];
 } rg_sock_shm_t; /* 128 bytes */
 
+/* One answer word in a 32-byte sector of its own. */
+typedef struct rg_qans {
+    volatile uint64_t word;
+    uint64_t          pad[3];
+} rg_qans_t;
+
+#define RG_QLOOK 4u /* answers a queued wait loads together (its own first) */
+
 /* A socket's queued transfers (see above): the device writes the first 320
  * bytes, the proxy the rest. tq_mark is tx_head when the send was posted:
  * ring bytes sent before it go first. */
@@ -158,10 +173,15 @@ typedef struct rg_sockq {
     uint32_t          pad0[14];
     /* written by the proxy; offset 320 */
     volatile uint32_t tq_done, rq_done;
-    volatile int32_t  tq_res[RG_QDEPTH];
-    volatile int32_t  rq_res[RG_QDEPTH];
     uint32_t          pad1[14];
-} rg_sockq_t; /* 448 bytes */
+    /* Answers (ABI 6), offsets 384 and 640: entry k's at index
+     * (k - 1) % RG_QDEPTH, k in the high half of its word and its result in
+     * the low half, so one load says both (a counter, a fence, then the
+     * result cost three PCIe trips). A word a sector: a wait loads the next
+     * few answers with its own in one round trip (RG_QLOOK). */
+    rg_qans_t         tq_ans[RG_QDEPTH];
+    rg_qans_t         rq_ans[RG_QDEPTH];
+} rg_sockq_t; /* 896 bytes */
 
 /* A socket's send shadow (device memory; see above). */
 typedef struct rg_sock_dev {
@@ -170,7 +190,17 @@ typedef struct rg_sock_dev {
     uint64_t t_snap;   /* %globaltimer of that snapshot */
     uint32_t bits;     /* its rx_eof & RG_RX_REQ (fixed for a connection) */
     uint32_t valid;    /* 0: take a snapshot */
-} rg_sock_dev_t; /* 32 bytes */
+    /* Queue shadows (ABI 6), [0] sends, [1] receives: the posted counter
+     * and the done counter as the poster last knew them, and when a post of
+     * that direction last saw the socket open in a snapshot (0: not since
+     * the socket's last connect, shutdown or close; the counters are stale). */
+    uint32_t q_posted[2];
+    uint32_t q_done[2];
+    uint64_t q_seen[2];
+    /* Answer words a wait loaded ahead of its own (ABI 6; cleared with the
+     * queue shadow): the next wait finds its answer here without a trip. */
+    uint64_t q_ans[2][RG_QDEPTH];
+} rg_sock_dev_t; /* 192 bytes */
 
 #define RG_SHADOW_NS 100000u /* a shadow older than this is not used */
 
