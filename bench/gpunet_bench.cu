@@ -16,7 +16,7 @@
  *                                proxy moved the bytes: its ring or its bounce
  *                                buffer, REMORA_GPUNET_BOUNCE_MIN)
  *                [--gg-mib N]   (gpu-gpu message size, default 4)
- *                [--gg-inflight N] (queued gpu-gpu messages in flight, 1-8, default 4)
+ *                [--gg-inflight N] (queued gpu-gpu messages in flight, 1-8, default 8)
  *                [--sink-gpu N] (gpu-gpu receiver on GPU N, vs cudaMemcpyPeer; default 0)
  */
 #include <arpa/inet.h>
@@ -40,7 +40,9 @@
 #define MSG_BW (64 << 10)
 #define MSG_GG (4 << 20)
 static int g_gg = MSG_GG; /* gpu-gpu message size (--gg-mib) */
-static int g_inflight = 4; /* queued gpu-gpu messages in flight (--gg-inflight) */
+/* Queued gpu-gpu messages in flight (--gg-inflight): by default a full
+ * queue (RG_QDEPTH), as a sender streaming as fast as it can keeps it. */
+static int g_inflight = (int)RG_QDEPTH;
 static int g_sink_gpu;    /* the gpu-gpu receiver's GPU (--sink-gpu) */
 
 /* ------------------------------------------------------------ CPU servers */
@@ -515,7 +517,7 @@ int main(int argc, char **argv)
     if (g_gg < (1 << 20) || g_gg > (size_t)blocks * MSG_GG)
         g_gg = MSG_GG;
     if (g_inflight < 1 || g_inflight > (int)GG_INFLIGHT || (size_t)g_inflight * g_gg > (size_t)blocks * MSG_GG)
-        g_inflight = 4;
+        g_inflight = (int)GG_INFLIGHT;
     /* 256 messages at least: at 4 MiB a run of 64 lasted 0.6 ms, and its
      * ramp and the GPU's clock moved the figure by +-20 %. */
     size_t gg_total = (size_t)g_gg * 256 > ((size_t)1 << 30) ? (size_t)g_gg * 256 : (size_t)1 << 30;

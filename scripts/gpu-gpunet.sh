@@ -147,9 +147,13 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && ! pgrep -x nvidia-cuda-
   export CUDA_MPS_PIPE_DIRECTORY=$out/mps CUDA_MPS_LOG_DIRECTORY=$out/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
-    for mib in 4 16; do
-      step "gpunet_bench_mps_${mib}MiB" 90 "$build/gpunet_bench" --only gpu-gpu --gg-mib "$mib"
-      grep -E '_GBps|failed' "$out/gpunet_bench_mps_${mib}MiB.log" | sed 's/^/    MPS: /' | tee -a "$summary"
+    # A full queue (8 in flight, the bench's default), then half of one.
+    for run in 4:8 16:8 4:4; do
+      mib=${run%:*} n=${run#*:}
+      step "gpunet_bench_mps_${mib}MiB_${n}q" 90 "$build/gpunet_bench" --only gpu-gpu --gg-mib "$mib" \
+        --gg-inflight "$n"
+      grep -E '_GBps|in flight|failed' "$out/gpunet_bench_mps_${mib}MiB_${n}q.log" | sed 's/^/    MPS: /' |
+        tee -a "$summary"
     done
     echo quit | nvidia-cuda-mps-control
   else
