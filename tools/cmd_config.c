@@ -46,7 +46,7 @@ static const cli_config_var_t cli_config_vars[] = {
     {"REMORA_STREAM_COPY", "stream",
      "proxy: small GPU sources of stream operations are copied by the proxy thread"},
     {"REMORA_GPUNET_SPIN_US", "2000", "GPU socket proxy: busy-poll this long before sleeping"},
-    {"REMORA_GPUNET_THREADS", "ncpu/2, 1..16", "GPU socket proxy worker threads"},
+    {"REMORA_GPUNET_THREADS", "ncpu, 1..16", "GPU socket proxy worker threads"},
     {"REMORA_GPUNET_SUBMIT_THREAD", "1",
      "GPU socket proxy: a thread per worker makes the copies' driver calls (0: the worker)"},
     {"REMORA_GPUNET_COPY_LANES", "2", "GPU socket proxy: streams per worker for its copies (1-4)"},

@@ -897,8 +897,12 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     g->dead_ns     = ctx->peer_timeout_ns;
     g->nslots      = GN_SLOTS;
     {
+        /* A worker without work naps, so one a CPU costs nothing idle, and
+         * busy sockets spread over every core (64 blocks streaming to TCP
+         * peers on 16 cores: 0.77-0.92x of 64 CPU clients with 8, 1.02-1.19x
+         * with 16; docs/performance.md, session 23). */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        uint64_t dflt = ncpu >= 4 ? (uint64_t)(ncpu / 2) : 1u;
+        uint64_t dflt = ncpu >= 4 ? (uint64_t)ncpu : 1u;
         g->nworkers = (unsigned)rm_env_u64("REMORA_GPUNET_THREADS",
                                            dflt > GN_WORKERS_MAX ? GN_WORKERS_MAX : dflt, 1,
                                            GN_WORKERS_MAX);
