@@ -20,10 +20,11 @@
  * - Single writer per field (socket_abi.h). The proxy keeps its own copy of
  *   the counters it owns and publishes them with release stores after the
  *   data; it reads the device's counters with acquire loads.
- * - The thread spins while anything happened in the last spin_us
- *   (REMORA_GPUNET_SPIN_US, default 2000 µs), then naps 50 µs at a time:
- *   kernel↔CPU round trips stay near the PCIe latency while work flows, and
- *   an idle proxy costs little.
+ * - A worker spins while anything happened in the last spin_us
+ *   (REMORA_GPUNET_SPIN_US, default 2000 µs), then naps 50 µs at a time,
+ *   and 1 ms once quiet for GN_DOZE_NS: kernel↔CPU round trips stay near
+ *   the PCIe latency while work flows, and an idle proxy costs little. A
+ *   worker (not 0) without sockets sleeps until handed one.
  * - Blocking work inside the proxy is limited to remora connection set-up
  *   (handshake with a server), bounded by the proxy's timeout; TCP connects
  *   are non-blocking and completed by the loop.
@@ -83,7 +84,7 @@ static void complete(remora_gpunet_h g, unsigned slot, uint32_t seq, int32_t res
 }
 
 /* Worker 0 only. Data sockets are allocated BK_RESERVED and handed to their
- * owner with set_kind() once their backend is set up. */
+ * owner with gn_hand_over() once their backend is set up. */
 static int sock_alloc(remora_gpunet_h g, int kind)
 {
     for (unsigned i = 0; i < g->max_socks; i++) {
@@ -199,7 +200,7 @@ static int gpu_peer_ready(remora_gpunet_h g, int i, int fd, int cfd)
     tcp_watch(g, i, fd, BK_GPU);
     if (cfd >= 0)
         gn_watch_ctl(g, i, cfd);
-    set_kind(&g->ps[i], BK_GPU);
+    gn_hand_over(g, i, BK_GPU);
     sock_publish(g, i, RG_SOCK_OPEN);
     return i;
 }
@@ -271,7 +272,7 @@ static int connect_progress(remora_gpunet_h g, int i)
     }
     set_kind(p, BK_RESERVED);
     tcp_watch(g, i, p->fd, BK_TCP);
-    set_kind(p, BK_TCP); /* its owner pumps it from now on */
+    gn_hand_over(g, i, BK_TCP); /* its owner pumps it from now on */
     sock_publish(g, i, RG_SOCK_OPEN);
     complete(g, slot, seq, i);
     return 1;
@@ -333,7 +334,7 @@ static int connect_remora(remora_gpunet_h g, const char *rest)
         return REMORA_ERR_BUSY;
     }
     g->ps[i].rs = s;
-    set_kind(&g->ps[i], BK_SOCK);
+    gn_hand_over(g, i, BK_SOCK);
     sock_publish(g, i, RG_SOCK_OPEN);
     return i;
 }
@@ -418,7 +419,7 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
         }
         g->ps[i].fd = fd;
         tcp_watch(g, i, fd, BK_TCP);
-        set_kind(&g->ps[i], BK_TCP);
+        gn_hand_over(g, i, BK_TCP);
     } else {
         remora_sock_h s;
         if (!rm_sock_listener_hint(p->rl) || remora_sock_accept(p->rl, 0, &s) != REMORA_OK)
@@ -429,7 +430,7 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
             return -1;
         }
         g->ps[i].rs = s;
-        set_kind(&g->ps[i], BK_SOCK);
+        gn_hand_over(g, i, BK_SOCK);
     }
     sock_publish(g, i, RG_SOCK_OPEN);
     return i;
@@ -746,6 +747,75 @@ static int step_control(remora_gpunet_h g)
     return busy;
 }
 
+static void wake_init(remora_gpunet_h g)
+{
+    pthread_condattr_t ca;
+
+    pthread_mutex_init(&g->wake_lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* sleep_until_handed's deadline */
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
+        pthread_cond_init(&g->wake_cv[w], &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+static void wake_fini(remora_gpunet_h g)
+{
+    for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
+        pthread_cond_destroy(&g->wake_cv[w]);
+    pthread_mutex_destroy(&g->wake_lock);
+}
+
+/* The first n workers told to stop, woken wherever they sleep, and joined. */
+static void stop_workers(remora_gpunet_h g, unsigned n)
+{
+    atomic_store(&g->stop, 1);
+    pthread_mutex_lock(&g->wake_lock);
+    for (unsigned w = 0; w < n; w++)
+        pthread_cond_signal(&g->wake_cv[w]);
+    pthread_mutex_unlock(&g->wake_lock);
+    for (unsigned w = 0; w < n; w++)
+        pthread_join(g->thread[w], NULL);
+}
+
+void gn_hand_over(remora_gpunet_h g, int i, int kind)
+{
+    unsigned w = (unsigned)i % g->nworkers;
+
+    set_kind(&g->ps[i], kind);
+    pthread_mutex_lock(&g->wake_lock);
+    g->wake[w] = 1;
+    pthread_cond_signal(&g->wake_cv[w]);
+    pthread_mutex_unlock(&g->wake_lock);
+}
+
+/* Worker w (not 0) owns no socket: nothing to do until worker 0 hands it
+ * one (or the proxy stops); the timeout only bounds a missed wake-up. */
+static void sleep_until_handed(remora_gpunet_h g, unsigned w)
+{
+    uint64_t t = rm_deadline_ns(GN_EMPTY_WAIT_MS); /* CLOCK_MONOTONIC, as the condition's */
+    struct timespec until = {(time_t)(t / 1000000000u), (long)(t % 1000000000u)};
+
+    pthread_mutex_lock(&g->wake_lock);
+    while (!g->wake[w] && !atomic_load(&g->stop))
+        if (pthread_cond_timedwait(&g->wake_cv[w], &g->wake_lock, &until) != 0)
+            break;
+    g->wake[w] = 0;
+    pthread_mutex_unlock(&g->wake_lock);
+}
+
+/* Nothing happened for idle_ns (past the spin): nap, longer once the proxy
+ * has been quiet a while, so an idle proxy costs next to nothing. */
+static void worker_idle(remora_gpunet_h g, unsigned w, unsigned owned, uint64_t idle_ns)
+{
+    if (w != 0 && owned == 0) {
+        sleep_until_handed(g, w);
+        return;
+    }
+    struct timespec ts = {0, idle_ns > GN_DOZE_NS ? GN_NAP_LONG_NS : GN_NAP_NS};
+    nanosleep(&ts, NULL);
+}
+
 static void *proxy_main(void *arg)
 {
     worker_arg_t *wa = arg;
@@ -766,15 +836,11 @@ static void *proxy_main(void *arg)
             last = rm_now_ns();
             continue;
         }
-        uint64_t now = rm_now_ns();
-        if (now - last > g->spin_ns) {
-            /* A worker with no socket has nothing a kernel waits on: its
-             * first socket's data waits at most a nap of 1 ms. */
-            struct timespec ts = {0, w != 0 && owned == 0 ? GN_NAP_EMPTY_NS : GN_NAP_NS};
-            nanosleep(&ts, NULL);
-        } else {
+        uint64_t idle = rm_now_ns() - last;
+        if (idle > g->spin_ns)
+            worker_idle(g, w, owned, idle);
+        else
             rm_cpu_relax();
-        }
     }
     return NULL;
 }
@@ -909,7 +975,6 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     }
     for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
         g->epfd[w] = -1;
-    pthread_mutex_init(&g->maps_lock, NULL);
     if (g->max_socks == 0 || g->max_socks > 4096 || g->ring < 4096 || g->ring > (64u << 20) ||
         (g->ring & (g->ring - 1)) || g->timeout_ns == 0) {
         free(g);
@@ -925,6 +990,8 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
             return REMORA_ERR_INVALID_PARAM;
         }
     }
+    pthread_mutex_init(&g->maps_lock, NULL);
+    wake_init(g);
     if ((g->ps = calloc(g->max_socks, sizeof(*g->ps))) == NULL ||
         (g->seen = calloc(g->nslots, sizeof(*g->seen))) == NULL ||
         (g->acc = calloc(g->nslots, sizeof(*g->acc))) == NULL) {
@@ -948,9 +1015,7 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
             *wa = (worker_arg_t){.g = g, .w = w};
         if (wa == NULL || pthread_create(&g->thread[w], NULL, proxy_main, wa) != 0) {
             free(wa);
-            atomic_store(&g->stop, 1);
-            for (unsigned k = 0; k < w; k++)
-                pthread_join(g->thread[k], NULL);
+            stop_workers(g, w);
             st = REMORA_ERR_NO_MEMORY;
             goto err_queues;
         }
@@ -975,6 +1040,7 @@ err_free:
         if (g->epfd[w] >= 0)
             close(g->epfd[w]);
     pthread_mutex_destroy(&g->maps_lock);
+    wake_fini(g);
     free(g->ps);
     free(g->seen);
     free(g->acc);
@@ -1026,9 +1092,7 @@ void remora_gpunet_destroy(remora_gpunet_h g)
 {
     if (g == NULL)
         return;
-    atomic_store(&g->stop, 1);
-    for (unsigned w = 0; w < g->nworkers; w++)
-        pthread_join(g->thread[w], NULL);
+    stop_workers(g, g->nworkers);
     __atomic_store_n(&g->net->alive, 0u, __ATOMIC_RELEASE);
     for (unsigned k = 0; k < g->nslots; k++)
         if (g->acc[k].active)
@@ -1063,6 +1127,7 @@ void remora_gpunet_destroy(remora_gpunet_h g)
             g->mem_len);
     pthread_mutex_unlock(&parked_lock);
     pthread_mutex_destroy(&g->maps_lock);
+    wake_fini(g);
     free(g->ps);
     free(g->seen);
     free(g->acc);

@@ -26,9 +26,11 @@
 #define GN_DEFAULT_RING   (256u << 10)
 #define GN_SLOTS          256u
 #define GN_CLIENTS_MAX    16
-#define GN_WORKERS_MAX    16    /* REMORA_GPUNET_THREADS; default half the CPUs, up to this */
+#define GN_WORKERS_MAX    16    /* REMORA_GPUNET_THREADS; default one a CPU, up to this */
 #define GN_NAP_NS         50000L   /* an idle worker's nap, once it stopped spinning */
-#define GN_NAP_EMPTY_NS   1000000L /* ... of a worker (not 0) that owns no socket */
+#define GN_DOZE_NS        50000000ull /* idle this long, a worker naps GN_NAP_LONG_NS */
+#define GN_NAP_LONG_NS    1000000L
+#define GN_EMPTY_WAIT_MS  100   /* a worker (not 0) without sockets sleeps until handed one */
 #define GN_MAPS           64u   /* peers' buffers kept mapped (CUDA IPC) until destroy */
 /* A command answered later (a TCP connect in flight). Not a status and not
  * a socket: REMORA_INPROGRESS (1) is also socket 1. */
@@ -216,6 +218,9 @@ struct remora_gpunet {
     rm_copyq_t      *copyq[GN_WORKERS_MAX];       /* each worker's device-to-device copies */
     gp_offer_t       offers[GN_WORKERS_MAX][4];   /* each worker's, most recent first */
     gn_bounce_t      bounce[GN_WORKERS_MAX];      /* each worker's */
+    pthread_mutex_t  wake_lock;  /* a worker without sockets sleeps until handed one */
+    pthread_cond_t   wake_cv[GN_WORKERS_MAX];
+    int              wake[GN_WORKERS_MAX];
     pthread_mutex_t  maps_lock;
     gp_map_t         maps[GN_MAPS];
     int              maps_full;  /* said once: the table is full */
@@ -239,6 +244,7 @@ static inline int flag(int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }
 static inline void set_flag(int *f) { __atomic_store_n(f, 1, __ATOMIC_RELEASE); }
 
 /* gpunet.c */
+void gn_hand_over(remora_gpunet_h g, int i, int kind); /* set_kind, and its owner woken */
 int  gn_watch_ctl(remora_gpunet_h g, int i, int fd); /* a BK_GPU control fd to its owner's epoll */
 void gn_sock_free(remora_gpunet_h g, int i);
 void gn_sock_fail(remora_gpunet_h g, int i, remora_status_t st);
