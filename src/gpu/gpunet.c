@@ -790,9 +790,11 @@ void gn_hand_over(remora_gpunet_h g, int i, int kind)
 }
 
 /* Worker w (not 0) owns no socket: nothing to do until worker 0 hands it
- * one (or the proxy stops); the timeout only bounds a missed wake-up. */
-static void sleep_until_handed(remora_gpunet_h g, unsigned w)
+ * one (or the proxy stops); the timeout only bounds a missed wake-up.
+ * Whether it was handed one. */
+static int sleep_until_handed(remora_gpunet_h g, unsigned w)
 {
+    int handed;
     uint64_t t = rm_deadline_ns(GN_EMPTY_WAIT_MS); /* CLOCK_MONOTONIC, as the condition's */
     struct timespec until = {(time_t)(t / 1000000000u), (long)(t % 1000000000u)};
 
@@ -800,20 +802,22 @@ static void sleep_until_handed(remora_gpunet_h g, unsigned w)
     while (!g->wake[w] && !atomic_load(&g->stop))
         if (pthread_cond_timedwait(&g->wake_cv[w], &g->wake_lock, &until) != 0)
             break;
+    handed = g->wake[w];
     g->wake[w] = 0;
     pthread_mutex_unlock(&g->wake_lock);
+    return handed;
 }
 
 /* Nothing happened for idle_ns (past the spin): nap, longer once the proxy
- * has been quiet a while, so an idle proxy costs next to nothing. */
-static void worker_idle(remora_gpunet_h g, unsigned w, unsigned owned, uint64_t idle_ns)
+ * has been quiet a while, so an idle proxy costs next to nothing. Whether a
+ * socket was handed over meanwhile (its first transfers: spin again). */
+static int worker_idle(remora_gpunet_h g, unsigned w, unsigned owned, uint64_t idle_ns)
 {
-    if (w != 0 && owned == 0) {
-        sleep_until_handed(g, w);
-        return;
-    }
+    if (w != 0 && owned == 0)
+        return sleep_until_handed(g, w);
     struct timespec ts = {0, idle_ns > GN_DOZE_NS ? GN_NAP_LONG_NS : GN_NAP_NS};
     nanosleep(&ts, NULL);
+    return 0;
 }
 
 static void *proxy_main(void *arg)
@@ -837,10 +841,10 @@ static void *proxy_main(void *arg)
             continue;
         }
         uint64_t idle = rm_now_ns() - last;
-        if (idle > g->spin_ns)
-            worker_idle(g, w, owned, idle);
-        else
+        if (idle <= g->spin_ns)
             rm_cpu_relax();
+        else if (worker_idle(g, w, owned, idle))
+            last = rm_now_ns();
     }
     return NULL;
 }

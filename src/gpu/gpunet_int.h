@@ -6,7 +6,7 @@
  * Threading: socket i's data (psock_t and the proxy-written half of its
  * rg_sock_shm_t) belongs to worker i % nworkers; worker 0 also runs the
  * commands, listeners and connects in flight, and hands a socket to its
- * owner with set_kind(). The IPC mapping cache is shared under maps_lock.
+ * owner with gn_hand_over(). The IPC mapping cache is shared under maps_lock.
  */
 #ifndef RM_GPU_GPUNET_INT_H
 #define RM_GPU_GPUNET_INT_H
@@ -115,7 +115,7 @@ typedef struct gp_state {
     uint32_t copy_seq;
     gn_copy_t copy;           /* on the worker's copy queue while copying */
     /* Queued transfers (rg_sockq_t). Ours: entries offered as RTSQ and
-     * answered; tq_res[k % RG_QDEPTH] holds an answer until its turn. */
+     * answered; tq_res[(k - 1) % RG_QDEPTH] holds an answer until its turn. */
     uint32_t tq_sent, tq_acked;
     int      tq_has[RG_QDEPTH];
     int32_t  tq_res[RG_QDEPTH];

@@ -1121,7 +1121,7 @@ static int liveness(remora_gpunet_h g, int i)
         gp->last_rx_ns = gp->last_check_ns = now;
         return 0;
     }
-    /* Checked on every pass of the worker's loop (it naps 50 us at most):
+    /* Checked on every pass of the worker's loop (it naps 1 ms at most):
      * a pass 20 ms late is a stall of ours. */
     rm_stall_credit(&gp->last_rx_ns, rm_stall_ns(&gp->last_check_ns, now, 10000000u), now);
     if (gp->ctl_closed && (gp->tx_busy || qtx))

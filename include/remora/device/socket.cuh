@@ -172,6 +172,13 @@ __device__ __forceinline__ shadow_t shadow_load(const rg_sock_dev_t *sd)
     return v;
 }
 
+/* A cached answer word for slot x that no ticket matches: its entry number
+ * belongs to another slot (a wait compares the number's low 30 bits). */
+__device__ __forceinline__ uint64_t qans_none(unsigned x)
+{
+    return (uint64_t)(x + 2) << 32;
+}
+
 __device__ __forceinline__ void shadow_clear(rg_sock_dev_t *sd)
 {
     if (sd) {
@@ -180,7 +187,7 @@ __device__ __forceinline__ void shadow_clear(rg_sock_dev_t *sd)
         for (unsigned d = 0; d < 2; d++) {
             w->q_seen[d] = 0;
             for (unsigned k = 0; k < RG_QDEPTH; k++)
-                w->q_ans[d][k] = 0; /* a new socket's tickets start at 1 again */
+                w->q_ans[d][k] = qans_none(k); /* a new socket's tickets start at 1 again */
         }
     }
 }
@@ -188,7 +195,8 @@ __device__ __forceinline__ void shadow_clear(rg_sock_dev_t *sd)
 /* A send keeps what its snapshot x says of the send side (v: the shadow as
  * loaded before it); the head stays the one this device wrote (the
  * snapshot's is the same, or older). Only the socket's sender writes the
- * shadow (a connect, accept, close or shutdown clears it). */
+ * send fields (queued receives write only their own direction's queue
+ * fields); a connect, accept, close or shutdown clears it. */
 __device__ inline void shadow_note(rg_sock_dev_t *sd, const shadow_t &v, const snap_t &x)
 {
     volatile rg_sock_dev_t *w = sd;
@@ -513,7 +521,7 @@ __device__ inline int xfer(rg_net_t *net, int s, void *buf, int len, bool send, 
         snap_t x;
         if (n == RG_OK) {
             /* A send with a fresh shadow skips the snapshot's round trip.
-             * Only sends touch the shadow: a receive may run beside them. */
+             * Only sends touch its send fields: a receive may run beside them. */
             x = send ? send_snap(net, sh, sd) : snap<true>(net, sh);
             n = check_snap(x, send);
         }
@@ -691,8 +699,9 @@ __device__ __forceinline__ qshadow_t qshadow_load(const rg_sock_dev_t *sd, int d
 /* A post's real snapshot, its counters loaded with it (one PCIe round trip
  * for all): the status of the socket for a queued transfer. */
 __device__ inline int qpost_snap(rg_net_t *net, int s, bool send, uint32_t *k, uint32_t *d,
-                                 uint64_t *mark)
+                                 uint64_t *mark, uint64_t *t_snap)
 {
+    *t_snap = now_ns(); /* before the loads: the time the shadow may vouch from */
     rg_sockq_t *q = queue_of(net, s);
     rg_sock_shm_t *sh = sock_of(net, s);
     const volatile uint32_t *posted = send ? &q->tq_posted : &q->rq_posted;
@@ -734,8 +743,8 @@ __device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
     const int dir = send ? 0 : 1;
     qshadow_t v = qshadow_load(sd, dir);
     uint32_t k = v.posted + 1, d = v.done;
-    uint64_t mark = v.tx_head;
-    if (!v.fresh && (st = qpost_snap(net, s, send, &k, &d, &mark)) != RG_OK)
+    uint64_t mark = v.tx_head, t_snap = 0;
+    if (!v.fresh && (st = qpost_snap(net, s, send, &k, &d, &mark, &t_snap)) != RG_OK)
         return st;
     uint64_t until = budget(net, timeout_ns);
     while (k - d > RG_QDEPTH) { /* full: the oldest completes first */
@@ -760,7 +769,7 @@ __device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
         sd->q_posted[dir] = k;
         sd->q_done[dir]   = d;
         if (!v.fresh)
-            sd->q_seen[dir] = now_ns();
+            sd->q_seen[dir] = t_snap;
     }
     return (int)(k & RG_TICKET_MASK);
 }
@@ -784,9 +793,13 @@ __device__ inline int qwait(rg_net_t *net, int s, int ticket, bool send, uint64_
     const uint32_t t = (uint32_t)ticket;
     unsigned ix = (t - 1) % RG_QDEPTH;
     const rg_qans_t *ans = send ? q->tq_ans : q->rq_ans;
-    if (sd != NULL) { /* loaded ahead by an earlier wait (after its fence) */
-        uint64_t c = *(const volatile uint64_t *)&sd->q_ans[dir][ix];
+    if (sd != NULL) { /* loaded ahead by an earlier wait, after its fence */
+        volatile uint64_t *cached = &sd->q_ans[dir][ix];
+        uint64_t c = *cached;
         if ((((uint32_t)(c >> 32) - t) & RG_TICKET_MASK) == 0) {
+            if (!send) /* the data as new as that fence, whichever thread took it */
+                asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            *cached = qans_none(ix); /* taken: it must not answer a ticket 2^30 later */
             sd->q_done[dir] = (uint32_t)(c >> 32);
             return (int32_t)(uint32_t)c;
         }
@@ -801,10 +814,13 @@ __device__ inline int qwait(rg_net_t *net, int s, int ticket, bool send, uint64_
         uint32_t up = alive(net), state = *(const volatile uint32_t *)&sh->state;
         uint32_t age = ((uint32_t)(a[0] >> 32) - t) & RG_TICKET_MASK;
         if (age == 0) {
+            /* A send's buffer is free: the copy out of it ended before the
+             * answer was written, and no store of ours passes this load. */
             if (!send)
                 fence_acquire_sys(); /* the received bytes, as new as the answers */
             if (sd != NULL) {
                 uint32_t upto = (uint32_t)(a[0] >> 32); /* k, not masked */
+                sd->q_ans[dir][ix] = qans_none(ix); /* whatever an older wait left */
                 for (unsigned j = 1; j < RG_QLOOK; j++)
                     if ((((uint32_t)(a[j] >> 32) - t) & RG_TICKET_MASK) == j) {
                         sd->q_ans[dir][(ix + j) % RG_QDEPTH] = a[j];
@@ -911,7 +927,9 @@ __device__ inline int rg_close(int s)
  * RG_QDEPTH of its kind are open (within the budget); the buffer belongs to
  * the socket until rg_*_wait on the ticket has returned a result, and open
  * receive buffers must not overlap (their copies may run at once). Each
- * direction completes in the order posted.
+ * direction completes in the order posted. Threading: one block (or one
+ * thread, with the _thread forms) at a time posts in each direction of a
+ * socket; waits may come from other threads.
  *   rg_send_post: the whole buffer is sent; its wait returns len, or < 0.
  *   rg_recv_post: gets the next bytes of the stream, at most len; its wait
  *     returns the count (0: end of stream), < 0, or RG_ERING: nothing was
