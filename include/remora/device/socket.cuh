@@ -173,7 +173,7 @@ __device__ __forceinline__ shadow_t shadow_load(const rg_sock_dev_t *sd)
 }
 
 /* A cached answer word for slot x that no ticket matches: its entry number
- * belongs to another slot (a wait compares the number's low 30 bits). */
+ * belongs to another slot (qans_age compares the number's low 30 bits). */
 __device__ __forceinline__ uint64_t qans_none(unsigned x)
 {
     return (uint64_t)(x + 2) << 32;
@@ -669,6 +669,14 @@ __device__ inline int poll(rg_net_t *net, struct rg_pollfd *fds, int n, uint64_t
 /* Queued transfers (socket_abi.h, rg_sockq_t). */
 #define RG_TICKET_MASK 0x3fffffffu
 
+/* How many entries the answer word's entry lies past ticket t (0: t's own
+ * answer; over RG_TICKET_MASK / 2: an earlier entry's). Tickets are the
+ * entry number's low 30 bits. */
+__device__ __forceinline__ uint32_t qans_age(uint64_t word, uint32_t t)
+{
+    return ((uint32_t)(word >> 32) - t) & RG_TICKET_MASK;
+}
+
 __device__ __forceinline__ rg_sockq_t *queue_of(rg_net_t *net, int s)
 {
     return (rg_sockq_t *)(uintptr_t)net->queues + s;
@@ -691,21 +699,20 @@ __device__ __forceinline__ qshadow_t qshadow_load(const rg_sock_dev_t *sd, int d
     uint64_t seen = *(const volatile uint64_t *)&sd->q_seen[dir];
     v.posted  = *(const volatile uint32_t *)&sd->q_posted[dir];
     v.done    = *(const volatile uint32_t *)&sd->q_done[dir];
-    v.tx_head = *(const volatile uint64_t *)&sd->tx_head; /* sends: kept by every ring send */
+    if (dir == 0) /* a send's mark: kept by every ring send */
+        v.tx_head = *(const volatile uint64_t *)&sd->tx_head;
     v.fresh   = seen != 0 && now_ns() - seen <= RG_SHADOW_NS;
     return v;
 }
 
 /* A post's real snapshot, its counters loaded with it (one PCIe round trip
  * for all): the status of the socket for a queued transfer. */
-__device__ inline int qpost_snap(rg_net_t *net, int s, bool send, uint32_t *k, uint32_t *d,
+__device__ inline int qpost_snap(rg_net_t *net, int s, bool send, const volatile uint32_t *posted,
+                                 const volatile uint32_t *done, uint32_t *k, uint32_t *d,
                                  uint64_t *mark, uint64_t *t_snap)
 {
     *t_snap = now_ns(); /* before the loads: the time the shadow may vouch from */
-    rg_sockq_t *q = queue_of(net, s);
     rg_sock_shm_t *sh = sock_of(net, s);
-    const volatile uint32_t *posted = send ? &q->tq_posted : &q->rq_posted;
-    const volatile uint32_t *done = send ? &q->tq_done : &q->rq_done;
     uint32_t p = *posted, dn = *done; /* issued before the snapshot's loads, used after */
     /* A send notes its snapshot in the send shadow, whose head later posts read. */
     snap_t x = send ? send_resnap(net, sh, shadow_of(net, s)) : snap(net, sh);
@@ -744,7 +751,8 @@ __device__ inline int qpost(rg_net_t *net, int s, void *buf, int len, bool send,
     qshadow_t v = qshadow_load(sd, dir);
     uint32_t k = v.posted + 1, d = v.done;
     uint64_t mark = v.tx_head, t_snap = 0;
-    if (!v.fresh && (st = qpost_snap(net, s, send, &k, &d, &mark, &t_snap)) != RG_OK)
+    if (!v.fresh &&
+        (st = qpost_snap(net, s, send, posted, done, &k, &d, &mark, &t_snap)) != RG_OK)
         return st;
     uint64_t until = budget(net, timeout_ns);
     while (k - d > RG_QDEPTH) { /* full: the oldest completes first */
@@ -796,7 +804,7 @@ __device__ inline int qwait(rg_net_t *net, int s, int ticket, bool send, uint64_
     if (sd != NULL) { /* loaded ahead by an earlier wait, after its fence */
         volatile uint64_t *cached = &sd->q_ans[dir][ix];
         uint64_t c = *cached;
-        if ((((uint32_t)(c >> 32) - t) & RG_TICKET_MASK) == 0) {
+        if (qans_age(c, t) == 0) {
             if (!send) /* the data as new as that fence, whichever thread took it */
                 asm volatile("fence.acq_rel.gpu;" ::: "memory");
             *cached = qans_none(ix); /* taken: it must not answer a ticket 2^30 later */
@@ -812,7 +820,7 @@ __device__ inline int qwait(rg_net_t *net, int s, int ticket, bool send, uint64_
         for (unsigned j = 0; j < RG_QLOOK; j++)
             a[j] = ans[(ix + j) % RG_QDEPTH].word;
         uint32_t up = alive(net), state = *(const volatile uint32_t *)&sh->state;
-        uint32_t age = ((uint32_t)(a[0] >> 32) - t) & RG_TICKET_MASK;
+        uint32_t age = qans_age(a[0], t);
         if (age == 0) {
             /* A send's buffer is free: the copy out of it ended before the
              * answer was written, and no store of ours passes this load. */
@@ -822,7 +830,7 @@ __device__ inline int qwait(rg_net_t *net, int s, int ticket, bool send, uint64_
                 uint32_t upto = (uint32_t)(a[0] >> 32); /* k, not masked */
                 sd->q_ans[dir][ix] = qans_none(ix); /* whatever an older wait left */
                 for (unsigned j = 1; j < RG_QLOOK; j++)
-                    if ((((uint32_t)(a[j] >> 32) - t) & RG_TICKET_MASK) == j) {
+                    if (qans_age(a[j], t) == j) {
                         sd->q_ans[dir][(ix + j) % RG_QDEPTH] = a[j];
                         upto = (uint32_t)(a[j] >> 32);
                     }
