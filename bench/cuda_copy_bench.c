@@ -5,7 +5,9 @@
  * GPU DST with peer access enabled (what cudaMemcpyPeer does), through the
  * same driver entry point (cuMemcpy) remora itself uses.
  *   cuda_copy_bench SIZE REPS SRC_GPU DST_GPU
- * Prints one JSON line: median GB/s (1e9) of REPS copies.
+ * Prints one JSON line: the median GB/s (1e9) of REPS copies, and the GB/s of
+ * all REPS together (what a benchmark that times a whole run, as `remora
+ * bench` does, compares with).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,14 +37,17 @@ int main(int argc, char **argv)
         rm_cuda_enable_peer_access(from, to);
     }
     rm_cuda_copy(dst, src, size); /* warm-up */
+    double t0 = bench_now_s();
     for (int i = 0; i < reps; i++) {
         double t = bench_now_s();
         rm_cuda_copy(dst, src, size); /* synchronous: returns when the copy is done */
         gbps[i] = (double)size / (bench_now_s() - t) / 1e9;
     }
+    double total = (double)size * reps / (bench_now_s() - t0) / 1e9;
     double median = bench_median(gbps, (size_t)reps);
-    printf("{\"op\":\"%s\",\"size\":%zu,\"src\":%d,\"dst\":%d,\"gbps\":%.3f}\n",
-           from == to ? "cuda_dtod" : "cuda_peer", size, from, to, median);
+    printf("{\"op\":\"%s\",\"size\":%zu,\"src\":%d,\"dst\":%d,\"gbps\":%.3f,"
+           "\"gbps_total\":%.3f}\n",
+           from == to ? "cuda_dtod" : "cuda_peer", size, from, to, median, total);
     rm_cuda_mem_free(from, src);
     rm_cuda_mem_free(to, dst);
     free(gbps);
