@@ -397,6 +397,7 @@ typedef struct rm_send_params {
     int            bulk;       /* payload may go by rendezvous; else forced eager */
     ucp_mem_h      memh;       /* registration of body, if known */
     int            cuda;       /* body is CUDA device memory (told to UCX, not detected) */
+    int            to_gpu;     /* with cuda: it lands in GPU memory UCX moves (see ep.c) */
     rm_send_done_t done;
     void          *arg;
 } rm_send_params_t;

@@ -428,6 +428,14 @@ typedef struct rm_send {
 /* Bulk bodies at least this long are mapped for UCX by us (map_body). */
 #define RM_SEND_MAP_MIN (8u << 10)
 
+/* GPU bodies bound for GPU memory go by rendezvous from this length on,
+ * whatever UCX's threshold says. Eager, UCX 1.13 copies GPU memory into and
+ * out of its host fragments one copy at a time: a 64 KiB read of a GPU
+ * region into a GPU buffer on one host took 84-87 us eager against 37-39 by
+ * rendezvous (cuda_ipc, one H100). Below 16 KiB eager is faster, and into
+ * host memory the rendezvous only adds its round trips (docs/gpu-ucx.md). */
+#define RM_SEND_GPU_RNDV_MIN (16u << 10)
+
 /* UCX 1.16 aborts the process when it cancels a rendezvous send whose buffer
  * it registered itself (the assertion "memh == NULL || ... user memh" in
  * datatype_iter.inl, openucx/ucx#9528): exactly what happens to sends in
@@ -531,6 +539,9 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         /* Control bodies always go eager: receivers parse them in place. */
         .flags        = UCP_AM_SEND_FLAG_REPLY | (sp->bulk ? 0 : UCP_AM_SEND_FLAG_EAGER),
     };
+    if (sp->bulk && sp->cuda && sp->to_gpu && s->cipher == NULL &&
+        sp->body_len >= RM_SEND_GPU_RNDV_MIN)
+        p.flags |= UCP_AM_SEND_FLAG_RNDV;
     s->ucp     = peer->ctx->ucp;
     s->memh    = NULL;
     s->gpu_ctx = NULL;

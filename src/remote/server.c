@@ -555,7 +555,8 @@ static void handle_read(rm_conn_t *c, const rm_hdr_t *hdr)
      * for large reads); the view's reference keeps it alive through a replace. */
     rm_send_params_t sp = {.body = region_ptr(r, hdr->offset), .body_len = hdr->length,
                            .memh = r->mem->memh, .done = read_reply_done, .arg = r->mem,
-                           .bulk = 1, .cuda = r->mem->type == REMORA_MEM_CUDA};
+                           .bulk = 1, .cuda = r->mem->type == REMORA_MEM_CUDA,
+                           .to_gpu = (hdr->kind & RM_RW_GPU_BUF) != 0};
     if (rm_conn_send(c, &rh, &sp) != REMORA_OK)
         rm_mem_unref(sp.arg);
 }

@@ -154,16 +154,21 @@ static void chunk_am(rm_chunk_t *ch, remora_request_h req)
 {
     remora_client_h c = req->client;
     rm_op_t *op = &ch->op;
+    const rm_rregion_t *r = req->region;
+    int gpu_buf = ch->stage == NULL && req->gpu_buf; /* UCX moves the caller's GPU buffer */
     rm_hdr_t hdr = {.type = req->write ? RM_MSG_WRITE : RM_MSG_READ, .req_id = op->req_id,
-                    .region_id = req->region->id, .offset = ch->offset, .length = ch->len,
-                    .kind = req->path == REMORA_PATH_STAGING ? RM_RW_STAGED : 0};
+                    .region_id = r->id, .offset = ch->offset, .length = ch->len,
+                    .kind = (req->path == REMORA_PATH_STAGING ? RM_RW_STAGED : 0) |
+                            (gpu_buf ? RM_RW_GPU_BUF : 0)};
     rm_send_params_t sp = {0};
     remora_status_t st;
 
     if (req->write) {
         sp.body     = chunk_wire_buf(ch);
         sp.body_len = ch->len;
-        sp.cuda     = ch->stage == NULL && req->gpu_buf;
+        sp.cuda     = gpu_buf;
+        sp.to_gpu   = req->path == REMORA_PATH_AM && r->mem_type == REMORA_MEM_CUDA &&
+                      (r->flags & RM_REGION_WIRE_UCX);
         sp.memh     = sp.cuda && req->reg ? req->reg->memh : NULL;
         sp.done     = send_done_cb;
         sp.arg      = op;

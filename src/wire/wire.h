@@ -100,11 +100,13 @@ enum { RM_REGION_WIRE_MAPPABLE = 1u << 0, RM_REGION_WIRE_RING = 1u << 1,
         * the request asks for RM_RW_STAGED */
        RM_REGION_WIRE_UCX = 1u << 4 };
 
-/* READ/WRITE kind: the server copies a GPU region's bytes through its
- * pinned staging buffers even where its UCX could move them directly
- * (REMORA_PATH=staging; 0 from clients that predate it). Other bits are
- * ignored, as the byte was reserved. */
-enum { RM_RW_STAGED = 1u << 0 };
+/* READ/WRITE kind: STAGED: the server copies a GPU region's bytes through
+ * its pinned staging buffers even where its UCX could move them directly
+ * (REMORA_PATH=staging; 0 from clients that predate it). GPU_BUF: the
+ * client's buffer is GPU memory that its UCX moves, so a READ's reply from
+ * a GPU region may go by rendezvous GPU to GPU (0 from older clients: UCX
+ * chooses). Other bits are ignored, as the byte was reserved. */
+enum { RM_RW_STAGED = 1u << 0, RM_RW_GPU_BUF = 1u << 1 };
 
 /* Signal operations (RM_MSG_SIGNAL kind, rm_sig_desc op). */
 enum { RM_SIG_SET = 0, RM_SIG_ADD = 1 };
