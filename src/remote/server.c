@@ -67,7 +67,10 @@ static rm_region_t *region_by_name(remora_server_h s, const char *name)
 
 rm_region_t *rm_server_region_by_id(remora_server_h s, uint32_t id)
 {
-    return rm_registry_by_id(s->reg, id);
+    rm_registry_lock(s->reg); /* another worker's thread may change the table */
+    rm_region_t *r = rm_registry_by_id(s->reg, id);
+    rm_registry_unlock(s->reg);
+    return r;
 }
 
 /* Describe a region to a client: its remote key only where that client may
@@ -1607,7 +1610,7 @@ static remora_status_t region_window(remora_mem_h mem, const remora_region_param
 
 remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,
                                      size_t offset, size_t length, unsigned flags,
-                                     remora_ring_h ring, int ring_data)
+                                     const rm_region_role_t *role)
 {
     rm_region_t *r = calloc(1, sizeof(*r));
 
@@ -1618,8 +1621,11 @@ remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora
     r->offset     = offset;
     r->length     = length;
     r->flags      = flags;
-    r->ring       = ring;
-    r->ring_data  = ring_data;
+    if (role != NULL) {
+        r->ring      = role->ring;
+        r->ring_data = role->ring_data;
+        r->signals   = role->signals;
+    }
     rm_engine_lock(s->ctx);
     rm_registry_lock(s->reg);
     remora_status_t st = region_by_name(s, name) != NULL ? REMORA_ERR_EXISTS : region_seal(mem, flags);
@@ -1663,7 +1669,7 @@ remora_status_t remora_server_expose(remora_server_h s, const char *name, remora
     if ((st = region_window(mem, params, 0, &off, &len, &flags)) != REMORA_OK)
         return st;
     staging_prepare(s, mem);
-    return rm_server_region_add(s, name, mem, off, len, flags, NULL, 0);
+    return rm_server_region_add(s, name, mem, off, len, flags, NULL);
 }
 
 remora_status_t remora_server_replace(remora_server_h s, const char *name, remora_mem_h mem,

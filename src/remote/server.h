@@ -150,12 +150,24 @@ int             rm_conn_release(rm_conn_t *c);
 /* A reply of type with a status and an optional body (freed here). */
 void            rm_conn_reply(rm_conn_t *c, unsigned type, uint64_t req_id,
                               remora_status_t status, rm_wbuf_t *body);
-/* A region by id, for code on the first worker (its context lock held). */
+/* A region by id, for code on any worker (its context lock held). r stays
+ * valid while that lock is held: a region leaves the table first, and is
+ * freed only after every worker heard of it under its own lock
+ * (rm_server_region_drop). Its signal array goes without that lock: signal
+ * code looks up and applies under the table's lock (server_signals.c). */
 rm_region_t    *rm_server_region_by_id(remora_server_h s, uint32_t id);
-/* Add a region over [offset, offset+length) of mem (lock not held). */
+/* What a region serves besides its bytes; set before any worker can see it. */
+typedef struct rm_region_role {
+    remora_ring_h          ring;      /* a ring's memory */
+    int                    ring_data; /* a GPU ring's elements: they go with their ring */
+    struct remora_signals *signals;   /* a signal array */
+} rm_region_role_t;
+
+/* Add a region over [offset, offset+length) of mem (lock not held); role
+ * NULL for plain bytes. */
 remora_status_t rm_server_region_add(remora_server_h s, const char *name, remora_mem_h mem,
                                      size_t offset, size_t length, unsigned flags,
-                                     remora_ring_h ring, int ring_data);
+                                     const rm_region_role_t *role);
 
 /* Remove a region by name (lock held). */
 remora_status_t rm_server_region_drop(remora_server_h s, const char *name);

@@ -608,11 +608,12 @@ remora_status_t remora_server_expose_ring(remora_server_h s, const char *name,
 
     /* A GPU ring's elements first (a plain region), then the ring itself. */
     st = ring->data_mem ? rm_server_region_add(s, data_name, ring->data_mem, 0,
-                                               remora_mem_length(ring->data_mem), 0, NULL, 1)
+                                               remora_mem_length(ring->data_mem), 0,
+                                               &(rm_region_role_t){.ring_data = 1})
                         : REMORA_OK;
     if (st == REMORA_OK) {
-        st = rm_server_region_add(s, name, ring->mem, 0, remora_mem_length(ring->mem), 0, ring,
-                                  0);
+        st = rm_server_region_add(s, name, ring->mem, 0, remora_mem_length(ring->mem), 0,
+                                  &(rm_region_role_t){.ring = ring});
         if (st != REMORA_OK && ring->data_mem) {
             rm_engine_lock(s->ctx);
             rm_server_region_drop(s, data_name);

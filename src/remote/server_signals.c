@@ -169,7 +169,6 @@ remora_status_t remora_signals_wait(remora_signals_h sig, size_t index, remora_c
 remora_status_t remora_server_expose_signals(remora_server_h s, const char *name,
                                              remora_signals_h sig)
 {
-    rm_list_t *pos, *tmp;
     remora_status_t st;
 
     if (s == NULL || sig == NULL || !rm_name_valid(name) || sig->ctx != s->ctx)
@@ -184,22 +183,17 @@ remora_status_t remora_server_expose_signals(remora_server_h s, const char *name
     if (st != REMORA_OK)
         return st;
     /* Writable, so the memory file stays unsealed and same-host clients can
-     * map it for their streams; plain writes are refused (server.c). */
+     * map it for their streams; plain writes are refused (server.c). Marked
+     * as signals from its first moment in the table: a region that was
+     * plain for a while took plain writes and answered signals with
+     * INVALID_PARAM (test_workers' signals under change). */
     st = rm_server_region_add(s, name, sig->mem, 0, sig->count * sizeof(uint64_t),
-                              REMORA_REGION_WRITABLE, NULL, 0);
-    rm_engine_lock(s->ctx);
+                              REMORA_REGION_WRITABLE, &(rm_region_role_t){.signals = sig});
     if (st != REMORA_OK) {
+        rm_engine_lock(s->ctx);
         sig->server = NULL;
-    } else {
-        rm_registry_lock(s->reg);
-        rm_list_for_each_safe(pos, tmp, &s->reg->regions) {
-            rm_region_t *r = rm_container_of(pos, rm_region_t, link);
-            if (strcmp(r->name, name) == 0)
-                r->signals = sig;
-        }
-        rm_registry_unlock(s->reg);
+        rm_engine_unlock(s->ctx);
     }
-    rm_engine_unlock(s->ctx);
     return st;
 }
 
@@ -210,10 +204,13 @@ void rm_server_signals_region_gone(remora_server_h s, rm_region_t *r)
     r->signals = NULL;
 }
 
+/* The table's lock held: a region that leaves the table loses its array
+ * (rm_server_signals_region_gone) under the first worker's lock only, so a
+ * connection on another worker must not look at r->signals without it. */
 static remora_status_t signal_target(remora_server_h s, uint32_t region_id, uint64_t index,
                                      rm_region_t **r_p)
 {
-    rm_region_t *r = rm_server_region_by_id(s, region_id);
+    rm_region_t *r = rm_registry_by_id(s->reg, region_id);
 
     if (r == NULL)
         return REMORA_ERR_NOT_FOUND;
@@ -228,16 +225,22 @@ static remora_status_t signal_target(remora_server_h s, uint32_t region_id, uint
 remora_status_t rm_server_signal_check(remora_server_h s, const rm_sig_desc_t *d)
 {
     rm_region_t *r;
-    return signal_target(s, d->region_id, d->index, &r);
+
+    rm_registry_lock(s->reg);
+    remora_status_t st = signal_target(s, d->region_id, d->index, &r);
+    rm_registry_unlock(s->reg);
+    return st;
 }
 
 remora_status_t rm_server_signal_apply(remora_server_h s, const rm_sig_desc_t *d)
 {
     rm_region_t *r;
-    remora_status_t st = signal_target(s, d->region_id, d->index, &r);
 
+    rm_registry_lock(s->reg);
+    remora_status_t st = signal_target(s, d->region_id, d->index, &r);
     if (st == REMORA_OK)
         rm_signals_apply(r->signals, d->index, d->op, d->value);
+    rm_registry_unlock(s->reg);
     return st;
 }
 

@@ -2,6 +2,8 @@
 /*
  * One region registry served by several workers (src/remote/registry.c),
  * in one process over TCP loopback (two contexts, real UCX):
+ * - signal arrays made and destroyed while clients signal them through
+ *   every worker: OK or NOT_FOUND, never a crash;
  * - the registry under concurrent change: threads expose, replace and
  *   unexpose regions while clients with an endpoint on every worker read
  *   them and look them up through each worker; generations seen never go
@@ -262,6 +264,59 @@ static void test_registry_under_change(void **state)
     for (unsigned i = 0; i < READERS; i++) {
         remora_client_disconnect(rd[i].c);
         remora_context_destroy(rd[i].ctx);
+    }
+    remora_server_destroy(w.server);
+    remora_context_destroy(w.sctx);
+    assert_int_equal(atomic_load(&w.failures), 0);
+}
+
+/* ------------------------------------------------------------ signal arrays under change */
+
+#define SIG_CYCLES 150
+
+/* Signaler: ADD 1 to word 0 of "g" through each worker in turn, while the
+ * test thread makes and destroys that array: OK or NOT_FOUND, nothing else
+ * (a worker once read the array of a region leaving the table). */
+static void *signaler(void *arg)
+{
+    actor_t *a = arg;
+    unsigned round = 0;
+
+    while (!atomic_load(&a->w->stop)) {
+        unsigned k = round++ % WORKERS;
+        remora_client_h via = k ? a->c->lane[k - 1] : a->c;
+        remora_status_t st = remora_client_signal(via, "g", 0, REMORA_SIGNAL_ADD, 1);
+        if (st != REMORA_OK && st != REMORA_ERR_NOT_FOUND)
+            failf(a->w, "signal via worker %u: %s", k, remora_status_string(st));
+    }
+    return NULL;
+}
+
+static void test_signals_under_change(void **state)
+{
+    world_t w;
+    actor_t sg[READERS];
+    pthread_t st[READERS];
+    (void)state;
+
+    start_world(&w);
+    for (unsigned i = 0; i < READERS; i++) {
+        sg[i] = (actor_t){.w = &w, .no = i};
+        sg[i].c = connect_all_workers(&w, &sg[i].ctx);
+        assert_int_equal(pthread_create(&st[i], NULL, signaler, &sg[i]), 0);
+    }
+    for (int i = 0; i < SIG_CYCLES; i++) {
+        remora_signals_h sig = NULL;
+        it_assert_ok(remora_signals_create(w.sctx, 8, NULL, &sig));
+        it_assert_ok(remora_server_expose_signals(w.server, "g", sig));
+        usleep(500 + (unsigned)(i % 7) * 300);
+        remora_signals_destroy(sig); /* unexposes it first */
+    }
+    atomic_store(&w.stop, 1);
+    for (unsigned i = 0; i < READERS; i++) {
+        pthread_join(st[i], NULL);
+        remora_client_disconnect(sg[i].c);
+        remora_context_destroy(sg[i].ctx);
     }
     remora_server_destroy(w.server);
     remora_context_destroy(w.sctx);
@@ -591,6 +646,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_under_change),
+        cmocka_unit_test(test_signals_under_change),
         cmocka_unit_test(test_connections_spread),
         cmocka_unit_test(test_limits_span_workers),
         cmocka_unit_test(test_killed_lane_fails_requests), /* last: see waive_abort */
