@@ -36,10 +36,15 @@
  *   a small put_signal) is issued only when no earlier data operation of the
  *   channel is in flight, so it is never applied before earlier data is at
  *   the target (earlier signals travel the same endpoint and are applied in
- *   order, so signals pipeline, up to RM_STREAM_INFLIGHT); the server applies a WRITE_SIGNAL's signal after its data
- *   landed. A captured slot seen ready is taken only after the channel's
- *   live READY was read again (everything the stream wrote before it is
- *   then visible), so live and captured operations keep stream order.
+ *   order, so signals pipeline, up to RM_STREAM_INFLIGHT); the server
+ *   applies a WRITE_SIGNAL's signal after its data landed. A small
+ *   put_signal into a GPU region counts as data for the signals after it
+ *   (its data may land by a copy the server finishes later:
+ *   sop_holds_signals), and a large put_signal's signal waits for earlier
+ *   data as a signal does (sig_due). A captured slot seen ready is taken
+ *   only after the channel's live READY was read again (everything the
+ *   stream wrote before it is then visible), so live and captured
+ *   operations keep stream order.
  * - Direct path (same host, GPU region with a CUDA IPC handle, the client's
  *   path AUTO or IPC): a put or get is a cuMemcpyAsync on the caller's
  *   stream to or from the server's allocation opened by IPC, and a SET
@@ -128,9 +133,11 @@ typedef struct rm_sop {
     remora_signals_h lsig;      /* SOP_WAIT */
     remora_cmp_t     cmp;
     void            *inl;       /* small GPU source: the proxy copies buf here, sends from here */
+    int              gpu_target; /* the region is GPU memory (see sop_holds_signals) */
     uint64_t         last_seq;  /* signals merged into this one: DONE goes up to this */
     /* in flight */
     int              phase;     /* put_signal through write_nb: 1 once the signal is out */
+    int              sig_due;   /* its data landed; the signal waits for earlier data */
     remora_request_h req;
     rm_op_t         *cop;
     uint64_t         deadline;
@@ -372,9 +379,21 @@ static void proxy_hand_off(struct rm_stream_proxy *px)
     }
 }
 
+/* One message that sets a signal (SIGNAL, or a small put_signal's
+ * WRITE_SIGNAL): issued only when no earlier data is in flight. */
 static int sop_is_signal(const rm_sop_t *s)
 {
     return s->kind == SOP_SIGNAL || (s->kind == SOP_PUT_SIGNAL && s->len <= RM_STREAM_INLINE);
+}
+
+/* Later signals wait for its completion: everything but a SIGNAL and a small
+ * put_signal into host memory, which the server applies as they arrive. A
+ * small put_signal into a GPU region may land by a copy the server finishes
+ * later (staging), and applies its signal then: a SIGNAL right behind it
+ * would be applied first. */
+static int sop_holds_signals(const rm_sop_t *s)
+{
+    return !sop_is_signal(s) || (s->kind == SOP_PUT_SIGNAL && s->gpu_target);
 }
 
 static int sop_is_big(const rm_sop_t *s)
@@ -439,8 +458,34 @@ static void sop_issue(rm_chan_t *ch, rm_sop_t *s)
         sop_finish(s, st);
 }
 
-/* Has s completed? Frees what it used when it has. */
-static void sop_poll(rm_chan_t *ch, rm_sop_t *s)
+/* A put_signal whose data landed: its signal, once every earlier operation
+ * that holds signals completed (earlier: REMORA_INPROGRESS while one has
+ * not, else the first failure among them, or REMORA_OK). After a failure
+ * the signal is not sent: it would say that earlier data had arrived. */
+static void sop_send_due_signal(rm_chan_t *ch, rm_sop_t *s, remora_status_t earlier)
+{
+    remora_status_t st = (remora_status_t)atomic_load(&ch->error);
+
+    if (earlier == REMORA_INPROGRESS)
+        return; /* the next pass looks again */
+    s->sig_due = 0;
+    if (st == REMORA_OK)
+        st = earlier;
+    if (st != REMORA_OK) {
+        sop_finish(s, st);
+        return;
+    }
+    s->phase = 1;
+    proxy_undrive(ch->px); /* may look the signal array up */
+    st = rm_client_signal_send(ch->client, s->signals, s->index, s->op, s->value, s->deadline,
+                               &s->cop);
+    if (st != REMORA_OK)
+        sop_finish(s, st);
+}
+
+/* Has s completed? Frees what it used when it has. earlier: the state of
+ * the earlier operations that hold signals (sop_send_due_signal). */
+static void sop_poll(rm_chan_t *ch, rm_sop_t *s, remora_status_t earlier)
 {
     remora_client_h c = ch->client;
     remora_status_t st;
@@ -455,18 +500,21 @@ static void sop_poll(rm_chan_t *ch, rm_sop_t *s)
             sop_finish(s, REMORA_OK);
         return;
     }
+    if (s->sig_due) {
+        sop_send_due_signal(ch, s, earlier);
+        if (s->sig_due)
+            goto check_deadline;
+        return;
+    }
     if (s->req) {
         if ((st = remora_request_test(s->req)) == REMORA_INPROGRESS)
             goto check_deadline;
         remora_request_release(s->req);
         s->req = NULL;
         if (st == REMORA_OK && s->kind == SOP_PUT_SIGNAL && s->phase == 0) {
-            s->phase = 1; /* the data is at the target: now the signal */
-            proxy_undrive(ch->px); /* may look the signal array up */
-            st = rm_client_signal_send(c, s->signals, s->index, s->op, s->value, s->deadline,
-                                       &s->cop);
-            if (st == REMORA_OK)
-                return;
+            s->sig_due = 1; /* the data is at the target: now the signal */
+            sop_send_due_signal(ch, s, earlier);
+            return;
         }
         sop_finish(s, st);
         return;
@@ -567,7 +615,7 @@ static int chan_step(rm_chan_t *ch, int dying)
             proxy_undrive(ch->px); /* issuing may wait for the progress thread */
             sop_issue(ch, s);
         }
-        if (!sop_is_signal(s))
+        if (sop_holds_signals(s))
             ch->ndata++;
         ch->nbig += sop_is_big(s);
         rm_list_del(&s->link);
@@ -575,8 +623,13 @@ static int chan_step(rm_chan_t *ch, int dying)
         ch->ninflight++;
         moved = 1;
     }
-    rm_list_for_each_safe(pos, tmp, &ch->inflight)
-        sop_poll(ch, rm_container_of(pos, rm_sop_t, link));
+    remora_status_t earlier = REMORA_OK; /* see sop_send_due_signal */
+    rm_list_for_each_safe(pos, tmp, &ch->inflight) {
+        rm_sop_t *s = rm_container_of(pos, rm_sop_t, link);
+        sop_poll(ch, s, earlier);
+        if (earlier == REMORA_OK && sop_holds_signals(s))
+            earlier = s->complete ? s->status : REMORA_INPROGRESS;
+    }
     rm_list_for_each_safe(pos, tmp, &ch->inflight) {
         rm_sop_t *s = rm_container_of(pos, rm_sop_t, link);
         if (!s->complete)
@@ -591,7 +644,7 @@ static int chan_step(rm_chan_t *ch, int dying)
         }
         rm_list_del(&s->link);
         ch->ninflight--;
-        if (!sop_is_signal(s))
+        if (sop_holds_signals(s))
             ch->ndata--;
         ch->nbig -= sop_is_big(s);
         if (s->slot)
@@ -1137,6 +1190,32 @@ static remora_status_t enqueue_captured(rm_chan_t *ch, const rm_sop_t *t, int in
     return REMORA_OK;
 }
 
+/* An operation whose READY never went on the stream: it leaves the queue
+ * (the proxy takes nothing past READY, unless the channel is dying: then it
+ * is the proxy's, to be cancelled), its number is given back, so that no
+ * wait for DONE ever counts on it (fence), and the inline ring is as it
+ * was. The enqueuing thread is the channel's only one: s is the last. */
+static void enqueue_undo(rm_chan_t *ch, rm_sop_t *s, uint64_t ring_head, unsigned use_first,
+                         unsigned nuses)
+{
+    struct rm_stream_proxy *px = ch->px;
+    rm_list_t *pos, *tmp;
+
+    pthread_mutex_lock(&px->mx);
+    rm_list_for_each_safe(pos, tmp, &ch->queue) {
+        if (pos != &s->link)
+            continue;
+        rm_list_del(&s->link);
+        rm_list_push_back(&ch->free, &s->link);
+        ch->nfree++;
+        ch->next_seq--;
+    }
+    pthread_mutex_unlock(&px->mx);
+    ch->ring_head = ring_head;
+    ch->use_first = use_first;
+    ch->nuses     = nuses;
+}
+
 /* Put a copy of *t on the stream (see the design notes). waits: later work
  * on the stream waits for its DONE. inl: t->buf is a small source that the
  * stream copies into the channel's inline ring (RM_INL_STREAM; the stream
@@ -1149,6 +1228,10 @@ static remora_status_t enqueue(rm_chan_t *ch, const rm_sop_t *t, int waits, int 
     rm_sop_t *s;
     size_t off = 0;
     uint64_t seq, ring_wait = 0;
+    /* The ring as it was: what a failure before READY puts back, so that
+     * the places ring_take let go of are waited for by a later put. */
+    uint64_t ring_head = ch->ring_head;
+    unsigned use_first = ch->use_first, nuses = ch->nuses;
 
     if (capturing)
         return enqueue_captured(ch, t, inl);
@@ -1159,6 +1242,9 @@ static remora_status_t enqueue(rm_chan_t *ch, const rm_sop_t *t, int waits, int 
     pthread_mutex_lock(&px->mx);
     if ((s = sop_alloc(ch)) == NULL) {
         pthread_mutex_unlock(&px->mx);
+        ch->ring_head = ring_head;
+        ch->use_first = use_first;
+        ch->nuses     = nuses;
         return REMORA_ERR_NO_MEMORY;
     }
     *s = *t;
@@ -1180,21 +1266,15 @@ static remora_status_t enqueue(rm_chan_t *ch, const rm_sop_t *t, int waits, int 
         st = rm_cuda_raw_copy(ch->stream, place, t->buf, t->len);
     if (st == REMORA_OK)
         st = rm_cuda_raw_write64(ch->stream, dev_word(ch->dev, RM_STREAM_READY), seq);
-    if (st == REMORA_OK && waits)
-        st = rm_cuda_raw_wait64(ch->stream, dev_word(ch->dev, RM_STREAM_DONE), seq, 0);
-    if (waits && st == REMORA_OK)
+    else
+        enqueue_undo(ch, s, ring_head, use_first, nuses);
+    /* With READY on the stream the operation stays queued and runs, so that
+     * DONE reaches its number: a failed wait below only leaves the stream
+     * free to go on before it. */
+    if (st == REMORA_OK && waits &&
+        (st = rm_cuda_raw_wait64(ch->stream, dev_word(ch->dev, RM_STREAM_DONE), seq, 0)) ==
+            REMORA_OK)
         ch->fence_seq = seq;
-    if (st != REMORA_OK) {
-        /* Not taken unless a later READY covers it; then it runs, harmlessly. */
-        pthread_mutex_lock(&px->mx);
-        rm_list_t *pos, *tmp;
-        rm_list_for_each_safe(pos, tmp, &ch->queue)
-            if (pos == &s->link) {
-                rm_list_del(&s->link);
-                free(s);
-            }
-        pthread_mutex_unlock(&px->mx);
-    }
     return st;
 }
 
@@ -1380,6 +1460,15 @@ static remora_status_t dcache_get(rm_chan_t *ch, const char *name, int signals, 
     return REMORA_OK;
 }
 
+/* Whether [offset, offset + len) lies in the region the direct path's view
+ * d is of. check_region looked at its own entry; dcache_get may have looked
+ * the region up again since (replaced, maybe smaller). index-to-offset
+ * products are small here: check_region bounded the index. */
+static int dcache_covers(const rm_dcache_t *d, uint64_t offset, size_t len)
+{
+    return offset <= d->r->size && len <= d->r->size - offset;
+}
+
 static remora_status_t chan_error(rm_chan_t *ch)
 {
     remora_status_t st = (remora_status_t)atomic_load(&ch->error);
@@ -1420,6 +1509,9 @@ static remora_status_t data_op(remora_client_h c, const char *region, uint64_t o
     if (direct && (dcache_get(ch, region, 0, buf_dev, &d) != REMORA_OK ||
                    (with_sig && dcache_get(ch, signals, 1, -1, &ds) != REMORA_OK)))
         direct = 0; /* the proxy can still do it */
+    if (direct && (!dcache_covers(d, offset, len) ||
+                   (with_sig && !dcache_covers(ds, index * sizeof(uint64_t), sizeof(uint64_t)))))
+        direct = 0; /* changed since check_region: the server judges it */
     if (direct) {
         if ((st = fence(ch)) != REMORA_OK)
             return st;
@@ -1443,6 +1535,7 @@ static remora_status_t data_op(remora_client_h c, const char *region, uint64_t o
     s.index  = index;
     s.op     = op;
     s.value  = value;
+    s.gpu_target = t.gpu;
     /* A small source in GPU or pinned memory is copied by the stream into
      * the channel's ring: the source is free for later work at once, and a
      * put need not wait for the proxy (a get must, and a source the proxy
@@ -1496,7 +1589,8 @@ remora_status_t remora_stream_signal(remora_client_h c, const char *signals, siz
         (st = chan_error(ch)) != REMORA_OK)
         return st;
     /* A direct SET needs the earlier puts to be at the target: the fence. */
-    if (op == REMORA_SIGNAL_SET && ts.mappable && dcache_get(ch, signals, 1, -1, &ds) == REMORA_OK) {
+    if (op == REMORA_SIGNAL_SET && ts.mappable && dcache_get(ch, signals, 1, -1, &ds) == REMORA_OK &&
+        dcache_covers(ds, index * sizeof(uint64_t), sizeof(uint64_t))) {
         if ((st = fence(ch)) != REMORA_OK)
             return st;
         return rm_cuda_raw_write64(stream, (char *)ds->sig_dev + index * sizeof(uint64_t), value);

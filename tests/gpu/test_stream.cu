@@ -16,12 +16,22 @@
  *   signals    100,000 queued stream signals ADD 1: exactly 100,000;
  *   wait       a stream waits with NEQ, EQ, GEQ; only the right value lets it go;
  *   bad args   default streams, unknown region, index and range: a status at once;
+ *   order      a signal never overtakes earlier data: a 4 KiB put_signal into
+ *              the GPU region then a signal (2,000 rounds), and eight 64 KiB
+ *              puts into it (they do not hold the stream) then a 128 KiB
+ *              put_signal into a host region (300 rounds), a kernel watching
+ *              the signal word and the stamp at the end of the data: the
+ *              stamp is never behind the word (the server lands writes into
+ *              GPU memory by copies it finishes later; a thread writing 4 MiB
+ *              blocks through the same connection meanwhile keeps the
+ *              server's copy queue long, so that they finish late);
  *   two gpus   the same between GPU 0 and GPU 1 (skipped with fewer than two);
  *   dead peer  (first, before CUDA starts: fork) the server is killed in the
  *              middle of a pipeline: the stream finishes within the timeout
  *              and the error is reported.
  * Exit 77 without a GPU.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -300,6 +310,160 @@ static void test_wait(pair_t *p, cudaStream_t st)
     CK(cudaFreeHost((void *)mark));
 }
 
+__global__ void k_set64(uint64_t *p, uint64_t v) { *p = v; }
+
+/* Each time the signal word moves, the stamp at the head of the data must
+ * already show that round or a later one. Ends when the word reaches last,
+ * or after about 20 s of the GPU's clock. */
+__global__ void k_watch(volatile const uint64_t *word, volatile const uint64_t *stamp, uint64_t last,
+                        unsigned long long *behind, unsigned long long *moves)
+{
+    uint64_t v = 0;
+    long long t0 = clock64();
+    while (v != last && clock64() - t0 < 40000000000ll) {
+        uint64_t w = *word;
+        if (w == v)
+            continue;
+        v = w;
+        __threadfence(); /* the stamp is read after the word */
+        if (*stamp < v)
+            atomicAdd(behind, 1ull);
+        atomicAdd(moves, 1ull);
+    }
+}
+
+#define ORDER_A     ((uint64_t)1 << 20) /* where each case's data goes */
+#define ORDER_B     ((uint64_t)2 << 20)
+#define ORDER_BUSY  ((uint64_t)4 << 20) /* the busy writer's */
+#define ORDER_SMALL ((size_t)4 << 10)
+#define ORDER_PUTS  8                  /* puts of RM_STREAM_INLINE (64 KiB) */
+#define ORDER_LARGE ((size_t)ORDER_PUTS << 16)
+#define ORDER_HOST  ((size_t)128 << 10)
+static uint8_t *g_small, *g_large, *g_host_src;
+
+/* Host writes of 4 MiB blocks from GPU memory through the stream's own
+ * client (so the same server worker and copy queue), until told to stop. */
+typedef struct {
+    pair_t     *p;
+    uint64_t    off;
+    void       *src;
+    volatile int stop;
+    int         writes;
+} busy_t;
+
+#define BUSY_LEN ((size_t)4 << 20)
+
+static void *busy_writer(void *arg)
+{
+    busy_t *b = (busy_t *)arg;
+    while (!b->stop && remora_client_write(b->p->client, "buf", b->off, b->src, BUSY_LEN) ==
+                           REMORA_OK)
+        b->writes++;
+    return NULL;
+}
+
+/* rounds of: stamp i into *stamp_src, then `round` enqueues the data and
+ * the signal that must follow it (word sig_i := i); a kernel on another
+ * stream watches word and stamp. Returns the times the stamp was behind.
+ * Every kernel is launched once before the watcher: CUDA loads kernels
+ * lazily, and a load waits for the kernels running (the watcher). */
+static unsigned long long watch_order(pair_t *p, cudaStream_t st, const char *what, size_t sig_i,
+                                      uint64_t stamp_off, uint64_t *stamp_src, int rounds,
+                                      void (*round)(pair_t *, cudaStream_t, uint64_t))
+{
+    unsigned long long *cnt, h[2];
+    void *sig_dev;
+    cudaStream_t ws;
+    CK(cudaMalloc(&cnt, 2 * sizeof(*cnt)));
+    CK(cudaMemset(cnt, 0, 2 * sizeof(*cnt)));
+    CK(cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking));
+    RK(remora_signals_update(p->sig, sig_i, REMORA_SIGNAL_SET, 0));
+    RK(remora_signals_device_ptr(p->sig, &sig_dev));
+    const uint64_t *stamp = (const uint64_t *)((char *)remora_mem_address(p->mem) + stamp_off);
+    CK(cudaMemset((void *)stamp, 0, sizeof(uint64_t)));
+    CK(cudaDeviceSynchronize());
+    busy_t busy = {};
+    pthread_t bt;
+    busy.p   = p;
+    busy.off = ORDER_BUSY;
+    CK(cudaMalloc(&busy.src, BUSY_LEN));
+    k_watch<<<1, 1, 0, ws>>>((const uint64_t *)sig_dev + sig_i, stamp, (uint64_t)rounds, cnt,
+                             cnt + 1);
+    EXPECT(pthread_create(&bt, NULL, busy_writer, &busy) == 0);
+    double t0 = now_us();
+    for (int i = 1; i <= rounds; i++) {
+        k_set64<<<1, 1, 0, st>>>(stamp_src, (uint64_t)i);
+        round(p, st, (uint64_t)i);
+    }
+    RK(remora_stream_flush(p->client, st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaStreamSynchronize(ws));
+    busy.stop = 1;
+    pthread_join(bt, NULL);
+    CK(cudaFree(busy.src));
+    CK(cudaMemcpy(h, cnt, sizeof(h), cudaMemcpyDeviceToHost));
+    printf("order: %s: %d rounds in %.0f us beside %d host writes of 4 MiB, the signal moved %llu "
+           "times, the data behind it %llu times\n", what, rounds, now_us() - t0, busy.writes, h[1],
+           h[0]);
+    EXPECT(h[1] > 0);
+    EXPECT(remora_stream_error(p->client, st) == REMORA_OK);
+    CK(cudaStreamDestroy(ws));
+    CK(cudaFree(cnt));
+    return h[0];
+}
+
+
+static void round_put_signal_then_signal(pair_t *p, cudaStream_t st, uint64_t i)
+{
+    RK(remora_stream_put_signal(p->client, "buf", ORDER_A, g_small, ORDER_SMALL, "sig", 8,
+                                REMORA_SIGNAL_ADD, 1, st));
+    RK(remora_stream_signal(p->client, "sig", 9, REMORA_SIGNAL_SET, i, st));
+}
+
+static void round_puts_then_put_signal(pair_t *p, cudaStream_t st, uint64_t i)
+{
+    for (size_t k = 0; k < ORDER_PUTS; k++)
+        RK(remora_stream_put(p->client, "buf", ORDER_B + (k << 16), g_large + (k << 16),
+                             (size_t)1 << 16, st));
+    RK(remora_stream_put_signal(p->client, "hbuf", 0, g_host_src, ORDER_HOST, "sig", 10,
+                                REMORA_SIGNAL_SET, i, st));
+}
+
+static void test_order(pair_t *p, cudaStream_t st, size_t cap)
+{
+    remora_mem_params_t mp = {};
+    remora_region_params_t rp = {};
+    remora_mem_h host;
+
+    if (cap < ORDER_BUSY + BUSY_LEN) {
+        printf("order: skipped, region of %zu bytes too small\n", cap);
+        return;
+    }
+    mp.field_mask = REMORA_MEM_FIELD_LENGTH;
+    mp.length = ORDER_HOST;
+    rp.field_mask = REMORA_REGION_FIELD_FLAGS;
+    rp.flags = REMORA_REGION_WRITABLE;
+    RK(remora_mem_create(p->sctx, &mp, &host));
+    RK(remora_server_expose(p->server, "hbuf", host, &rp));
+    CK(cudaMalloc(&g_small, ORDER_SMALL));
+    CK(cudaMalloc(&g_large, ORDER_LARGE));
+    CK(cudaMalloc(&g_host_src, ORDER_HOST));
+    CK(cudaMemset(g_host_src, 3, ORDER_HOST));
+    uint64_t *large_end = (uint64_t *)(g_large + ORDER_LARGE) - 1;
+    k_set64<<<1, 1, 0, st>>>(large_end, 0); /* loaded before any watcher runs */
+    CK(cudaStreamSynchronize(st));
+    EXPECT(watch_order(p, st, "4 KiB put_signal into GPU memory, then a signal", 9, ORDER_A,
+                       (uint64_t *)g_small, 2000, round_put_signal_then_signal) == 0);
+    EXPECT(watch_order(p, st, "8 puts of 64 KiB into GPU memory, then a 128 KiB put_signal into "
+                       "host memory", 10, ORDER_B + ORDER_LARGE - sizeof(uint64_t), large_end, 300,
+                       round_puts_then_put_signal) == 0);
+    RK(remora_server_unexpose(p->server, "hbuf"));
+    remora_mem_destroy(host);
+    CK(cudaFree(g_small));
+    CK(cudaFree(g_large));
+    CK(cudaFree(g_host_src));
+}
+
 static void test_bad_args(pair_t *p, cudaStream_t st)
 {
     uint8_t *src;
@@ -439,6 +603,7 @@ int main(void)
     test_graph(&p, st);
     test_signals(&p, st);
     test_wait(&p, st);
+    test_order(&p, st, cap);
     test_bad_args(&p, st);
     CK(cudaStreamSynchronize(st));
     RK(remora_stream_release(p.client, st));
