@@ -175,8 +175,9 @@ struct remora_context {
      * these on first use (under its own lock); the lower layers call them. */
     struct rm_stream_proxy *stream_proxy;
     /* remora_client_disconnect: phase 0 before the connection is failed,
-     * phase 1 once its operations drained (before its regions are dropped). */
-    void (*stream_client_hook)(struct remora_client *client, int phase);
+     * phase 1 once its operations drained (before its regions are dropped);
+     * phase 1 returns whether stream operations still hold the client. */
+    int (*stream_client_hook)(struct remora_client *client, int phase);
     /* remora_context_destroy, first thing. */
     void (*stream_fini)(remora_context_h ctx);
     /* remora_context_params_t.log_cb on the logger's stack (util/log.h). */

@@ -825,7 +825,7 @@ static void slots_free(rm_chan_t *ch, int keep_pages)
 
 static void proxy_fini(remora_context_h ctx);
 static void ccache_drop(rm_chan_t *ch, unsigned i);
-static void client_hook(remora_client_h c, int phase);
+static int client_hook(remora_client_h c, int phase);
 
 static remora_status_t proxy_get(remora_context_h ctx, struct rm_stream_proxy **px_p)
 {
@@ -1015,14 +1015,17 @@ static void chan_free(rm_chan_t *ch, int keep_pages)
     free(ch);
 }
 
-/* client.c's hook: a client is being disconnected. */
-static void client_hook(remora_client_h c, int phase)
+/* client.c's hook: a client is being disconnected. Phase 1 returns 1 when
+ * a channel the proxy would not let go of (chan_kill) still points to c:
+ * then c must outlive it (leaked, not freed). */
+static int client_hook(remora_client_h c, int phase)
 {
     struct rm_stream_proxy *px = c->ctx->stream_proxy;
     rm_list_t *pos, *tmp;
+    int held = 0;
 
     if (px == NULL)
-        return;
+        return 0;
     pthread_mutex_lock(&px->mx);
     rm_list_for_each_safe(pos, tmp, &px->chans) {
         rm_chan_t *ch = rm_container_of(pos, rm_chan_t, link);
@@ -1035,7 +1038,7 @@ static void client_hook(remora_client_h c, int phase)
     }
     pthread_mutex_unlock(&px->mx);
     if (phase == 0)
-        return;
+        return 0;
     for (;;) { /* phase 1: let go of every channel of c */
         rm_chan_t *ch = NULL;
         pthread_mutex_lock(&px->mx);
@@ -1049,7 +1052,10 @@ static void client_hook(remora_client_h c, int phase)
             break;
         if (chan_kill(ch) == 0)
             chan_free(ch, 1);
+        else
+            held = 1;
     }
+    return held;
 }
 
 static void proxy_fini(remora_context_h ctx)

@@ -1070,16 +1070,15 @@ void remora_client_disconnect(remora_client_h c)
      * for queued events, so nothing refers to the client afterwards. */
     rm_engine_wait(c->ctx, &c->drained, rm_deadline_ns(RM_CLOSE_WAIT_MS));
     rm_engine_wait(c->ctx, &c->events_idle, rm_deadline_ns(RM_CLOSE_WAIT_MS));
-    if (c->ctx->stream_client_hook)
-        c->ctx->stream_client_hook(c, 1);
+    int held = c->ctx->stream_client_hook && c->ctx->stream_client_hook(c, 1);
 
     rm_engine_lock(c->ctx);
     rm_engine_copy_drain(c->ctx); /* staged reads landing in GPU buffers end requests */
     rm_client_unmap_all(c);
     rm_client_regions_drop(c, 0);
-    if (c->nops != c->nsubops || !atomic_load(&c->events_idle)) {
-        rm_warn("client closed with %u operation(s) still completing; leaking it",
-                c->nops - c->nsubops);
+    if (c->nops != c->nsubops || !atomic_load(&c->events_idle) || held) {
+        rm_warn("client closed with %u operation(s) still completing%s; leaking it",
+                c->nops - c->nsubops, held ? " and stream operations using it" : "");
         rm_engine_unlock(c->ctx);
         return;
     }
