@@ -209,7 +209,9 @@ struct remora_request {
     unsigned         window;     /* chunk ops in flight at most */
     size_t           issued;
     unsigned         inflight;
+    int              issuing;    /* in issue_more's loop: chunk_end only counts */
     int              flushed;
+    uint64_t         conn_gen;   /* the connection it runs on (client's conn_gen) */
     int              bulk;       /* counted in rm_engine_bulk_add until complete */
     rm_gpu_reg_t    *reg;        /* the GPU buffer's registration (am path), held */
 

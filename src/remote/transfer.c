@@ -327,11 +327,49 @@ static void issue_flush(remora_request_h req)
     op_track(op, ucp_ep_flush_nbx(c->peer.ep, &p));
 }
 
+/* The connection req started on failed, or was replaced by a reconnect (its
+ * region ids mean nothing there): req fails, and issues nothing more. */
+static void check_link(remora_request_h req)
+{
+    remora_client_h c = req->client;
+
+    if (req->status != REMORA_OK)
+        return;
+    if (c->disconnected)
+        req->status = c->disc_status;
+    else if (c->conn_gen != req->conn_gen)
+        req->status = REMORA_ERR_DISCONNECTED;
+}
+
+/*
+ * Chunks may end inside issue_chunk (a send that fails at once, an RMA that
+ * completes at once), so chunk_end runs nested in this loop. `issuing` makes
+ * the nested ones only count: the loop goes on issuing (no recursion per
+ * chunk), and only the outermost frame ends the request (request_try_end),
+ * exactly once, touching nothing of req after.
+ */
 static void issue_more(remora_request_h req)
 {
+    req->issuing = 1;
+    check_link(req);
     while (req->status == REMORA_OK && req->issued < req->length &&
-           req->inflight < req->window && !req->client->disconnected)
+           req->inflight < req->window) {
         issue_chunk(req);
+        check_link(req);
+    }
+    req->issuing = 0;
+}
+
+/* Nothing in flight: flush a write's puts, or complete. req may be freed on
+ * return. */
+static void request_try_end(remora_request_h req)
+{
+    if (req->inflight)
+        return;
+    if (req->status == REMORA_OK && req->write && req->path == REMORA_PATH_RMA && !req->flushed)
+        issue_flush(req); /* ends in chunk_end */
+    else
+        request_complete(req);
 }
 
 /* A chunk of req's is over, with status st: issue more, or end the request. */
@@ -340,17 +378,10 @@ static void chunk_end(remora_request_h req, remora_status_t st)
     req->inflight--;
     if (st != REMORA_OK && req->status == REMORA_OK)
         req->status = st;
-    if (req->status == REMORA_OK && req->client->disconnected)
-        req->status = req->client->disc_status;
+    if (req->issuing)
+        return; /* ended inside issue_chunk: the loop above decides */
     issue_more(req);
-    if (req->inflight)
-        return;
-    if (req->status == REMORA_OK && req->issued < req->length)
-        return; /* cannot happen: issue_more left nothing in flight */
-    if (req->status == REMORA_OK && req->write && req->path == REMORA_PATH_RMA && !req->flushed)
-        issue_flush(req);
-    else
-        request_complete(req);
+    request_try_end(req);
 }
 
 static void chunk_landed(rm_copy_t *copy, remora_status_t st)
@@ -700,9 +731,9 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
         req->bulk = 1;
         rm_engine_bulk_add(req->ctx, 1);
     }
+    req->conn_gen = c->conn_gen;
     issue_more(req);
-    if (req->inflight == 0 && !atomic_load(&req->done)) /* not even the first chunk started */
-        request_complete(req);
+    request_try_end(req);
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);
     return REMORA_OK;

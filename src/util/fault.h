@@ -15,6 +15,9 @@
  * the process) fail as if memory ran out; count 0 disarms. */
 void rm_fault_send_arm(unsigned type, unsigned count);
 
+/* The same, after the next `skip` sends of that type went through. */
+void rm_fault_send_arm_after(unsigned type, unsigned skip, unsigned count);
+
 /* Whether a send of this type is to fail now (and count it taken). */
 int rm_fault_send_take(unsigned type);
 

@@ -240,12 +240,69 @@ static void test_lost_sock_credit(void **state)
     world_close(&w);
 }
 
+/*
+ * A request's later chunk cannot be sent: the send fails inside the loop
+ * that issues chunks, which the end of the chunk before it runs. The request
+ * fails with that error exactly once (it was completed twice, freeing what it
+ * held twice), and the client goes on byte-exact. Chunks of 4 KiB; window 1
+ * is the case where the failed chunk was the only one in flight.
+ */
+static void test_lost_later_chunk(void **state)
+{
+    enum { LEN = 64 << 10 };
+    static const struct { unsigned type, window, skip; } cases[] = {
+        {RM_MSG_READ, 1, 1}, {RM_MSG_READ, 1, 7}, {RM_MSG_READ, 3, 5},
+        {RM_MSG_WRITE, 1, 1}, {RM_MSG_WRITE, 1, 7}, {RM_MSG_WRITE, 3, 5},
+    };
+    static uint8_t buf[LEN];
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = LEN};
+    remora_region_params_t rp = {.field_mask = REMORA_REGION_FIELD_FLAGS,
+                                 .flags = REMORA_REGION_WRITABLE};
+    remora_mem_h big;
+    world_t w;
+    (void)state;
+
+    world_open(&w);
+    it_assert_ok(remora_mem_create(w.ctx, &mp, &big));
+    memset(remora_mem_address(big), 0x3c, LEN);
+    it_assert_ok(remora_server_expose(w.server, "big", big, &rp));
+    setenv("REMORA_CHUNK_SIZE", "4096", 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char window[8];
+        it_client_t c;
+        int write = cases[i].type == RM_MSG_WRITE;
+
+        snprintf(window, sizeof(window), "%u", cases[i].window);
+        setenv("REMORA_WINDOW", window, 1);
+        client_open(&c, &w);
+        rm_fault_send_arm_after(cases[i].type, cases[i].skip, 1);
+        memset(buf, 0x3c, LEN);
+        remora_status_t st = write ? remora_client_write(c.client, "big", 0, buf, LEN)
+                                   : remora_client_read(c.client, "big", 0, buf, LEN);
+        print_message("%s, window %u, chunk %u not sent: %s\n", write ? "write" : "read",
+                      cases[i].window, cases[i].skip + 1, remora_status_string(st));
+        it_assert_status(st, REMORA_ERR_NO_MEMORY);
+        rm_fault_send_arm(0, 0);
+        memset(buf, 0, LEN);
+        it_assert_ok(remora_client_read(c.client, "big", 0, buf, LEN));
+        for (size_t k = 0; k < LEN; k++)
+            assert_int_equal(buf[k], 0x3c);
+        it_client_close(&c);
+    }
+    unsetenv("REMORA_WINDOW");
+    unsetenv("REMORA_CHUNK_SIZE");
+    it_assert_ok(remora_server_unexpose(w.server, "big"));
+    remora_mem_destroy(big);
+    world_close(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lost_ring_answer),
         cmocka_unit_test(test_lost_read_reply),
         cmocka_unit_test(test_lost_sock_credit),
+        cmocka_unit_test(test_lost_later_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
