@@ -609,16 +609,29 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
 }
 
 /* The server asked us to connect through UCX's connection manager to a
- * port it opened for us, on the address we reached it at. */
-static remora_status_t client_connect_cm(remora_client_h c, int fd, const uint8_t *port)
+ * port it opened for us, on the address we reached it at; our first message
+ * there is AUTH with the ticket that came with the port (wire.h). */
+static remora_status_t client_connect_cm(remora_client_h c, int fd,
+                                         const uint8_t reply[RM_CM_REPLY_LEN])
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
+    remora_status_t st;
+    uint8_t *ticket;
 
     if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET)
         return REMORA_ERR_PROTOCOL;
-    ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)(port[0] | (port[1] << 8)));
-    return rm_peer_connect_cm(&c->peer, (struct sockaddr *)&ss, len);
+    ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)(reply[0] | (reply[1] << 8)));
+    if ((ticket = malloc(RM_CM_TICKET_LEN)) == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    memcpy(ticket, reply + 2, RM_CM_TICKET_LEN);
+    if ((st = rm_peer_connect_cm(&c->peer, (struct sockaddr *)&ss, len)) != REMORA_OK) {
+        free(ticket);
+        return st;
+    }
+    rm_hdr_t hdr = {.type = RM_MSG_AUTH};
+    rm_send_params_t sp = {.body = ticket, .body_len = RM_CM_TICKET_LEN, .body_free = ticket};
+    return rm_peer_send(&c->peer, RM_AM_ID_TO_SERVER, &hdr, &sp);
 }
 
 static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame_t *reply,
@@ -696,7 +709,7 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
     int own = rm_engine_serving(ctx, c->hs_instance);
     rm_engine_unlock(ctx);
     if (f.flags & RM_BOOT_CM) {
-        if (len != 2)
+        if (len != RM_CM_REPLY_LEN)
             return REMORA_ERR_PROTOCOL;
     } else if (!rm_boot_addr_plausible(ctx, addr, len, &why)) {
         rm_error("the server sent a worker address this UCX cannot use: %s", why);

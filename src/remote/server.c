@@ -798,11 +798,18 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     }
 }
 
+static void conn_cm_prove(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len,
+                          const ucp_am_recv_param_t *param);
+
 static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *body,
                                     size_t len, const ucp_am_recv_param_t *param)
 {
     rm_conn_t *c = (rm_conn_t *)peer;
 
+    if (!c->dead && c->state == CONN_CM_PROVE) {
+        conn_cm_prove(c, hdr, body, len, param);
+        return UCS_OK;
+    }
     /* Only a connection that finished its handshake has an endpoint at all. */
     if (c->dead || c->state != CONN_READY)
         return UCS_OK;
@@ -823,13 +830,29 @@ static const rm_peer_ops_t conn_ops = {.on_message = conn_on_message,
 
 static void conn_ready(rm_conn_t *c);
 
+/* Whether a connection request comes from the host the client's bootstrap
+ * socket is connected from (a first filter: the ticket is the proof). */
+static int cm_request_from_client(rm_conn_t *c, ucp_conn_request_h req)
+{
+    ucp_conn_request_attr_t a = {.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR};
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (ucp_conn_request_query(req, &a) != UCS_OK ||
+        getpeername(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 ||
+        a.client_address.ss_family != AF_INET || ss.ss_family != AF_INET)
+        return 0;
+    return ((struct sockaddr_in *)&a.client_address)->sin_addr.s_addr ==
+           ((struct sockaddr_in *)&ss)->sin_addr.s_addr;
+}
+
 static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
 {
     rm_cm_slot_t *slot = arg;
     rm_conn_t *c       = slot->conn;
 
-    if (c == NULL || c->state != CONN_CM_WAIT) {
-        ucp_listener_reject(slot->listener, req); /* late, a second request, or garbage */
+    if (c == NULL || c->state != CONN_CM_WAIT || !cm_request_from_client(c, req)) {
+        ucp_listener_reject(slot->listener, req); /* late, a second, another host's */
         return;
     }
     if (rm_peer_accept_cm(&c->peer, req) != REMORA_OK) {
@@ -839,7 +862,22 @@ static void conn_on_cm_request(ucp_conn_request_h req, void *arg)
         conn_kill(c);
         return;
     }
-    conn_ready(c); /* the listener is detached at the next tick */
+    c->state = CONN_CM_PROVE; /* the listener is detached at the next tick */
+}
+
+/* CONN_CM_PROVE: the first message must be AUTH with the ticket from
+ * CONNECT_REPLY; anything else, from whoever reached the port, closes. */
+static void conn_cm_prove(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, size_t len,
+                          const ucp_am_recv_param_t *param)
+{
+    if (hdr == NULL || hdr->type != RM_MSG_AUTH || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+        rm_auth_ticket_check(c->cm_ticket, body, len) != 0) {
+        rm_warn("a connection to %s's connection-manager port did not prove it is that client: "
+                "closing both", c->peer_host);
+        conn_kill(c);
+        return;
+    }
+    conn_ready(c);
 }
 
 /*
@@ -1016,9 +1054,11 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
     uint16_t port;
 
     if ((flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
-        uint8_t le[2] = {(uint8_t)port, (uint8_t)(port >> 8)};
+        uint8_t reply[RM_CM_REPLY_LEN] = {(uint8_t)port, (uint8_t)(port >> 8)};
+        rm_auth_ticket(c->cm_ticket);
+        memcpy(reply + 2, c->cm_ticket, RM_CM_TICKET_LEN);
         c->state = CONN_CM_WAIT;
-        return connect_reply(c, RM_BOOT_CM, le, 2);
+        return connect_reply(c, RM_BOOT_CM, reply, sizeof(reply));
     }
     const char *why;
 
@@ -1064,7 +1104,8 @@ static int conn_boot_step(rm_conn_t *c, const rm_boot_frame_t *f)
     case CONN_CONNECT: return boot_connect(c, f);
     /* The client's endpoint exists and its heartbeats may start before UCX
      * tells us of its connection request. */
-    case CONN_CM_WAIT: return f->type == RM_BOOT_HEARTBEAT && f->len == 0 ? 0 : -1;
+    case CONN_CM_WAIT:
+    case CONN_CM_PROVE: return f->type == RM_BOOT_HEARTBEAT && f->len == 0 ? 0 : -1;
     default:           return -1; /* nothing is due from the client now */
     }
 }

@@ -50,7 +50,14 @@ typedef struct rm_retired {
 
 /* The handshake runs on the bootstrap socket (server.c); only CONN_READY
  * connections have a UCX endpoint. */
-typedef enum { CONN_HELLO, CONN_AUTH, CONN_CONNECT, CONN_CM_WAIT, CONN_READY } rm_conn_state_t;
+typedef enum {
+    CONN_HELLO,
+    CONN_AUTH,
+    CONN_CONNECT,
+    CONN_CM_WAIT,  /* a listener waits for this client's UCX connection */
+    CONN_CM_PROVE, /* connected through it: the first message must be the ticket */
+    CONN_READY
+} rm_conn_state_t;
 
 typedef struct rm_conn {
     rm_peer_t       peer; /* first: the engine hands us the peer */
@@ -66,6 +73,7 @@ typedef struct rm_conn {
     char            peer_host[64]; /* the client's address, for logs and caps */
     int             rma_ok;     /* may be given remote keys (server.c: conn_ready) */
     struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
+    uint8_t         cm_ticket[RM_CM_TICKET_LEN]; /* ... and what proves it is that client */
     unsigned        nwaits;     /* ring waits armed (server_ring.c) */
     uint64_t        id;         /* from 1, per server */
     int             over_limit; /* accepted past max_conns (per host): HELLO is refused */

@@ -305,8 +305,13 @@ typedef enum rm_boot_type {
 } rm_boot_type_t;
 
 /* RM_BOOT_CM on CONNECT: the client can use UCX's connection manager; on
- * CONNECT_REPLY: the payload after the status is a port to connect to. */
+ * CONNECT_REPLY: the payload after the status is a port to connect to (u16
+ * LE) and a ticket, which the client's first message on that connection
+ * (AUTH) carries back: anyone can reach the port, only the client that
+ * passed the handshake knows the ticket. */
 enum { RM_BOOT_CM = 1u << 0 };
+#define RM_CM_TICKET_LEN 32
+#define RM_CM_REPLY_LEN  (2 + RM_CM_TICKET_LEN)
 
 typedef struct rm_boot_frame {
     uint8_t        type, flags;
