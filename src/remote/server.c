@@ -142,6 +142,7 @@ static void conn_free_if_idle(rm_conn_t *c)
 
     if (!c->dead || c->inflight)
         return;
+    rm_conn_caps_put(s->caps, c->peer_host);
     s->nconns--;
     free(c);
     if (s->nconns == 0)
@@ -942,17 +943,6 @@ static void conn_ready(rm_conn_t *c)
     rm_server_conn_event(c, 1);
 }
 
-/* Connections from host on one worker (its lock held). */
-static unsigned conns_from(remora_server_h s, const char *host)
-{
-    rm_list_t *pos, *tmp;
-    unsigned n = 0;
-
-    rm_list_for_each_safe(pos, tmp, &s->conns)
-        n += strcmp(rm_container_of(pos, rm_conn_t, link)->peer_host, host) == 0;
-    return n;
-}
-
 /* Answer with a status and nothing else; the connection then ends. */
 static int conn_refuse(rm_conn_t *c, unsigned type, remora_status_t st)
 {
@@ -1160,24 +1150,20 @@ static void accept_pause(remora_server_h s, int err)
 /*
  * The worker a new connection goes to: the one with the fewest connections,
  * by turns on a tie, so that clients use every worker's thread without
- * asking. Also counts the connections on all workers, in all and from host
- * (s's lock held; the others' are taken in turn, after it).
+ * asking (s's lock held; the others' are taken in turn, after it). A
+ * worker's own port (spread 0) keeps its connections.
  */
-static remora_server_h pick_worker(remora_server_h s, int spread, const char *host,
-                                   unsigned *all, unsigned *same)
+static remora_server_h pick_worker(remora_server_h s, int spread)
 {
     unsigned n = s->nlanes + 1, start = s->next_worker++ % n, best_conns = UINT_MAX;
     remora_server_h best = s;
 
-    *all = *same = 0;
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned i = 0; spread && i < n; i++) {
         unsigned k = (start + i) % n;
         remora_server_h w = k ? s->lane[k - 1] : s;
         if (w != s)
             rm_engine_lock(w->ctx);
-        *all += w->nconns;
-        *same += conns_from(w, host);
-        if ((spread || w == s) && w->nconns < best_conns) {
+        if (w->nconns < best_conns) {
             best_conns = w->nconns;
             best       = w;
         }
@@ -1211,6 +1197,7 @@ static rm_conn_t *conn_new(remora_server_h w, int fd, const struct sockaddr_stor
         free(c);
         return NULL;
     }
+    c->over_limit = rm_conn_caps_take(w->caps, c->peer_host) != 0; /* every worker's */
     rm_list_push_back(&w->conns, &c->link);
     w->nconns++;
     c->id = atomic_fetch_add(&(w->main ? w->main : w)->next_conn_id, 1) + 1;
@@ -1226,17 +1213,10 @@ static void accept_all(remora_server_h s, rm_watch_t *w, int spread)
     int fd;
 
     while ((fd = accept4(w->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        char host[sizeof(((rm_conn_t *)0)->peer_host)];
-        unsigned all, same;
-
-        rm_format_addr((const struct sockaddr *)&ss, host, sizeof(host));
-        *strrchr(host, ':') = '\0';
-        remora_server_h wk = pick_worker(s, spread, host, &all, &same);
+        remora_server_h wk = pick_worker(s, spread);
         if (wk != s)
             rm_engine_lock(wk->ctx);
         rm_conn_t *c = conn_new(wk, fd, &ss);
-        if (c != NULL)
-            c->over_limit = all + 1 > s->max_conns || same + 1 > s->max_conns_per_host;
         if (wk != s)
             rm_engine_unlock(wk->ctx);
         if (c == NULL)
@@ -1498,9 +1478,12 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
     rm_list_init(&s->pushes);
     atomic_init(&s->drained, 1);
     if (main != NULL) {
-        s->reg = main->reg;
+        s->reg  = main->reg;
+        s->caps = main->caps;
         rm_registry_ref(s->reg);
-    } else if ((s->reg = rm_registry_create()) == NULL) {
+        rm_conn_caps_ref(s->caps);
+    } else if ((s->reg = rm_registry_create()) == NULL ||
+               (s->caps = rm_conn_caps_create(s->max_conns, s->max_conns_per_host)) == NULL) {
         st = REMORA_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -1541,6 +1524,7 @@ err_free:
     if (s->stage)
         rm_stage_pool_release(s->stage);
     rm_registry_unref(s->reg);
+    rm_conn_caps_unref(s->caps);
     free(s->token);
     free(s);
     return st;
@@ -1615,6 +1599,7 @@ void remora_server_destroy(remora_server_h s)
         rm_warn("server destroyed with connection callbacks still queued; leaking it");
     else if (s->nconns == 0) { /* else late callbacks still point here */
         rm_registry_unref(s->reg);
+        rm_conn_caps_unref(s->caps);
         free(s->token);
         free(s);
     }

@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "ring/ring.h"
+#include "remote/conn_caps.h"
 #include "remote/registry.h"
 
 /* Counters: indices are the bit numbers of remora_server_stats_field and
@@ -125,6 +126,7 @@ struct remora_server {
     int              destroying; /* remora_server_destroy runs: regions go all at once */
     uint64_t         instance; /* random: tells clients this server from a restarted one */
     unsigned         max_conns, max_conns_per_host;
+    rm_conn_caps_t  *caps;   /* ... counted over every worker (shared, like reg) */
     int              accept_paused; /* out of fds: the listener is unwatched until a tick */
     uint64_t         pause_logged_ns;
     unsigned         nconns; /* allocated, dead or alive */

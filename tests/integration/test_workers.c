@@ -37,6 +37,7 @@
 
 #include "harness.h"
 #include "remote/client.h"
+#include "remote/server.h"
 
 #define WORKERS   4
 #define REGION    (4u << 20)
@@ -642,6 +643,61 @@ static void test_limits_span_workers(void **state)
     remora_context_destroy(sctx);
 }
 
+/* ... and so do connections made to the workers' own ports (handed out in
+ * LANES replies, reachable by anyone): spreading its connections over them
+ * gets a host no more than the cap. Freed connections count no more. */
+static void test_limits_span_worker_ports(void **state)
+{
+    enum { CAP = 2 };
+    remora_context_h sctx, ctx[WORKERS];
+    remora_server_h server;
+    remora_client_h c[WORKERS];
+    char port[WORKERS][80];
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR |
+                                               REMORA_SERVER_FIELD_LANES |
+                                               REMORA_SERVER_FIELD_MAX_CONNS,
+                                 .listen_addr = "127.0.0.1:0", .lanes = WORKERS,
+                                 .max_conns = 64, .max_conns_per_host = CAP};
+    (void)state;
+
+    it_assert_ok(remora_context_create(NULL, &sctx));
+    it_assert_ok(remora_server_create(sctx, &sp, &server));
+    assert_int_equal(server->nlanes, WORKERS - 1);
+    for (unsigned i = 0; i < WORKERS - 1; i++)
+        snprintf(port[i], sizeof(port[i]), "127.0.0.1:%u", server->lane_port[i]);
+    snprintf(port[WORKERS - 1], sizeof(port[0]), "127.0.0.1:%u", server->direct_port);
+    for (int i = 0; i < WORKERS; i++) {
+        it_assert_ok(remora_context_create(NULL, &ctx[i]));
+        remora_status_t st = remora_client_connect(ctx[i], port[i], NULL, &c[i]);
+        print_message("worker port %d: %s\n", i, remora_status_string(st));
+        assert_int_equal(st, i < CAP ? REMORA_OK : REMORA_ERR_BUSY);
+    }
+    for (int i = 0; i < WORKERS; i++) {
+        if (i < CAP)
+            remora_client_disconnect(c[i]);
+        remora_context_destroy(ctx[i]);
+    }
+    /* Once the server has freed them (it lingers a little after a close),
+     * the ports take CAP connections again. */
+    int n = 0;
+    for (double t0 = it_now_ms(); n < CAP && it_now_ms() - t0 < 10000;) {
+        it_assert_ok(remora_context_create(NULL, &ctx[n]));
+        if (remora_client_connect(ctx[n], port[WORKERS - 1 - n], NULL, &c[n]) == REMORA_OK) {
+            n++;
+            continue;
+        }
+        remora_context_destroy(ctx[n]);
+        it_sleep_ms(50);
+    }
+    assert_int_equal(n, CAP);
+    for (int i = 0; i < n; i++) {
+        remora_client_disconnect(c[i]);
+        remora_context_destroy(ctx[i]);
+    }
+    remora_server_destroy(server);
+    remora_context_destroy(sctx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -649,6 +705,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_signals_under_change),
         cmocka_unit_test(test_connections_spread),
         cmocka_unit_test(test_limits_span_workers),
+        cmocka_unit_test(test_limits_span_worker_ports),
         cmocka_unit_test(test_killed_lane_fails_requests), /* last: see waive_abort */
     };
 
