@@ -404,7 +404,10 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
 
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d)
 {
+    pthread_mutex_lock(&ctx->defer_mx);
     rm_list_push_back(&ctx->deferred, &d->link);
+    atomic_fetch_add(&ctx->ndeferred, 1);
+    pthread_mutex_unlock(&ctx->defer_mx);
     rm_engine_kick(ctx);
     wake_progress_thread(ctx);
     wake_waiters(ctx);
@@ -414,17 +417,20 @@ static void run_deferred(remora_context_h ctx)
 {
     rm_list_t batch, *pos, *tmp;
 
-    rm_engine_lock(ctx);
-    if (rm_list_empty(&ctx->deferred)) {
-        rm_engine_unlock(ctx);
+    if (atomic_load(&ctx->ndeferred) == 0)
+        return;
+    /* Move the whole list out so callbacks may defer more. */
+    pthread_mutex_lock(&ctx->defer_mx);
+    if (rm_list_empty(&ctx->deferred)) { /* another thread took it meanwhile */
+        pthread_mutex_unlock(&ctx->defer_mx);
         return;
     }
-    /* Move the whole list out so callbacks may defer more. */
     batch       = ctx->deferred;
     batch.next->prev = &batch;
     batch.prev->next = &batch;
     rm_list_init(&ctx->deferred);
-    rm_engine_unlock(ctx);
+    atomic_store(&ctx->ndeferred, 0);
+    pthread_mutex_unlock(&ctx->defer_mx);
 
     rm_list_for_each_safe(pos, tmp, &batch) {
         rm_list_del(pos);
@@ -564,7 +570,7 @@ static void sleep_on_worker(remora_context_h ctx)
     if (status == UCS_ERR_BUSY)
         return; /* events are pending: progress again */
     atomic_store(&ctx->thread_asleep, 1);
-    if (!rm_list_empty(&ctx->deferred) || atomic_load(&ctx->stop) ||
+    if (atomic_load(&ctx->ndeferred) || atomic_load(&ctx->stop) ||
         atomic_load(&ctx->signaled)) {
         atomic_store(&ctx->thread_asleep, 0);
         return;
@@ -591,7 +597,7 @@ static void stand_aside(remora_context_h ctx)
 
     timespec_from_ns(&ts, rm_now_ns() + wait);
     pthread_mutex_lock(&ctx->wait_mx);
-    if (atomic_load(&ctx->driver) && !atomic_load(&ctx->stop) && rm_list_empty(&ctx->deferred) &&
+    if (atomic_load(&ctx->driver) && !atomic_load(&ctx->stop) && atomic_load(&ctx->ndeferred) == 0 &&
         !atomic_load(&ctx->signaled))
         pthread_cond_timedwait(&ctx->prog_cv, &ctx->wait_mx, &ts);
     pthread_mutex_unlock(&ctx->wait_mx);
@@ -924,6 +930,7 @@ static remora_status_t init_sync(remora_context_h ctx)
 
     pthread_mutex_init(&ctx->lock, NULL);
     pthread_mutex_init(&ctx->wait_mx, NULL);
+    pthread_mutex_init(&ctx->defer_mx, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ctx->wait_cv, &ca);
@@ -1151,6 +1158,7 @@ void remora_context_destroy(remora_context_h ctx)
     pthread_cond_destroy(&ctx->wait_cv);
     pthread_cond_destroy(&ctx->prog_cv);
     pthread_mutex_destroy(&ctx->wait_mx);
+    pthread_mutex_destroy(&ctx->defer_mx);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->peers);
     free(ctx);

@@ -147,7 +147,11 @@ struct remora_context {
     pthread_cond_t  prog_cv;      /* the progress thread standing aside */
     atomic_int      sleepers;
 
-    rm_list_t       deferred;     /* guarded by lock */
+    /* Deferred work: any thread adds to it (another worker's handlers hold
+     * their own lock, not this one), so it has a mutex of its own. */
+    pthread_mutex_t defer_mx;
+    rm_list_t       deferred;     /* guarded by defer_mx */
+    atomic_uint     ndeferred;    /* entries in it: read without defer_mx */
     rm_list_t       failing;      /* peers whose endpoint failed inside a send (ep.c), lock held */
     int             in_send;      /* a send of ours is inside UCX (lock held) */
     rm_list_t       signals;      /* rm_signal_t, guarded by lock */
@@ -273,7 +277,9 @@ remora_status_t rm_engine_copy_prepare(remora_context_h ctx, int device);
 /* Wait for this context's copies in flight and run their callbacks. Lock held. */
 void rm_engine_copy_drain(remora_context_h ctx);
 
-/* Run d->fn on the progress thread without the lock. Call with the lock held. */
+/* Run d->fn on the progress thread without the lock. Any thread, with or
+ * without any context's lock (a worker's handler defers to the first
+ * worker's context). */
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
 
 /* Register / unregister a signal (lock held); raise it from any thread. */

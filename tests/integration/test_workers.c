@@ -22,6 +22,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -698,6 +699,80 @@ static void test_limits_span_worker_ports(void **state)
     remora_context_destroy(sctx);
 }
 
+/*
+ * STATS asked on every worker's connections at once, while connections to
+ * the first worker come and go: a worker answers STATS from the first
+ * worker's thread, and queued that work on the first worker's list holding
+ * only its own lock (the list was corrupted: a crash, or answers lost).
+ */
+#define STATS_CLIENTS 8
+static atomic_int g_stats_stop, g_stats_fails, g_stats_oks;
+
+static void *stats_client(void *arg)
+{
+    remora_client_params_t p = {.field_mask = REMORA_CLIENT_FIELD_TIMEOUT, .timeout_ms = 3000};
+    it_client_t c;
+
+    if (it_client_open(&c, arg, &p) != REMORA_OK) {
+        atomic_fetch_add(&g_stats_fails, 1);
+        return NULL;
+    }
+    while (!atomic_load(&g_stats_stop)) {
+        remora_server_stats_t st = {.field_mask = ~0ull};
+        size_t n;
+        if (remora_client_server_stats(c.client, &st, NULL, 0, &n) != REMORA_OK) {
+            atomic_fetch_add(&g_stats_fails, 1);
+            break;
+        }
+        atomic_fetch_add(&g_stats_oks, 1);
+    }
+    it_client_close(&c);
+    return NULL;
+}
+
+static void *stats_churn(void *arg)
+{
+    while (!atomic_load(&g_stats_stop)) {
+        it_client_t c;
+        if (it_client_open(&c, arg, NULL) == REMORA_OK)
+            it_client_close(&c);
+    }
+    return NULL;
+}
+
+static void on_conn_event(const remora_conn_event_t *ev, void *arg) { (void)ev; (void)arg; }
+
+static void test_stats_through_every_worker(void **state)
+{
+    remora_context_h sctx;
+    remora_server_h server;
+    char addr[80];
+    pthread_t t[STATS_CLIENTS + 1];
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR |
+                                               REMORA_SERVER_FIELD_LANES |
+                                               REMORA_SERVER_FIELD_CONN_CB,
+                                 .listen_addr = "127.0.0.1:0", .lanes = WORKERS,
+                                 .conn_cb = on_conn_event};
+    (void)state;
+
+    it_assert_ok(remora_context_create(NULL, &sctx));
+    it_assert_ok(remora_server_create(sctx, &sp, &server));
+    it_assert_ok(remora_server_address(server, addr, sizeof(addr)));
+    for (int i = 0; i < STATS_CLIENTS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, stats_client, addr), 0);
+    assert_int_equal(pthread_create(&t[STATS_CLIENTS], NULL, stats_churn, addr), 0);
+    it_sleep_ms(4000);
+    atomic_store(&g_stats_stop, 1);
+    for (int i = 0; i <= STATS_CLIENTS; i++)
+        pthread_join(t[i], NULL);
+    print_message("STATS answered %d, failed %d\n", atomic_load(&g_stats_oks),
+                  atomic_load(&g_stats_fails));
+    assert_int_equal(atomic_load(&g_stats_fails), 0);
+    assert_true(atomic_load(&g_stats_oks) > 0);
+    remora_server_destroy(server);
+    remora_context_destroy(sctx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -706,6 +781,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_connections_spread),
         cmocka_unit_test(test_limits_span_workers),
         cmocka_unit_test(test_limits_span_worker_ports),
+        cmocka_unit_test(test_stats_through_every_worker),
         cmocka_unit_test(test_killed_lane_fails_requests), /* last: see waive_abort */
     };
 
