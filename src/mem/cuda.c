@@ -41,6 +41,7 @@ enum {
     CUDA_SUCCESS                           = 0,
     CUDA_ERROR_INVALID_VALUE               = 1,
     CUDA_ERROR_OUT_OF_MEMORY               = 2,
+    CUDA_ERROR_DEINITIALIZED               = 4,
     CUDA_ERROR_INVALID_CONTEXT             = 201,
     CUDA_ERROR_NOT_READY                   = 600,
     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
@@ -219,6 +220,13 @@ static remora_status_t cu_check(CUresult r, const char *what)
 {
     if (r == CUDA_SUCCESS)
         return REMORA_OK;
+    /* The process is exiting and the driver has let go of everything: a
+     * detached thread still closing what a stopped proxy left (gpunet's
+     * reaper) has nothing left to close. Not worth an error line. */
+    if (r == CUDA_ERROR_DEINITIALIZED) {
+        rm_debug("CUDA %s: the driver is shutting down", what);
+        return REMORA_ERR_IO;
+    }
     rm_error("CUDA %s failed: %s (%d)", what, cu_string(r), r);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? REMORA_ERR_NO_MEMORY : REMORA_ERR_IO;
 }
