@@ -378,8 +378,15 @@ static int attrs_ok(const entry_t *e)
 {
     float ovh, bw, lat;
 
-    if (e->version != VERSION_V1)
-        return (e->attr[4] | e->attr[5] << 8) != 0; /* segment size */
+    if (e->version != VERSION_V1) {
+        /* v2 packs overhead, bandwidth and latency in a byte each (UCX's
+         * fp8: a low nibble of 0xf is NaN or infinity, which fails the
+         * same assertion); a zero bandwidth UCX refuses itself. */
+        for (int i = 0; i < 3; i++)
+            if ((e->attr[i] & 0x0f) == 0x0f)
+                return 0;
+        return e->attr[1] != 0 && (e->attr[4] | e->attr[5] << 8) != 0; /* segment size */
+    }
     ovh = lef32(e->attr);
     bw  = lef32(e->attr + 4);
     lat = lef32(e->attr + 8);

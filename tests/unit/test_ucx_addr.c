@@ -132,6 +132,58 @@ static void test_other_format_version_refused(void **state)
     free(a);
 }
 
+/* UCX_ADDRESS_VERSION=v2: performance figures are one byte each (fp8);
+ * NaN or infinite ones made ucp_ep_create abort in select.c. A peer worker
+ * of that format, its TCP entry's figures patched, is refused. */
+static void test_v2_figures_refused(void **state)
+{
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    static const uint8_t bad[] = {0xff, 0x1f, 0x0f};
+    rm_ucx_addr_shape_t shape;
+    ucp_context_h ucp;
+    ucp_worker_h w;
+    ucp_config_t *cfg;
+    uint8_t *own, *a;
+    size_t len, at = 0;
+    const char *why;
+    uint16_t cs = rm_ucx_tl_csum("tcp");
+
+    (void)state;
+    assert_int_equal(ucp_config_read(NULL, NULL, &cfg), UCS_OK);
+    ucp_config_modify(cfg, "TLS", "tcp");
+    ucp_config_modify(cfg, "NET_DEVICES", "lo");
+    if (ucp_config_modify(cfg, "ADDRESS_VERSION", "v2") != UCS_OK) {
+        ucp_config_release(cfg);
+        skip(); /* a UCX without the v2 format */
+    }
+    assert_int_equal(ucp_init(&p, cfg, &ucp), UCS_OK);
+    ucp_config_release(cfg);
+    assert_int_equal(ucp_worker_create(ucp, &wp, &w), UCS_OK);
+    assert_int_equal(ucp_worker_get_address(w, (ucp_address_t **)&own, &len), UCS_OK);
+    assert_int_equal(rm_ucx_addr_learn(&shape, own, len), 0);
+    assert_int_equal(rm_ucx_addr_check(&shape, own, len, &why), 0);
+    for (size_t i = 0; at == 0 && i + 10 < len; i++)
+        if (own[i] == (cs & 0xff) && own[i + 1] == (cs >> 8))
+            at = i + 2; /* the TCP entry's attributes */
+    assert_true(at != 0);
+    a = malloc(len);
+    for (size_t k = 0; k < sizeof(bad); k++)
+        for (size_t f = 0; f < 3; f++) { /* overhead, bandwidth, latency */
+            memcpy(a, own, len);
+            a[at + f] = bad[k];
+            assert_int_equal(rm_ucx_addr_check(&shape, a, len, &why), -1);
+        }
+    memcpy(a, own, len);
+    a[at + 1] = 0; /* no bandwidth */
+    assert_int_equal(rm_ucx_addr_check(&shape, a, len, &why), -1);
+    free(a);
+    ucp_worker_release_address(w, (ucp_address_t *)own);
+    ucp_worker_destroy(w);
+    ucp_cleanup(ucp);
+}
+
 /* ------------------------------------------- synthetic v1 addresses */
 
 typedef struct {
@@ -343,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_trailing_byte_refused),
         cmocka_unit_test(test_bit_flips_never_overrun),
         cmocka_unit_test(test_other_format_version_refused),
+        cmocka_unit_test(test_v2_figures_refused),
         cmocka_unit_test(test_peer_with_other_interfaces_passes),
         cmocka_unit_test(test_unknown_transport_walked_not_judged),
         cmocka_unit_test(test_crashing_shapes_refused),
