@@ -514,6 +514,14 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         free(sp->body_free);
         return REMORA_ERR_DISCONNECTED;
     }
+    int queued;
+    if (rm_fault_ep_fail_take(hdr->type, &queued)) { /* tests: as inside ucp_am_send_nbx */
+        peer->ctx->in_send++;
+        ep_error_cb(peer, peer->ep, UCS_ERR_CONNECTION_RESET);
+        peer->ctx->in_send--;
+        free(sp->body_free);
+        return queued ? REMORA_OK : REMORA_ERR_DISCONNECTED;
+    }
     s = rm_fault_send_take(hdr->type) ? NULL : malloc(sizeof(*s));
     if (s == NULL) {
         free(sp->body_free);

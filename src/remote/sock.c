@@ -186,7 +186,9 @@ static void send_ctl(remora_sock_h s, unsigned type, uint8_t kind, uint64_t leng
     /* A CREDIT or FIN lost would stall the other end's socket for good: the
      * connection goes instead, as for a server's reply (rm_conn_send). */
     remora_status_t st = rm_peer_send(s->peer, s->am_id, &hdr, &sp);
-    if (st != REMORA_OK)
+    /* The connection may have failed inside the send, taking s->peer with it
+     * (rm_sock_peer_gone): then it is failed already. */
+    if (st != REMORA_OK && s->peer != NULL)
         rm_peer_fail_lost(s->peer, type, st);
 }
 
@@ -572,7 +574,8 @@ int64_t remora_sock_send(remora_sock_h s, const void *buf, size_t len, int timeo
             return REMORA_ERR_TIMED_OUT;
         }
     }
-    while (sent < len && s->tx_credit > 0) {
+    /* Each send may fail the connection inside it (s->peer gone, s->err set). */
+    while (sent < len && s->tx_credit > 0 && s->peer != NULL && !s->err) {
         size_t n = len - sent;
         if (n > s->tx_credit)
             n = (size_t)s->tx_credit;
@@ -590,10 +593,11 @@ int64_t remora_sock_send(remora_sock_h s, const void *buf, size_t len, int timeo
         s->tx_credit -= n;
         sent += n;
     }
+    remora_status_t err = s->err;
     update_hints(s);
     rm_engine_unlock(s->ctx);
     rm_engine_kick(s->ctx);
-    return sent ? (int64_t)sent : REMORA_ERR_NO_MEMORY;
+    return sent ? (int64_t)sent : err ? err : REMORA_ERR_NO_MEMORY;
 }
 
 int64_t remora_sock_recv(remora_sock_h s, void *buf, size_t len, int timeout_ms)

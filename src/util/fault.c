@@ -3,29 +3,56 @@
 
 #include "util/fault.h"
 
-static atomic_uint g_send_type, g_send_skip, g_send_count;
+/* One armed fault: the next `count` sends of `type`, after `skip` of them. */
+typedef struct rm_fault {
+    atomic_uint type, skip, count;
+    atomic_int  arg;
+} rm_fault_t;
+
+static rm_fault_t g_send, g_ep_fail;
+
+static void arm(rm_fault_t *f, unsigned type, unsigned skip, unsigned count, int arg)
+{
+    atomic_store(&f->count, 0); /* disarmed while the others change */
+    atomic_store(&f->type, type);
+    atomic_store(&f->skip, skip);
+    atomic_store(&f->arg, arg);
+    atomic_store(&f->count, count);
+}
+
+static int take(rm_fault_t *f, unsigned type)
+{
+    unsigned n = atomic_load_explicit(&f->count, memory_order_relaxed);
+
+    if (n == 0 || atomic_load(&f->type) != type)
+        return 0;
+    for (unsigned s = atomic_load(&f->skip); s > 0;)
+        if (atomic_compare_exchange_weak(&f->skip, &s, s - 1))
+            return 0; /* one of the sends let through first */
+    while (n > 0)
+        if (atomic_compare_exchange_weak(&f->count, &n, n - 1))
+            return 1;
+    return 0;
+}
 
 void rm_fault_send_arm_after(unsigned type, unsigned skip, unsigned count)
 {
-    atomic_store(&g_send_count, 0); /* disarmed while the others change */
-    atomic_store(&g_send_type, type);
-    atomic_store(&g_send_skip, skip);
-    atomic_store(&g_send_count, count);
+    arm(&g_send, type, skip, count, 0);
 }
 
-void rm_fault_send_arm(unsigned type, unsigned count) { rm_fault_send_arm_after(type, 0, count); }
+void rm_fault_send_arm(unsigned type, unsigned count) { arm(&g_send, type, 0, count, 0); }
 
-int rm_fault_send_take(unsigned type)
+int rm_fault_send_take(unsigned type) { return take(&g_send, type); }
+
+void rm_fault_ep_fail_arm(unsigned type, unsigned count, int queued)
 {
-    unsigned n = atomic_load_explicit(&g_send_count, memory_order_relaxed);
+    arm(&g_ep_fail, type, 0, count, queued);
+}
 
-    if (n == 0 || atomic_load(&g_send_type) != type)
+int rm_fault_ep_fail_take(unsigned type, int *queued)
+{
+    if (!take(&g_ep_fail, type))
         return 0;
-    for (unsigned s = atomic_load(&g_send_skip); s > 0;)
-        if (atomic_compare_exchange_weak(&g_send_skip, &s, s - 1))
-            return 0; /* one of the sends let through first */
-    while (n > 0)
-        if (atomic_compare_exchange_weak(&g_send_count, &n, n - 1))
-            return 1;
-    return 0;
+    *queued = atomic_load(&g_ep_fail.arg);
+    return 1;
 }

@@ -21,4 +21,11 @@ void rm_fault_send_arm_after(unsigned type, unsigned skip, unsigned count);
 /* Whether a send of this type is to fail now (and count it taken). */
 int rm_fault_send_take(unsigned type);
 
+/* The next `count` sends of `type` see their endpoint fail inside the send
+ * (UCX calls the error callback from within ucp_am_send_nbx), and then
+ * return OK as if UCX had queued the message (queued) or fail. */
+void rm_fault_ep_fail_arm(unsigned type, unsigned count, int queued);
+/* Whether this send is to do that; *queued: how it returns. */
+int rm_fault_ep_fail_take(unsigned type, int *queued);
+
 #endif

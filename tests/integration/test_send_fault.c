@@ -241,6 +241,53 @@ static void test_lost_sock_credit(void **state)
 }
 
 /*
+ * The connection fails inside a socket's send (UCX calls the endpoint's
+ * error callback from within the send; src/util/fault.h makes it happen):
+ * the socket lost its peer in the middle of the call. A data send that UCX
+ * "queued" must not send its next chunk through the peer that is gone, nor
+ * a FIN whose send failed report the failure through it (both crashed).
+ * The calls end with what went, or DISCONNECTED; a bystander reads on.
+ */
+static void test_ep_fails_inside_sock_sends(void **state)
+{
+    static uint8_t buf[256 << 10];
+    world_t w;
+    it_client_t c, b;
+    remora_sock_listener_h l;
+    remora_sock_h cs, ss;
+    (void)state;
+
+    world_open(&w);
+    client_open(&b, &w);
+    it_assert_ok(remora_sock_listen(w.server, "f", &l));
+    for (int fin = 0; fin < 2; fin++) {
+        client_open(&c, &w);
+        it_assert_ok(remora_sock_connect(c.client, "f", 5000, &cs));
+        it_assert_ok(remora_sock_accept(l, 5000, &ss));
+        if (!fin) {
+            rm_fault_ep_fail_arm(RM_MSG_SOCK_DATA, 1, 1);
+            int64_t n = remora_sock_send(cs, buf, sizeof(buf), 5000);
+            print_message("256 KiB send, the connection failing in its first chunk: %lld\n",
+                          (long long)n);
+            assert_true(n == REMORA_ERR_DISCONNECTED || (n > 0 && (size_t)n < sizeof(buf)));
+            it_assert_status((remora_status_t)remora_sock_send(cs, buf, 1, 1000),
+                             REMORA_ERR_DISCONNECTED);
+        } else {
+            rm_fault_ep_fail_arm(RM_MSG_SOCK_FIN, 1, 0);
+            print_message("close, the connection failing in its FIN\n");
+        }
+        remora_sock_close(cs);
+        rm_fault_ep_fail_arm(0, 0, 0);
+        remora_sock_close(ss);
+        it_client_close(&c);
+    }
+    bystander_reads(&b);
+    remora_sock_listener_destroy(l);
+    it_client_close(&b);
+    world_close(&w);
+}
+
+/*
  * A request's later chunk cannot be sent: the send fails inside the loop
  * that issues chunks, which the end of the chunk before it runs. The request
  * fails with that error exactly once (it was completed twice, freeing what it
@@ -303,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_lost_read_reply),
         cmocka_unit_test(test_lost_sock_credit),
         cmocka_unit_test(test_lost_later_chunk),
+        cmocka_unit_test(test_ep_fails_inside_sock_sends),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
