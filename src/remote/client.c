@@ -427,6 +427,19 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
                  (unsigned long long)hdr->req_id);
         return UCS_OK;
     }
+    if (op->push_verdict) {
+        /* A push's element is in op->reply (UCX may still be writing it):
+         * only its verdict may follow. Anything else fails the wait and
+         * leaves the buffer alone (ctrl_reply would free or replace it). */
+        rm_warn("server followed a ring push with %s", rm_msg_type_name(hdr->type));
+        op->reply_type   = 0;
+        op->push_verdict = 0;
+        if (op->status == REMORA_OK)
+            op->status = REMORA_ERR_PROTOCOL;
+        op->replied = 1;
+        rm_client_op_finish(op);
+        return UCS_OK;
+    }
     if (hdr->type != op->reply_type && hdr->type != RM_MSG_ERROR) {
         rm_warn("server answered %s with %s", rm_msg_type_name(op->reply_type),
                 rm_msg_type_name(hdr->type));
