@@ -40,6 +40,7 @@
 
 #include "mem/mem.h"
 #include "remote/server.h"
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -297,7 +298,10 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
     rm_send_params_t sp = {.body = ring->base + rm_ring_slot_offset(&now, from),
                            .body_len = n * stride, .memh = ring->mem->memh, .bulk = 1,
                            .done = push_done, .arg = p};
-    if (rm_conn_send(c, &h, &sp) != REMORA_OK) {
+    remora_status_t st = rm_conn_send(c, &h, &sp);
+    if (st == REMORA_OK && rm_fault_stray_take(RM_MSG_RING_NOTIFY) && !c->dead)
+        rm_conn_reply(c, RM_MSG_ERROR, h.req_id, REMORA_ERR_PROTOCOL, NULL); /* tests */
+    if (st != REMORA_OK) {
         if (p->server != NULL) { /* else the connection died in the send and let it go */
             push_count_out(s);
             rm_list_del(&p->link);

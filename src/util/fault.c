@@ -9,7 +9,7 @@ typedef struct rm_fault {
     atomic_int  arg;
 } rm_fault_t;
 
-static rm_fault_t g_send, g_ep_fail;
+static rm_fault_t g_send, g_ep_fail, g_stray;
 
 static void arm(rm_fault_t *f, unsigned type, unsigned skip, unsigned count, int arg)
 {
@@ -56,3 +56,7 @@ int rm_fault_ep_fail_take(unsigned type, int *queued)
     *queued = atomic_load(&g_ep_fail.arg);
     return 1;
 }
+
+void rm_fault_stray_arm(unsigned type, unsigned count) { arm(&g_stray, type, 0, count, 0); }
+
+int rm_fault_stray_take(unsigned type) { return take(&g_stray, type); }

@@ -28,4 +28,10 @@ void rm_fault_ep_fail_arm(unsigned type, unsigned count, int queued);
 /* Whether this send is to do that; *queued: how it returns. */
 int rm_fault_ep_fail_take(unsigned type, int *queued);
 
+/* A misbehaving server: the next `count` ring pushes (RM_MSG_RING_NOTIFY
+ * sent with an element) are followed by an ERROR of the same req_id instead
+ * of waiting for their verdict (server_ring.c). */
+void rm_fault_stray_arm(unsigned type, unsigned count);
+int rm_fault_stray_take(unsigned type);
+
 #endif
