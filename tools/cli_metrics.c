@@ -287,9 +287,11 @@ static int cli_metrics_split(const char *addr, char *host, size_t hcap, char *po
     const char *colon;
 
     if (addr[0] != '\0' && strspn(addr, "0123456789") == strlen(addr)) {
+        if (strlen(addr) >= pcap)
+            return -1;
         snprintf(host, hcap, "127.0.0.1");
         snprintf(port, pcap, "%s", addr);
-        return 0;
+        return atoi(port) > 65535 ? -1 : 0;
     }
     colon = strrchr(addr, ':');
     if (colon == NULL || colon == addr || colon[1] == '\0' ||

@@ -176,6 +176,9 @@ static const char *cli_parse_port(const char *p, uint16_t *port, const char **en
     if (p == start) {
         return "missing port number after ':'";
     }
+    if (p - start > 5) { /* leading zeros: the address must fit its buffer */
+        return "port has more than 5 digits";
+    }
     *port = (uint16_t)v;
     *end = p;
     return NULL;

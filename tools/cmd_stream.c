@@ -150,8 +150,9 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
         }
         errno = 0;
         o->rate = strtod(arg, &end);
-        if (errno || *end || !(o->rate > 0) || o->rate > 1e9)
-            return cli_usage_error(cmd, "bad --rate '%s' (want HZ > 0, or max)", arg);
+        if (errno || *end || !(o->rate >= 1e-3) || o->rate > 1e9)
+            return cli_usage_error(cmd, "bad --rate '%s' (want HZ from 0.001 to 1e9, or max)",
+                                   arg);
         return CLI_CONTINUE;
     }
     case CLI_OPT_SOURCE:
@@ -243,10 +244,17 @@ typedef struct cli_producer {
     cli_ring_spec_t         *r;
 } cli_producer_t;
 
-static void cli_sleep_until(double t)
+/* Sleep until t (cli_now's clock), or until *stop: a slow --rate must not
+ * keep Ctrl-C waiting for its next frame. */
+static void cli_sleep_until(double t, const atomic_int *stop)
 {
-    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - floor(t)) * 1e9)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    while (!atomic_load_explicit(stop, memory_order_relaxed)) {
+        double now = cli_now(), until = t - now > 0.1 ? now + 0.1 : t;
+        struct timespec ts = {.tv_sec = (time_t)until,
+                              .tv_nsec = (long)((until - floor(until)) * 1e9)};
+        int err = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        if ((err != 0 && err != EINTR) || until >= t)
+            return;
     }
 }
 
@@ -298,7 +306,7 @@ static void *cli_producer_main(void *arg)
              * bursts; the absolute clock keeps the average. */
             next += period;
             if (next - cli_now() > (period < 2e-4 ? period / 2 : 1e-4))
-                cli_sleep_until(next);
+                cli_sleep_until(next, &o->stop);
         }
         if (frame == NULL && (st = remora_ring_reserve(ring, &slot)) != REMORA_OK)
             break;
@@ -580,6 +588,12 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
 /* How the connection ended, from the client's final DISCONNECTED event
  * (progress thread): a remora_status_t; 0 while connected or reconnecting. */
 static atomic_int g_stream_lost;
+/* SIGINT or SIGTERM during a read: its normal end when it has no --count or
+ * --seconds. The loop stops and the summary is printed; the handler is
+ * one-shot, so a second Ctrl-C kills as usual. */
+static atomic_int g_stream_stop;
+
+static void cli_stream_on_signal(int sig) { atomic_store(&g_stream_stop, sig); }
 
 /* Reconnects, for the live line and the summary, and a note on stderr; and
  * the connection's end, when no reconnect follows. */
@@ -784,7 +798,8 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     double last_t = st->start, last_ok = st->start;
     double deadline = o->seconds > 0 ? st->start + o->seconds : INFINITY;
     double idle_max = (o->client.timeout_ms > 0 ? o->client.timeout_ms : REMORA_DEFAULT_TIMEOUT_MS) / 1e3;
-    while ((o->count == 0 || st->elements < o->count) && cli_now() < deadline) {
+    while ((o->count == 0 || st->elements < o->count) && cli_now() < deadline &&
+           !atomic_load(&g_stream_stop)) {
         double left = deadline - cli_now();
         if (left < 0)
             left = 0;
@@ -853,7 +868,14 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
     memset(&st, 0, sizeof(st));
     if ((rc = cli_session_open(&s, cmd, target, true, &o.client)) != 0)
         return rc;
+    struct sigaction sa = {.sa_handler = cli_stream_on_signal, .sa_flags = SA_RESETHAND}, old_int,
+                     old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     rc = cli_stream_follow(&s, &o, &st);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     if (st.elements || rc == 0)
         cli_stream_summary(&st, &o);
     cli_session_close(&s);

@@ -204,8 +204,9 @@ static void test_parse_target_bad(void **state)
         "::1:60010/x",        /* IPv6 without brackets */
         "fe80::1:80",
         "host:1/",            /* empty name */
+        "127.0.0.1:000060010", /* more than 5 digits (the address buffer overflowed) */
     };
-    char long_name[300 + 16];
+    char long_name[300 + 16], zeros[2048];
     remora_target_t t;
 
     (void)state;
@@ -214,6 +215,12 @@ static void test_parse_target_bad(void **state)
         assert_int_equal(remora_parse_target(cases[i], &t, &why), -1);
         assert_non_null(why);
     }
+    /* A host of the longest length and a port of 1,000 leading zeros. */
+    memset(zeros, 'h', REMORA_HOST_MAX - 2);
+    zeros[REMORA_HOST_MAX - 2] = ':';
+    memset(zeros + REMORA_HOST_MAX - 1, '0', 1000);
+    strcpy(zeros + REMORA_HOST_MAX - 1 + 1000, "1/x");
+    assert_int_equal(remora_parse_target(zeros, &t, NULL), -1);
     snprintf(long_name, sizeof(long_name), "h:1/");
     memset(long_name + 4, 'n', REMORA_NAME_MAX + 1);
     long_name[4 + REMORA_NAME_MAX + 1] = '\0';
