@@ -857,8 +857,11 @@ static PyObject *rp_request_wait(rp_request_t *self, PyObject *args, PyObject *k
     Py_BEGIN_ALLOW_THREADS
     st = remora_request_wait(h, ms);
     Py_END_ALLOW_THREADS
+    /* Before rp_leave: it may run a close another thread deferred, which
+     * releases h. */
+    int in_flight = st == REMORA_ERR_TIMED_OUT && remora_request_test(h) == REMORA_INPROGRESS;
     rp_leave(&self->base);
-    if (st == REMORA_ERR_TIMED_OUT && remora_request_test(h) == REMORA_INPROGRESS)
+    if (in_flight)
         return rp_raise(st, "wait: still in flight");
     if (self->status == REMORA_INPROGRESS)
         rp_request_finish(self, st);

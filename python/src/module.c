@@ -282,8 +282,16 @@ static PyObject *rp_context_close(rp_context_t *self, PyObject *unused)
             return rp_raise(REMORA_ERR_BUSY, "Context.close: a %s has a call running",
                             Py_TYPE(c)->tp_name);
     }
-    while (self->last != NULL) /* newest first */
-        rp_obj_close(self->last, 0);
+    while (self->last != NULL) { /* newest first */
+        c = self->last;
+        /* Closed but still linked: another thread's close is inside its
+         * destroy (which lets go of the GIL); busy: a call began meanwhile.
+         * Either way this close cannot finish it: say so, never spin. */
+        if (c->closed || c->busy > 0)
+            return rp_raise(REMORA_ERR_BUSY, "Context.close: a %s is in use in another thread",
+                            Py_TYPE(c)->tp_name);
+        rp_obj_close(c, 0);
+    }
     if (rp_obj_close(&self->base, 1) < 0)
         return NULL;
     Py_RETURN_NONE;

@@ -792,6 +792,9 @@ static PyObject *rp_sub_take(rp_sub_t *self, int ms, PyObject *out)
 
     if (rp_check_open(&self->base, "Subscription") < 0)
         return NULL;
+    if (self->base.busy > 0) /* the library allows one thread in remora_sub_next at a time */
+        return rp_raise(REMORA_ERR_BUSY, "subscription %s: next is running in another thread",
+                        self->name);
     if (out != NULL) {
         if (rp_buf_get(out, 1, &b) < 0)
             return NULL;

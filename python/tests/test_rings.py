@@ -194,3 +194,26 @@ def test_iterator_throughput(ctxs, server, client_of):
     rate = count / (time.perf_counter() - start)
     assert count + e.drops == n
     assert rate > 20000, f"{rate:.0f} elements/s"
+
+
+def test_next_from_two_threads_is_busy(ring, client_of, server):
+    """One thread at a time may wait in next(): a second gets Busy (two in the
+    library at once freed a wait under the other)."""
+    sub = client_of(server).subscribe("frames", timeout=5.0)
+    result = {}
+
+    def waiter():
+        try:
+            result["seq"] = sub.next(timeout=3.0).seq
+        except remora.Error as e:  # pragma: no cover - reported below
+            result["error"] = e
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)  # the waiter is inside next(), the GIL let go
+    with pytest.raises(remora.Busy):
+        sub.next(timeout=0.1)
+    ring.push(frame(7))
+    t.join(5)
+    assert result == {"seq": 0}
+    sub.close()
