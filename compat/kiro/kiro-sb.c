@@ -422,7 +422,11 @@ gboolean kiro_sb_clone (KiroSb *sb, const gchar *address, const gchar *port)
     if (kiro_client_connect (client, address, port) != 0 || kiro_client_sync (client) != 0)
         goto err;
     trb = kiro_trb_new ();
+    /* kiro_trb_clone copies as many bytes as the header says (KIRO's
+     * contract): a header claiming more than the block holds is refused
+     * before it reads past the copy. */
     if (kiro_client_get_memory_size (client) < KC_TRB_HEADER ||
+        kc_load_u64 (kiro_client_get_memory (client)) > kiro_client_get_memory_size (client) ||
         kiro_trb_clone (trb, kiro_client_get_memory (client)) != 0 ||
         kiro_trb_get_raw_size (trb) > kiro_client_get_memory_size (client)) {
         g_warning ("kiro_sb_clone: %s:%s does not serve a KiroTrb", address, port);

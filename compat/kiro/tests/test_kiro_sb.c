@@ -261,6 +261,18 @@ static void test_clone_plain_trb (void)
     CHECK (kiro_sb_clone (cl2, "127.0.0.1", jport) == FALSE);
     kiro_sb_free (cl2);
     kiro_server_free (junk);
+    /* a header that claims more than the block holds (256 MiB of 1-byte
+     * elements in 4 KiB): refused, not read past the block */
+    static unsigned char liar[4096];
+    uint64_t claim = 256u << 20, one = 1;
+    memcpy (liar, &claim, 8);
+    memcpy (liar + 8, &one, 8);
+    junk = kiro_server_new ();
+    CHECK (kiro_server_start (junk, "127.0.0.1", kt_free_port (jport, sizeof jport), liar, sizeof liar) == 0);
+    cl2 = kiro_sb_new ();
+    CHECK (kiro_sb_clone (cl2, "127.0.0.1", jport) == FALSE);
+    kiro_sb_free (cl2);
+    kiro_server_free (junk);
     kiro_sb_free (cl);
     kiro_server_free (s);
     kiro_trb_free (trb);
