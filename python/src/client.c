@@ -113,8 +113,8 @@ static PyObject *rp_client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     rp_client_t           *self = NULL;
     remora_status_t        st;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|$z*OzI", kwlist, &rp_ContextType, &ctx,
-                                     &addr, &token, &tobj, &path, &lanes))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|$z*OzO&", kwlist, &rp_ContextType, &ctx,
+                                     &addr, &token, &tobj, &path, rp_uint_conv, &lanes))
         return NULL;
     if (rp_check_open((rp_obj_t *)ctx, "Context") < 0)
         goto fail;

@@ -88,6 +88,20 @@ void rp_obj_dealloc_common(rp_obj_t *o)
 
 /* ---------------------------------------------------------------- arguments */
 
+int rp_uint_conv(PyObject *obj, void *out)
+{
+    unsigned long v = PyLong_AsUnsignedLong(obj);
+
+    if (v == (unsigned long)-1 && PyErr_Occurred())
+        return 0;
+    if (v > UINT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%lu does not fit in 32 bits", v);
+        return 0;
+    }
+    *(unsigned *)out = (unsigned)v;
+    return 1;
+}
+
 int rp_timeout_ms(PyObject *obj, int *ms)
 {
     double s;
@@ -222,15 +236,17 @@ static int rp_context_init(rp_context_t *self, PyObject *args, PyObject *kw)
     }
     if (spin != Py_None) {
         p.field_mask |= REMORA_CONTEXT_FIELD_SPIN_US;
-        p.spin_us = (unsigned)PyLong_AsUnsignedLong(spin);
+        if (!rp_uint_conv(spin, &p.spin_us))
+            return -1;
     }
     if (hb != Py_None || pt != Py_None) {
         p.field_mask |= REMORA_CONTEXT_FIELD_HEARTBEAT;
-        p.heartbeat_ms = hb != Py_None ? (unsigned)PyLong_AsUnsignedLong(hb) : 500;
-        p.peer_timeout_ms = pt != Py_None ? (unsigned)PyLong_AsUnsignedLong(pt) : 2000;
+        p.heartbeat_ms    = 500;
+        p.peer_timeout_ms = 2000;
+        if ((hb != Py_None && !rp_uint_conv(hb, &p.heartbeat_ms)) ||
+            (pt != Py_None && !rp_uint_conv(pt, &p.peer_timeout_ms)))
+            return -1;
     }
-    if (PyErr_Occurred())
-        return -1;
     if (bind_host != NULL) {
         p.field_mask |= REMORA_CONTEXT_FIELD_BIND_HOST;
         p.bind_host = bind_host;

@@ -91,6 +91,9 @@ void rp_leave(rp_obj_t *o);
 
 /* Seconds (None: the default) to library milliseconds (-1: default). */
 int rp_timeout_ms(PyObject *obj, int *ms);
+/* An "O&" converter: a Python int from 0 to UINT_MAX into an unsigned
+ * (OverflowError otherwise: nothing is silently cut to 32 bits). */
+int rp_uint_conv(PyObject *obj, void *out);
 /* A Python int >= 0 and < 2^64 as an offset; OutOfRange otherwise. */
 int rp_offset(PyObject *obj, uint64_t *off);
 /* A Python int >= 0 (or None -> `dflt`) as a size; OutOfRange when negative. */

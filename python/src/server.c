@@ -351,8 +351,9 @@ static PyObject *rp_server_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     rp_server_t           *self;
     remora_status_t        st;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|s$z*III", kwlist, &rp_ContextType, &ctx,
-                                     &listen, &token, &lanes, &max_conns, &max_per_host))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|s$z*O&O&O&", kwlist, &rp_ContextType,
+                                     &ctx, &listen, &token, rp_uint_conv, &lanes, rp_uint_conv,
+                                     &max_conns, rp_uint_conv, &max_per_host))
         return NULL;
     if (rp_check_open((rp_obj_t *)ctx, "Context") < 0)
         goto fail_token;

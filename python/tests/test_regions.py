@@ -388,3 +388,15 @@ def test_read_loop_hook(server, client_of):
         cli._read_loop("nothing", out, 1, a.nbytes)
     with pytest.raises(TypeError):
         cli._read_loop("a", b"read-only", 1, a.nbytes)
+
+
+def test_integer_options_are_range_checked(ctxs):
+    """Options are 32-bit in the library: larger or negative ints raise, not wrap."""
+    with pytest.raises(OverflowError):
+        remora.Context(spin_us=2**40)
+    with pytest.raises(OverflowError):
+        remora.Context(heartbeat_ms=2**32)
+    with pytest.raises(OverflowError):
+        remora.Server(ctxs[0], "127.0.0.1:0", max_conns=-1)
+    with pytest.raises(OverflowError):
+        remora.Client(ctxs[0], "127.0.0.1:1", lanes=-1)

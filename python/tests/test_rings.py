@@ -217,3 +217,4 @@ def test_next_from_two_threads_is_busy(ring, client_of, server):
     t.join(5)
     assert result == {"seq": 0}
     sub.close()
+
