@@ -294,6 +294,8 @@ static PyObject *rp_context_close(rp_context_t *self, PyObject *unused)
     if (self->base.closed)
         Py_RETURN_NONE;
     for (c = self->first; c != NULL; c = c->next) {
+        if (c->quiesce != NULL && !c->closed)
+            c->quiesce(c);
         if (c->busy > 0)
             return rp_raise(REMORA_ERR_BUSY, "Context.close: a %s has a call running",
                             Py_TYPE(c)->tp_name);

@@ -152,6 +152,18 @@ remora_ring_h rp_ring_handle(PyObject *ring) { return ((rp_ring_t *)ring)->handl
 
 static int rp_ring_take_view(rp_ring_t *self, int force);
 
+/* The ring's own view of a reserved slot counts as a call in flight (its
+ * buffer export): give it up before a close when no view made from it lives
+ * on, so that close() after reserve() closes at once (it stayed pending, and
+ * the context could not close at all). */
+static void rp_ring_quiesce(rp_obj_t *o)
+{
+    rp_ring_t *self = (rp_ring_t *)o;
+
+    if (self->slot != NULL && rp_ring_take_view(self, 0) < 0)
+        PyErr_Clear(); /* views live on: the close waits for them, as before */
+}
+
 static void rp_ring_destroy(rp_obj_t *o)
 {
     rp_ring_t    *self = (rp_ring_t *)o;
@@ -177,6 +189,7 @@ PyObject *rp_ring_wrap(rp_context_t *ctx, remora_ring_h handle)
     }
     memset((char *)self + sizeof(PyObject), 0, sizeof(*self) - sizeof(PyObject));
     self->base.destroy = rp_ring_destroy;
+    self->base.quiesce = rp_ring_quiesce;
     rp_obj_link(&self->base, ctx);
     self->handle = handle;
     self->elem_size = remora_ring_elem_size(handle);
@@ -604,6 +617,8 @@ static PyObject *rp_ring_image(rp_ring_t *self, PyObject *unused)
 
 static PyObject *rp_ring_close(rp_ring_t *self, PyObject *unused)
 {
+    if (!self->base.closed)
+        rp_ring_quiesce(&self->base);
     if (rp_obj_close(&self->base, 0) < 0)
         return NULL;
     Py_RETURN_NONE;

@@ -43,6 +43,10 @@ struct rp_obj {
     int           closed;
     /* Frees the library handle (called once, GIL held; may release it). */
     void        (*destroy)(rp_obj_t *self);
+    /* Before a close: let go of what the object holds of itself that counts
+     * as busy (a ring's own view of its reserved slot), if nothing else uses
+     * it. NULL for most. */
+    void        (*quiesce)(rp_obj_t *self);
 };
 
 struct rp_context {

@@ -218,3 +218,24 @@ def test_next_from_two_threads_is_busy(ring, client_of, server):
     assert result == {"seq": 0}
     sub.close()
 
+
+
+def test_close_after_reserve(ctxs, server):
+    """A ring with a reserved slot closes at once when no view of the slot is
+    left (it stayed pending, and its context could not close at all); with a
+    NumPy view alive the close waits for it, as a commit does."""
+    ctx = remora.Context()
+    r = remora.Ring(ctx, 64, 16)
+    mv = r.reserve()
+    del mv
+    r.close()
+    with pytest.raises(remora.Closed):
+        r.commit()
+    r2 = remora.Ring(ctx, 64, 16)
+    r2.reserve()
+    ctx.close()  # the context's own close gives up the ring's slot view too
+    r3 = remora.Ring(ctxs[0], 64, 16)
+    arr = np.frombuffer(r3.reserve(), np.uint8)
+    r3.close()  # arr still points into the slot: the close is pending
+    assert arr.sum() >= 0
+    del arr
