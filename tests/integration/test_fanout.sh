@@ -41,7 +41,11 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+fail() { # with the server's last words: an abort inside it is otherwise lost with $tmp
+  echo "FAIL: $*"
+  [ -s "$tmp/s.err" ] && { echo "--- server stderr (last 30 lines)"; tail -30 "$tmp/s.err"; }
+  exit 1
+}
 
 serve() { # ARGS...: sets $addr, $srv; $SERVE_ENV: VAR=VALUE words for the server only
   # shellcheck disable=SC2086
