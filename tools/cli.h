@@ -225,8 +225,13 @@ int  cli_output_open(cli_output_t *o, const char *cmd, const char *target, const
 int  cli_output_commit(cli_output_t *o, const char *cmd, const char *target);
 /** Drop the temporary file: the target stays as it was. */
 void cli_output_abort(cli_output_t *o);
-/** The signal (SIGINT, SIGTERM) caught while an output was open, else 0. */
+/** The signal (SIGINT, SIGTERM) caught while an output was open (or between
+ *  cli_catch_interrupts and cli_release_interrupts), else 0. */
 int  cli_interrupted(void);
+/** Catch SIGINT and SIGTERM once (a second one acts as usual) so that a
+ *  loop can end on cli_interrupted(); release puts the old handlers back. */
+void cli_catch_interrupts(void);
+void cli_release_interrupts(void);
 /** Report an interrupted transfer into file; returns the exit code, 128 + sig. */
 int  cli_interrupted_error(const char *cmd, const char *target, const char *file, int sig);
 

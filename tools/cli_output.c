@@ -17,7 +17,8 @@
  *   untouched; after it, it holds the complete new content.
  * - cli_output_abort() closes and unlinks the temporary file; every error path
  *   of a command calls it.
- * - While a file output is open, SIGINT and SIGTERM are caught: the handler
+ * - While a file output is open (or a command asked: cli_catch_interrupts,
+ *   e.g. `stream read`, which ends on Ctrl-C), SIGINT and SIGTERM are caught: the handler
  *   unlinks a named temporary file (unlink() is async-signal-safe) and sets a
  *   flag that copy loops check (cli_interrupted()). The handler is one-shot
  *   (SA_RESETHAND): a second signal ends a process stuck in a transfer at
@@ -63,7 +64,7 @@ int cli_interrupted(void)
     return atomic_load(&g_signal);
 }
 
-static void cli_output_catch(void)
+void cli_catch_interrupts(void)
 {
     struct sigaction sa;
 
@@ -76,7 +77,7 @@ static void cli_output_catch(void)
     g_handlers = true;
 }
 
-static void cli_output_release(void)
+void cli_release_interrupts(void)
 {
     if (g_handlers) {
         sigaction(SIGINT, &g_old_int, NULL);
@@ -230,7 +231,7 @@ int cli_output_open(cli_output_t *o, const char *cmd, const char *target, const 
         o->f = stdout;
         return 0;
     }
-    cli_output_catch(); /* before a named temporary file can exist */
+    cli_catch_interrupts(); /* before a named temporary file can exist */
     rc = cli_output_check(o, cmd, target);
     if (rc == 0) {
         rc = cli_output_create(o, cmd, target);
@@ -263,7 +264,7 @@ void cli_output_abort(cli_output_t *o)
         unlink(o->tmp);
         o->tmp[0] = '\0';
     }
-    cli_output_release();
+    cli_release_interrupts();
 }
 
 /* Give an unnamed temporary file a name next to the target. */
@@ -340,7 +341,7 @@ int cli_output_commit(cli_output_t *o, const char *cmd, const char *target)
     fclose(o->f); /* flushed and fsync'd above: nothing left to fail */
     o->f = NULL;
     o->fd = -1;
-    cli_output_release();
+    cli_release_interrupts();
     return 0;
 err:;
     int saved = errno;

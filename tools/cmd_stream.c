@@ -588,12 +588,7 @@ static int cli_stream_read_option(const cli_command_t *cmd, int opt, const char 
 /* How the connection ended, from the client's final DISCONNECTED event
  * (progress thread): a remora_status_t; 0 while connected or reconnecting. */
 static atomic_int g_stream_lost;
-/* SIGINT or SIGTERM during a read: its normal end when it has no --count or
- * --seconds. The loop stops and the summary is printed; the handler is
- * one-shot, so a second Ctrl-C kills as usual. */
-static atomic_int g_stream_stop;
 
-static void cli_stream_on_signal(int sig) { atomic_store(&g_stream_stop, sig); }
 
 /* Reconnects, for the live line and the summary, and a note on stderr; and
  * the connection's end, when no reconnect follows. */
@@ -799,7 +794,7 @@ static int cli_stream_follow(cli_session_t *s, const cli_stream_read_opts_t *o,
     double deadline = o->seconds > 0 ? st->start + o->seconds : INFINITY;
     double idle_max = (o->client.timeout_ms > 0 ? o->client.timeout_ms : REMORA_DEFAULT_TIMEOUT_MS) / 1e3;
     while ((o->count == 0 || st->elements < o->count) && cli_now() < deadline &&
-           !atomic_load(&g_stream_stop)) {
+           !cli_interrupted()) {
         double left = deadline - cli_now();
         if (left < 0)
             left = 0;
@@ -868,14 +863,11 @@ static int cli_stream_read(const cli_command_t *cmd, int argc, char **argv)
     memset(&st, 0, sizeof(st));
     if ((rc = cli_session_open(&s, cmd, target, true, &o.client)) != 0)
         return rc;
-    struct sigaction sa = {.sa_handler = cli_stream_on_signal, .sa_flags = SA_RESETHAND}, old_int,
-                     old_term;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    /* SIGINT or SIGTERM is how a read without --count or --seconds ends:
+     * the loop stops and the summary is printed. */
+    cli_catch_interrupts();
     rc = cli_stream_follow(&s, &o, &st);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    cli_release_interrupts();
     if (st.elements || rc == 0)
         cli_stream_summary(&st, &o);
     cli_session_close(&s);
