@@ -32,11 +32,6 @@ int rm_auth_check(rm_auth_role_t role, const void *token, size_t token_len,
 
 void rm_auth_nonce(uint8_t nonce[RM_NONCE_LEN]) { randombytes_buf(nonce, RM_NONCE_LEN); }
 
-void rm_auth_ticket(uint8_t ticket[RM_CM_TICKET_LEN])
-{
-    randombytes_buf(ticket, RM_CM_TICKET_LEN);
-}
-
 int rm_auth_ticket_check(const uint8_t expect[RM_CM_TICKET_LEN], const uint8_t *got, size_t len)
 {
     _Static_assert(RM_CM_TICKET_LEN == 32, "crypto_verify_32 compares 32 bytes");

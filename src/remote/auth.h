@@ -21,9 +21,8 @@ int rm_auth_check(rm_auth_role_t role, const void *token, size_t token_len,
                   const uint8_t client_nonce[RM_NONCE_LEN], const uint8_t mac[RM_MAC_LEN]);
 void rm_auth_nonce(uint8_t nonce[RM_NONCE_LEN]);
 uint64_t rm_auth_random_u64(void);
-/* A connection-manager ticket (wire.h: RM_BOOT_CM), and its constant-time
- * check against what a peer sent (0 when it matches). */
-void rm_auth_ticket(uint8_t ticket[RM_CM_TICKET_LEN]);
+/* A connection-manager ticket (wire.h: RM_BOOT_CM; made as a nonce is)
+ * against what a peer sent, in constant time: 0 when it matches. */
 int rm_auth_ticket_check(const uint8_t expect[RM_CM_TICKET_LEN], const uint8_t *got, size_t len);
 
 #endif

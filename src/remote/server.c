@@ -1045,7 +1045,7 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
 
     if ((flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
         uint8_t reply[RM_CM_REPLY_LEN] = {(uint8_t)port, (uint8_t)(port >> 8)};
-        rm_auth_ticket(c->cm_ticket);
+        rm_auth_nonce(c->cm_ticket);
         memcpy(reply + 2, c->cm_ticket, RM_CM_TICKET_LEN);
         c->state = CONN_CM_WAIT;
         return connect_reply(c, RM_BOOT_CM, reply, sizeof(reply));

@@ -310,7 +310,7 @@ typedef enum rm_boot_type {
  * (AUTH) carries back: anyone can reach the port, only the client that
  * passed the handshake knows the ticket. */
 enum { RM_BOOT_CM = 1u << 0 };
-#define RM_CM_TICKET_LEN 32
+#define RM_CM_TICKET_LEN RM_NONCE_LEN /* as random as a nonce: rm_auth_nonce makes it */
 #define RM_CM_REPLY_LEN  (2 + RM_CM_TICKET_LEN)
 
 typedef struct rm_boot_frame {
