@@ -132,6 +132,18 @@ static ucp_ep_h cm_connect(uint16_t port)
     return ep;
 }
 
+/* Progress until UCX is done with r (2 s at most), then free it. */
+static void request_end(ucs_status_ptr_t r)
+{
+    for (double t0 = it_now_ms(); UCS_PTR_IS_PTR(r) && it_now_ms() - t0 < 2000;) {
+        ucp_worker_progress(g.worker);
+        if (ucp_request_check_status(r) != UCS_INPROGRESS)
+            break;
+    }
+    if (UCS_PTR_IS_PTR(r))
+        ucp_request_free(r);
+}
+
 static void am_send(ucp_ep_h ep, unsigned type, uint64_t req_id, const void *body, size_t len)
 {
     rm_hdr_t h = {.type = (uint8_t)type, .req_id = req_id};
@@ -141,13 +153,7 @@ static void am_send(ucp_ep_h ep, unsigned type, uint64_t req_id, const void *bod
                              .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, RM_AM_ID_TO_SERVER, hb, hl, body, len, &p);
 
-    for (double t0 = it_now_ms(); UCS_PTR_IS_PTR(r) && it_now_ms() - t0 < 2000;) {
-        ucp_worker_progress(g.worker);
-        if (ucp_request_check_status(r) != UCS_INPROGRESS)
-            break;
-    }
-    if (UCS_PTR_IS_PTR(r))
-        ucp_request_free(r);
+    request_end(r);
 }
 
 /* A LOOKUP of "secret" over ep: whether any answer came within REPLY_MS. */
@@ -173,13 +179,7 @@ static void ep_close(ucp_ep_h ep)
                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
 
-    for (double t0 = it_now_ms(); UCS_PTR_IS_PTR(r) && it_now_ms() - t0 < 2000;) {
-        ucp_worker_progress(g.worker);
-        if (ucp_request_check_status(r) != UCS_INPROGRESS)
-            break;
-    }
-    if (UCS_PTR_IS_PTR(r))
-        ucp_request_free(r);
+    request_end(r);
 }
 
 /*
