@@ -60,6 +60,8 @@ int rp_obj_close(rp_obj_t *o, int must)
 {
     if (o->closed)
         return 0;
+    if (o->quiesce != NULL)
+        o->quiesce(o);
     if (o->busy > 0) {
         if (must) {
             rp_raise(REMORA_ERR_BUSY, "%s has a call running in another thread",

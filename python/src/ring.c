@@ -617,8 +617,6 @@ static PyObject *rp_ring_image(rp_ring_t *self, PyObject *unused)
 
 static PyObject *rp_ring_close(rp_ring_t *self, PyObject *unused)
 {
-    if (!self->base.closed)
-        rp_ring_quiesce(&self->base);
     if (rp_obj_close(&self->base, 0) < 0)
         return NULL;
     Py_RETURN_NONE;

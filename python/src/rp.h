@@ -45,7 +45,8 @@ struct rp_obj {
     void        (*destroy)(rp_obj_t *self);
     /* Before a close: let go of what the object holds of itself that counts
      * as busy (a ring's own view of its reserved slot), if nothing else uses
-     * it. NULL for most. */
+     * it (rp_obj_close, and Context.close before it looks for busy
+     * children). NULL for most. */
     void        (*quiesce)(rp_obj_t *self);
 };
 
