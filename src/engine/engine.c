@@ -417,14 +417,11 @@ static void run_deferred(remora_context_h ctx)
 {
     rm_list_t batch, *pos, *tmp;
 
+    /* Only the progress thread takes from the list: non-empty stays so. */
     if (atomic_load(&ctx->ndeferred) == 0)
         return;
     /* Move the whole list out so callbacks may defer more. */
     pthread_mutex_lock(&ctx->defer_mx);
-    if (rm_list_empty(&ctx->deferred)) { /* another thread took it meanwhile */
-        pthread_mutex_unlock(&ctx->defer_mx);
-        return;
-    }
     batch       = ctx->deferred;
     batch.next->prev = &batch;
     batch.prev->next = &batch;
