@@ -311,9 +311,17 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
     }
 }
 
+static void push_pump_after(rm_after_t *a)
+{
+    push_pump(rm_container_of(a, struct remora_server, push_after));
+}
+
 /* Start queued pushes while fewer than RM_PUSH_ACTIVE are on the wire. A
  * push that ends inside (UCX completes a small send at once) finds it
- * running: the loop here goes on, with no recursion a push deep. */
+ * running: the loop here goes on, with no recursion a push deep. Pushes go
+ * to any connection, so never from inside UCX's progress pass (a message's
+ * handler, a send's completion, a connection's error): one to a peer that
+ * died there made UCX 1.13 abort (rm_engine_after_pass). */
 static void push_pump(remora_server_h s)
 {
     rm_list_t *pos, *tmp;
@@ -321,6 +329,11 @@ static void push_pump(remora_server_h s)
 
     if (s->destroying || s->push_pumping)
         return;
+    if (s->ctx->in_pass) {
+        s->push_after.fn = push_pump_after;
+        rm_engine_after_pass(s->ctx, &s->push_after);
+        return;
+    }
     s->push_pumping = 1;
     rm_list_for_each_safe(pos, tmp, &s->pushes) {
         rm_ring_push_t *p = rm_container_of(pos, rm_ring_push_t, link);
@@ -513,10 +526,15 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_list_push_back(&c->server->waits, &w->link);
     /* Arm, then look again: a commit between the first look and the arm
      * saw armed == 0 and raised no signal. armed_waits first: whoever sees
-     * the ring armed by this wait sees its worker's count too. */
+     * the ring armed by this wait sees its worker's count too. Only this
+     * wait: the others on the ring belong to other connections, answered by
+     * the commit's signal, not from inside UCX's progress pass (push_pump). */
     atomic_fetch_add(&c->server->armed_waits, 1);
     atomic_fetch_add(&r->ring->armed, 1);
-    ring_fire(c->server, r->ring);
+    atomic_thread_fence(memory_order_seq_cst); /* pairs with the producer's, as ring_fire's */
+    rm_ring_snapshot(r->ring, &now);
+    if (now.head > w->want && answer(c->server, w, &now, NULL) && bulk)
+        push_pump(c->server); /* w was queued for a push */
 }
 
 void rm_server_ring_conn_gone(rm_conn_t *c)
