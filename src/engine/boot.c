@@ -127,10 +127,10 @@ void rm_boot_rx_free(rm_boot_rx_t *rx)
 int rm_boot_rx_fill(rm_boot_rx_t *rx, int fd)
 {
     if (rx->len == rx->cap) {
-        size_t cap = rx->cap ? rx->cap * 2 : RX_INITIAL;
+        size_t cap = rx->cap ? rx->cap * 2 : RX_INITIAL, max = rx->max ? rx->max : RX_MAX;
         uint8_t *buf;
-        if (cap > RX_MAX)
-            cap = RX_MAX;
+        if (cap > max)
+            cap = max;
         if (cap == rx->cap || (buf = realloc(rx->buf, cap)) == NULL)
             return -1; /* a frame cannot be this long */
         rx->buf = buf;
@@ -319,13 +319,13 @@ int rm_peer_sock_read(rm_peer_t *peer)
         return -1; /* the other process is gone */
     while ((r = rm_boot_rx_next(&peer->rx, &f)) == 0) {
         if (f.type != RM_BOOT_HEARTBEAT || f.len != 0) {
-            rm_warn("unexpected bytes on a bootstrap socket; closing it");
+            rm_warn_peer("unexpected bytes on a bootstrap socket; closing it");
             return -1;
         }
         peer->last_rx_ns = rm_now_ns();
     }
     if (r < 0)
-        rm_warn("garbage on a bootstrap socket; closing it");
+        rm_warn_peer("garbage on a bootstrap socket; closing it");
     return r < 0 ? -1 : 0;
 }
 

@@ -73,6 +73,7 @@ typedef struct rm_boot_rx {
     uint8_t *buf;
     size_t   len, cap;
     size_t   used; /* the frame last handed out, dropped at the next call */
+    size_t   max;  /* the most it may hold (0: a frame of any legal length) */
 } rm_boot_rx_t;
 
 /* Embedded in a server connection or a client. */

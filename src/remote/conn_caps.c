@@ -73,13 +73,23 @@ static rm_host_count_t *host_add(rm_conn_caps_t *caps, const char *host)
 
 int rm_conn_caps_take(rm_conn_caps_t *caps, const char *host)
 {
+    int ok = 0;
+
     pthread_mutex_lock(&caps->mx);
-    rm_host_count_t *e = host_find(caps, host);
-    if (e == NULL)
-        e = host_add(caps, host);
-    int over = ++caps->all > caps->max_all || e == NULL || ++e->n > caps->max_host;
+    if (caps->all < caps->max_all) {
+        rm_host_count_t *e = host_find(caps, host);
+        if (e == NULL)
+            e = host_add(caps, host);
+        if (e != NULL && e->n < caps->max_host) {
+            e->n++;
+            caps->all++;
+            ok = 1;
+        } else if (e != NULL && e->n == 0) { /* made here and not counted */
+            *e = caps->hosts[--caps->nhosts];
+        }
+    }
     pthread_mutex_unlock(&caps->mx);
-    return over ? -1 : 0;
+    return ok ? 0 : -1;
 }
 
 void rm_conn_caps_put(rm_conn_caps_t *caps, const char *host)

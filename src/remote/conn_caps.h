@@ -10,8 +10,11 @@
  * - Its own mutex, a leaf: taken with a worker's context lock held, and
  *   nothing is taken under it. (A worker must not take the first worker's
  *   lock, which is what counting through the first worker would need.)
- * - A connection is counted from its accept to its free, refused or not,
- *   as its file descriptor is held that long.
+ * - A connection is counted from its accept to its free. One over a cap is
+ *   refused at its accept and not counted: counting it (until its HELLO was
+ *   refused) let one host hold every slot with sockets that sent nothing, and
+ *   a count taken short-circuited but given back in full wrapped a host's
+ *   count and locked it out until restart (both found by review).
  */
 #ifndef RM_REMOTE_CONN_CAPS_H
 #define RM_REMOTE_CONN_CAPS_H
@@ -24,7 +27,8 @@ void rm_conn_caps_ref(rm_conn_caps_t *caps);
 void rm_conn_caps_unref(rm_conn_caps_t *caps);
 
 /* Count a connection from host (an address without its port): 0, or -1
- * when it is over a cap (counted all the same, until rm_conn_caps_put). */
+ * when it is over a cap or memory ran out (then nothing is counted, and no
+ * rm_conn_caps_put is due). */
 int rm_conn_caps_take(rm_conn_caps_t *caps, const char *host);
 /* The connection from host is freed. */
 void rm_conn_caps_put(rm_conn_caps_t *caps, const char *host);

@@ -134,6 +134,10 @@ static remora_status_t region_seal(remora_mem_h mem, unsigned flags)
     return REMORA_OK;
 }
 
+/* What a connection's bootstrap socket may hold before AUTH: a HELLO (72
+ * bytes now, room left for fields a later protocol adds) or an AUTH. */
+#define RM_BOOT_PREAUTH_MAX 1024u
+
 /* ------------------------------------------------------------ connections */
 
 static void conn_free_if_idle(rm_conn_t *c)
@@ -408,7 +412,7 @@ static void handle_lookup(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
     rm_wbuf_t w;
 
     if (rm_name_decode(body, len, name) != 0) {
-        rm_warn("malformed LOOKUP");
+        rm_warn_peer("malformed LOOKUP");
         rm_conn_reply(c, RM_MSG_LOOKUP_REPLY, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
         return;
     }
@@ -794,7 +798,7 @@ static void dispatch_ready(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_t
     case RM_MSG_SOCK_FIN:
     case RM_MSG_SOCK_CREDIT: rm_sock_on_message(&c->peer, c->server, hdr, body, len); break;
     default:
-        rm_warn("unexpected %s from a client", rm_msg_type_name(hdr->type));
+        rm_warn_peer("unexpected %s from a client", rm_msg_type_name(hdr->type));
         rm_conn_reply(c, RM_MSG_ERROR, hdr->req_id, REMORA_ERR_PROTOCOL, NULL);
     }
 }
@@ -817,7 +821,7 @@ static ucs_status_t conn_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void *
     if (hdr == NULL || ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
                         hdr->type != RM_MSG_WRITE)) {
         /* Only WRITE payloads may come by rendezvous; other bodies are parsed in place. */
-        rm_warn("malformed message from a client");
+        rm_warn_peer("malformed message from a client");
         rm_conn_reply(c, RM_MSG_ERROR, hdr ? hdr->req_id : 0, REMORA_ERR_PROTOCOL, NULL);
         return UCS_OK;
     }
@@ -873,7 +877,7 @@ static void conn_cm_prove(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
 {
     if (hdr == NULL || hdr->type != RM_MSG_AUTH || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
         rm_auth_ticket_check(c->cm_ticket, body, len) != 0) {
-        rm_warn("a connection to %s's connection-manager port did not prove it is that client: "
+        rm_warn_peer("a connection to %s's connection-manager port did not prove it is that client: "
                 "closing both", c->peer_host);
         conn_kill(c);
         return;
@@ -962,18 +966,12 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
     if (f->type != RM_BOOT_HELLO || rm_hello_decode(f->payload, f->len, &in) != 0)
         return -1;
     if (in.proto_min > RM_PROTO_VERSION || in.proto_max < RM_PROTO_VERSION) {
-        rm_warn("client %s speaks protocol %u..%u, we speak %u", c->peer_host, in.proto_min,
+        rm_warn_peer("client %s speaks protocol %u..%u, we speak %u", c->peer_host, in.proto_min,
                 in.proto_max, RM_PROTO_VERSION);
         return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_VERSION);
     }
-    if (c->over_limit) {
-        rm_warn("refusing client %s: too many connections (at most %u, %u per address)",
-                c->peer_host, s->max_conns, s->max_conns_per_host);
-        RM_SS_ADD(s, RM_SS_CONNS_REFUSED, 1);
-        return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_BUSY);
-    }
     if (!(in.flags & RM_HELLO_ENCRYPT) != !s->encrypt) {
-        rm_warn("refusing client %s: it %s encryption, this server %s", c->peer_host,
+        rm_warn_peer("refusing client %s: it %s encryption, this server %s", c->peer_host,
                 s->encrypt ? "does not use" : "asks for", s->encrypt ? "requires it" : "has it off");
         return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_ENCRYPTION);
     }
@@ -1006,7 +1004,7 @@ static int boot_auth(rm_conn_t *c, const rm_boot_frame_t *f)
         return -1;
     if (f->len != RM_MAC_LEN || rm_auth_check(RM_AUTH_CLIENT_PROOF, s->token, s->token_len,
                                               c->server_nonce, c->client_nonce, f->payload) != 0) {
-        rm_warn("client %s failed authentication", c->peer_host);
+        rm_warn_peer("client %s failed authentication", c->peer_host);
         RM_SS_ADD(s, RM_SS_AUTH_FAILURES, 1);
         return conn_refuse(c, RM_BOOT_AUTH_REPLY, REMORA_ERR_AUTH);
     }
@@ -1053,7 +1051,7 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
     const char *why;
 
     if (!rm_boot_addr_plausible(ctx, addr, len, &why)) {
-        rm_warn("client %s sent a worker address this UCX cannot use: %s", c->peer_host, why);
+        rm_warn_peer("client %s sent a worker address this UCX cannot use: %s", c->peer_host, why);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
     if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {
@@ -1077,7 +1075,7 @@ static int boot_connect(rm_conn_t *c, const rm_boot_frame_t *f)
     /* Encrypted: the address is sealed under the session key (engine/seal.h). */
     if (c->peer.seal && rm_peer_seal_unwrap(&c->peer, f->type, f->flags, 0, f->payload, f->len,
                                             &plain, &len) != REMORA_OK) {
-        rm_warn("client %s sent a CONNECT that failed authentication", c->peer_host);
+        rm_warn_peer("client %s sent a CONNECT that failed authentication", c->peer_host);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
     rc = boot_connect_addr(c, f->flags, plain ? plain : f->payload, len);
@@ -1109,24 +1107,27 @@ static void conn_sock_cb(rm_watch_t *w, uint32_t events)
 
     if (c->state == CONN_READY) {
         if (rm_peer_sock_read(&c->peer) != 0) {
-            rm_info("client %s went away", c->peer_host);
+            rm_info_peer("client %s went away", c->peer_host);
             conn_kill(c);
         }
         return;
     }
+    /* Before AUTH, frames are small (HELLO, AUTH): a peer announcing 64 KiB
+     * made every handshake buffer that much (65 MB for 1,000; review). */
+    c->peer.rx.max = c->state < CONN_CONNECT ? RM_BOOT_PREAUTH_MAX : 0;
     if (rm_boot_rx_fill(&c->peer.rx, w->fd) != 0) {
         conn_kill(c);
         return;
     }
     while (c->state != CONN_READY && (r = rm_boot_rx_next(&c->peer.rx, &f)) == 0) {
         if (conn_boot_step(c, &f) != 0) {
-            rm_info("dropping connection from %s during its handshake", c->peer_host);
+            rm_info_peer("dropping connection from %s during its handshake", c->peer_host);
             conn_kill(c);
             return;
         }
     }
     if (r < 0) {
-        rm_info("dropping a connection from %s that is not a remora client", c->peer_host);
+        rm_info_peer("dropping a connection from %s that is not a remora client", c->peer_host);
         conn_kill(c);
     }
 }
@@ -1173,13 +1174,42 @@ static remora_server_h pick_worker(remora_server_h s, int spread)
     return best;
 }
 
-/* A connection accepted by s, served by worker w (w's lock held). */
+/*
+ * A connection over a cap, refused at its accept: the answer its HELLO
+ * would get (HELLO_REPLY/BUSY), sent unasked; a client reads it as that
+ * reply. What it sent already is read first, so that the close is a FIN,
+ * not a reset that could overtake the answer. The caller closes fd.
+ */
+static void refuse_over_cap(remora_server_h w, int fd, const char *host)
+{
+    remora_server_h s = w->main ? w->main : w; /* whose params set the caps */
+    char drain[512];
+
+    rm_warn_peer("refusing client %s: too many connections (at most %u, %u per address)", host,
+                 s->max_conns, s->max_conns_per_host);
+    RM_SS_ADD(w, RM_SS_CONNS_REFUSED, 1);
+    while (recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
+        ;
+    rm_boot_send_reply(fd, RM_BOOT_HELLO_REPLY, 0, REMORA_ERR_BUSY, NULL, 0);
+    shutdown(fd, SHUT_WR);
+}
+
+/* A connection accepted by s, served by worker w (w's lock held); NULL if
+ * refused or out of memory (the caller closes fd). */
 static rm_conn_t *conn_new(remora_server_h w, int fd, const struct sockaddr_storage *ss)
 {
     rm_conn_t *c = calloc(1, sizeof(*c));
 
     if (c == NULL)
         return NULL;
+    rm_format_addr((const struct sockaddr *)ss, c->peer_host, sizeof(c->peer_host));
+    snprintf(c->peer_addr, sizeof(c->peer_addr), "%s", c->peer_host);
+    *strrchr(c->peer_host, ':') = '\0'; /* the address, without the port */
+    if (rm_conn_caps_take(w->caps, c->peer_host) != 0) { /* every worker's */
+        refuse_over_cap(w, fd, c->peer_host);
+        free(c);
+        return NULL;
+    }
     c->peer.ctx     = w->ctx;
     c->peer.ops     = &conn_ops;
     c->peer.sock.fd = fd;
@@ -1189,15 +1219,12 @@ static rm_conn_t *conn_new(remora_server_h w, int fd, const struct sockaddr_stor
     c->server       = w;
     c->state        = CONN_HELLO;
     c->born_ns      = rm_now_ns();
-    rm_format_addr((const struct sockaddr *)ss, c->peer_host, sizeof(c->peer_host));
-    snprintf(c->peer_addr, sizeof(c->peer_addr), "%s", c->peer_host);
-    *strrchr(c->peer_host, ':') = '\0'; /* the address, without the port */
     rm_auth_nonce(c->server_nonce);
     if (rm_engine_watch(w->ctx, &c->peer.sock, EPOLLIN | EPOLLRDHUP) != REMORA_OK) {
+        rm_conn_caps_put(w->caps, c->peer_host);
         free(c);
         return NULL;
     }
-    c->over_limit = rm_conn_caps_take(w->caps, c->peer_host) != 0; /* every worker's */
     rm_list_push_back(&w->conns, &c->link);
     w->nconns++;
     c->id = atomic_fetch_add(&(w->main ? w->main : w)->next_conn_id, 1) + 1;
@@ -1251,7 +1278,7 @@ static void server_tick(rm_ticker_t *t)
         if (c->state > CONN_CM_WAIT)
             conn_close_cm_listener(c); /* its one client is in */
         if (c->state != CONN_READY && now - c->born_ns > RM_BOOT_TIMEOUT_NS) {
-            rm_info("dropping a connection from %s that did not finish its handshake",
+            rm_info_peer("dropping a connection from %s that did not finish its handshake",
                     c->peer_host);
             conn_kill(c);
         }

@@ -77,7 +77,6 @@ typedef struct rm_conn {
     uint8_t         cm_ticket[RM_CM_TICKET_LEN]; /* ... and what proves it is that client */
     unsigned        nwaits;     /* ring waits armed (server_ring.c) */
     uint64_t        id;         /* from 1, per server */
-    int             over_limit; /* accepted past max_conns (per host): HELLO is refused */
     char            peer_addr[64]; /* HOST:PORT */
     uint64_t        cs[RM_CS_COUNT]; /* counters, by remora_conn_stats_field bit */
 } rm_conn_t;

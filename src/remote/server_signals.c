@@ -255,7 +255,7 @@ void rm_server_write_signal(rm_conn_t *c, const rm_hdr_t *hdr, void *body, size_
     else
         st = rm_server_signal_check(c->server, &d);
     if (st != REMORA_OK) {
-        rm_info("WRITE_SIGNAL from %s refused: %s", c->peer_host, remora_status_string(st));
+        rm_info_peer("WRITE_SIGNAL from %s refused: %s", c->peer_host, remora_status_string(st));
         rm_conn_reply(c, RM_MSG_WRITE_REPLY, hdr->req_id, st, NULL);
         return;
     }
@@ -270,7 +270,7 @@ void rm_server_signal(rm_conn_t *c, const rm_hdr_t *hdr)
     remora_status_t st = rm_server_signal_apply(c->server, &d);
 
     if (st != REMORA_OK)
-        rm_info("SIGNAL from %s refused: %s", c->peer_host, remora_status_string(st));
+        rm_info_peer("SIGNAL from %s refused: %s", c->peer_host, remora_status_string(st));
     rm_conn_reply(c, RM_MSG_SIGNAL_REPLY, hdr->req_id, st, NULL);
 }
 

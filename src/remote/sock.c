@@ -279,7 +279,7 @@ void rm_sock_on_message(rm_peer_t *peer, remora_server_h server, const rm_hdr_t 
     case RM_MSG_SOCK_DATA:
         if (len == 0 || len > RM_SOCK_MSG_MAX || s->peer_fin ||
             s->rx_bytes + len > REMORA_SOCK_WINDOW + RM_SOCK_MSG_MAX) {
-            rm_warn("socket %u: data past the window or the end; dropped", s->id);
+            rm_warn_peer("socket %u: data past the window or the end; dropped", s->id);
             return;
         }
         if ((ch = malloc(sizeof(*ch) + len)) == NULL) {

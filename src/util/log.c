@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 #include "util/log.h"
+#include "util/time.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -91,4 +92,19 @@ void rm_log_emit(rm_log_level_t level, const char *file, int line, const char *f
     }
     /* One write per line so lines from several threads do not interleave. */
     fprintf(stderr, "remora[%d] %c %s %s\n", (int)getpid(), tag[level], where, msg);
+}
+
+int rm_log_limit_pass(rm_log_limit_t *lim, unsigned *left_out)
+{
+    unsigned long long now = rm_now_ns() / 1000000000ull, was = atomic_load(&lim->second);
+
+    *left_out = 0;
+    if (now != was && atomic_compare_exchange_strong(&lim->second, &was, now))
+        atomic_store(&lim->n, 0); /* a new second (a race here lets a line or two more by) */
+    if (atomic_fetch_add(&lim->n, 1) >= RM_LOG_PEER_BURST) {
+        atomic_fetch_add(&lim->left_out, 1);
+        return 0;
+    }
+    *left_out = atomic_exchange(&lim->left_out, 0);
+    return 1;
 }

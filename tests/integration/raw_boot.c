@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,19 +21,24 @@ double rb_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-int rb_dial(rb_sock_t *s, const char *addr)
+int rb_dial(rb_sock_t *s, const char *addr) { return rb_dial_from(s, addr, NULL); }
+
+int rb_dial_from(rb_sock_t *s, const char *addr, const char *src_ip)
 {
     struct sockaddr_storage ss;
+    struct sockaddr_in src = {.sin_family = AF_INET};
     socklen_t len;
 
     memset(s, 0, sizeof(*s));
     s->fd = -1;
-    if (rm_parse_addr(addr, &ss, &len) != REMORA_OK)
+    if (rm_parse_addr(addr, &ss, &len) != REMORA_OK ||
+        (src_ip && (ss.ss_family != AF_INET || inet_pton(AF_INET, src_ip, &src.sin_addr) != 1)))
         return -1;
     s->cap = RM_BOOT_HDR_LEN + RM_BOOT_PAYLOAD_MAX + 4096;
     if ((s->buf = malloc(s->cap)) == NULL)
         return -1;
     if ((s->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+        (src_ip && bind(s->fd, (struct sockaddr *)&src, sizeof(src)) != 0) ||
         connect(s->fd, (struct sockaddr *)&ss, len) != 0) {
         rb_close(s);
         return -1;

@@ -43,6 +43,9 @@ typedef struct rb_frame {
 
 /* Connect to "HOST:PORT". 0, or -1 with nothing open. */
 int  rb_dial(rb_sock_t *s, const char *addr);
+/* The same from a chosen IPv4 source address (127.0.0.2...: another host to
+ * the server's per-address caps). */
+int  rb_dial_from(rb_sock_t *s, const char *addr, const char *src_ip);
 void rb_close(rb_sock_t *s);
 void rb_frame_free(rb_frame_t *f);
 
