@@ -87,6 +87,12 @@ struct rm_peer {
     const rm_peer_ops_t *ops;
     int                  failed; /* on_error was delivered; ep is closed */
     rm_list_t            sends;  /* sends UCX still holds (ep.c) */
+    unsigned             nsends; /* ... how many */
+    /* The most sends UCX may hold for this peer (0: no limit); past it the
+     * peer is failed (rm_peer_fail_lost). A server's connection has one: a
+     * client that never reads its replies queued them without bound (2 GB
+     * in 12 s from one connection; review). */
+    unsigned             sends_max;
     rm_seal_t           *seal;   /* encryption keys (seal.h); NULL: a plain connection */
     int                  seal_failed; /* a sealed message failed a check: fail at next tick */
     /* fail_later (a server's connections): an endpoint that fails inside

@@ -423,7 +423,16 @@ typedef struct rm_send {
     ucp_context_h  ucp;      /* with memh: the mapping made for this send */
     ucp_mem_h      memh;
     remora_context_h gpu_ctx; /* counted in rm_engine_gpu_ucx_add while pending */
+    unsigned      *nsends;   /* its peer's count while listed there; NULL once unlinked */
 } rm_send_t;
+
+static void send_unlist(rm_send_t *s)
+{
+    rm_list_del(&s->link); /* unlinked already: linked to itself, harmless */
+    if (s->nsends)
+        (*s->nsends)--;
+    s->nsends = NULL;
+}
 
 /* Bulk bodies at least this long are mapped for UCX by us (map_body). */
 #define RM_SEND_MAP_MIN (8u << 10)
@@ -471,7 +480,7 @@ static void unlink_sends(rm_peer_t *peer, int cancel)
     rm_list_t *pos, *tmp;
     rm_list_for_each_safe(pos, tmp, &peer->sends) {
         rm_send_t *s = rm_container_of(pos, rm_send_t, link);
-        rm_list_del(&s->link); /* now linked to itself: a later del is harmless */
+        send_unlist(s);
         if (s->gpu_ctx) { /* its callback may come late, or never (UCX 1.13): not polled for */
             rm_engine_gpu_ucx_add(s->gpu_ctx, -1);
             s->gpu_ctx = NULL;
@@ -498,7 +507,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
     rm_send_t *s = user_data;
 
-    rm_list_del(&s->link);
+    send_unlist(s);
     send_finish(s, status);
     ucp_request_free(request);
 }
@@ -512,6 +521,11 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
 
     if (rm_peer_failing(peer) || peer->ep == NULL) {
         free(sp->body_free);
+        return REMORA_ERR_DISCONNECTED;
+    }
+    if (peer->sends_max && peer->nsends >= peer->sends_max) {
+        free(sp->body_free);
+        rm_peer_fail_lost(peer, hdr->type, REMORA_ERR_NO_MEMORY); /* closed after the pass */
         return REMORA_ERR_DISCONNECTED;
     }
     int queued;
@@ -566,6 +580,8 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
     /* Listed before the call: whatever UCX does inside it, the entry is valid. */
     s->request = NULL;
     rm_list_push_back(&peer->sends, &s->link);
+    s->nsends = &peer->nsends;
+    peer->nsends++;
     peer->ctx->in_send++; /* an endpoint failing in here is told later (ep_error_cb) */
     req = ucp_am_send_nbx(peer->ep, am_id, s->hdr, hlen, peer->seal ? s->cipher : sp->body,
                           sp->body_len, &p);
@@ -578,7 +594,7 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         }
         return REMORA_OK;
     }
-    rm_list_del(&s->link);
+    send_unlist(s);
     if (UCS_PTR_IS_ERR(req)) {
         ucs_status_t status = UCS_PTR_STATUS(req);
         rm_debug("send %s failed: %s", rm_msg_type_name(hdr->type), ucs_status_string(status));

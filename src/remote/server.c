@@ -137,6 +137,11 @@ static remora_status_t region_seal(remora_mem_h mem, unsigned flags)
 /* What a connection's bootstrap socket may hold before AUTH: a HELLO (72
  * bytes now, room left for fields a later protocol adds) or an AUTH. */
 #define RM_BOOT_PREAUTH_MAX 1024u
+/* Sends UCX may hold for one connection: a client's answers not yet taken
+ * (about 470 bytes each while queued: 8 MB at most). A client keeps at most
+ * a few hundred in flight (its requests' windows, a ring's pushes); one
+ * that stops reading with more outstanding is disconnected. */
+#define RM_CONN_SENDS_MAX 16384u
 
 /* ------------------------------------------------------------ connections */
 
@@ -1216,6 +1221,7 @@ static rm_conn_t *conn_new(remora_server_h w, int fd, const struct sockaddr_stor
     c->peer.sock.cb = conn_sock_cb;
     c->peer.failed  = 1; /* no endpoint yet */
     c->peer.fail_later = 1; /* a close inside a send would free what the sender walks */
+    c->peer.sends_max  = RM_CONN_SENDS_MAX;
     c->server       = w;
     c->state        = CONN_HELLO;
     c->born_ns      = rm_now_ns();

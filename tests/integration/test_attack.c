@@ -681,6 +681,70 @@ static void test_caps_at_accept(void **state)
     remora_context_destroy(ctx);
 }
 
+static long vm_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    long kib = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+/* A peer that sends requests and never takes their answers (it progresses
+ * its worker only while its own send is stuck, heartbeats going): the
+ * server queued every answer, 2 GB in 12 s (review). Now the connection
+ * goes once RM_CONN_SENDS_MAX answers wait, and the server stays small. */
+static void test_unread_replies(void **state)
+{
+    it_server_t s;
+    raw_t r;
+    rm_region_desc_t d;
+    uint8_t rkey[512], h[RM_HDR_MAX];
+    (void)state;
+
+    it_must_start(&s, "--region", "a=64K", NULL);
+    assert_int_equal(raw_open(&r, s.addr, NULL, 0), 0);
+    raw_lookup(&r, "a", &d, rkey);
+    long rss0 = vm_rss_kb(s.pid), peak = rss0;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
+    double t0 = it_now_ms(), last = t0;
+    unsigned long sent = 0;
+    bool closed = false;
+    while (!closed && it_now_ms() - t0 < 8000) {
+        rm_hdr_t hdr = {.type = RM_MSG_READ, .req_id = ++sent, .region_id = d.region_id,
+                        .length = 65536};
+        void *req = ucp_am_send_nbx(r.ep, RM_AM_ID_TO_SERVER, h, rm_hdr_encode(&hdr, h), NULL,
+                                    0, &p);
+        if (UCS_PTR_IS_PTR(req)) {
+            while (ucp_request_check_status(req) == UCS_INPROGRESS && it_now_ms() - t0 < 8000)
+                raw_pump(&r);
+            ucp_request_free(req);
+        }
+        rb_tick(&r.bs);
+        if (it_now_ms() - last > 200) {
+            last = it_now_ms();
+            long rss = vm_rss_kb(s.pid);
+            peak = rss > peak ? rss : peak;
+            closed = rb_closed_within(&r.bs, 0, NULL);
+        }
+    }
+    printf("# %lu requests, none answered taken: server VmRSS %ld -> at most %ld kB; "
+           "connection %s after %.1f s\n", sent, rss0, peak, closed ? "closed" : "open",
+           (it_now_ms() - t0) / 1000);
+    assert_true(closed);
+    assert_true(peak - rss0 < 64 * 1024);
+    raw_close(&r);
+    assert_serves(s.addr, NULL);
+    assert_int_equal(it_server_stop(&s), 0);
+}
+
 /* ---------------------------------------------------------------- f */
 
 static void test_out_of_fds(void **state)
@@ -768,6 +832,7 @@ int main(void)
         cmocka_unit_test_teardown(test_rma_unsafe_read_only, it_teardown_reap),
         cmocka_unit_test_teardown(test_connection_caps, it_teardown_reap),
         cmocka_unit_test_teardown(test_caps_at_accept, it_teardown_reap),
+        cmocka_unit_test_teardown(test_unread_replies, it_teardown_reap),
         cmocka_unit_test_teardown(test_out_of_fds, it_teardown_reap),
     };
 
