@@ -3,8 +3,8 @@
 # Observability and CLI consistency (issue 17), against real `remora`
 # processes over loopback. One case per CTest entry:
 #   test_obs.sh REMORA_BIN SRC_DIR CASE
-# CASE: counters | token | metrics | connlog | help | didyoumean | notring |
-#       portinuse | json | config
+# CASE: counters | token | metrics | metricsslow | connlog | help |
+#       didyoumean | notring | portinuse | json | config
 # Every case prints PASS or FAIL lines and exits non-zero on a failure.
 set -u
 remora=$1
@@ -211,6 +211,92 @@ EOF
   grep -q metrics "$tmp/s4.err" "$tmp/s4.out" && fail "a metrics endpoint without --metrics"
   pass "without --metrics: no endpoint"
   stop "$last_pid"
+  ;;
+metricsslow)
+  # Silent and dripping peers of the metrics endpoint do not delay a scrape
+  # (served one at a time, 6 idle sockets held each scrape 15 s), whether
+  # they stay under the bound on connections or go over it.
+  printf 'metrics-token-0123456789abcdef\n' >"$tmp/tok"
+  start s serve --listen 127.0.0.1:0 --region a=4K --token-file "$tmp/tok" --metrics 0
+  url=$(grep -o 'http://[^ ]*/metrics' "$tmp/s.err") || fail "no metrics address on stderr"
+  port=${url#http://127.0.0.1:}; port=${port%/metrics}
+  python3 - "$port" "$last_pid" <<'EOF' || fail "metrics endpoint with slow peers"
+import os, select, signal, socket, sys, threading, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+auth = b"Authorization: Bearer metrics-token-0123456789abcdef\r\n"
+
+def conn():
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+def scrape(extra=auth):
+    t = time.time()
+    s = conn()
+    s.sendall(b"GET /metrics HTTP/1.0\r\n" + extra + b"\r\n")
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    s.close()
+    return int(out.split(b" ", 2)[1]), time.time() - t
+
+def closed_by_server(s, limit):
+    """Whether the server closes s within limit seconds (s reads nothing)."""
+    t = time.time()
+    while time.time() - t < limit:
+        if select.select([s], [], [], 0.05)[0]:
+            try:
+                return s.recv(100) == b""
+            except ConnectionResetError:
+                return True
+    return False
+
+for n in (6, 40):  # under the bound of 16 connections, and over it
+    idle = [conn() for _ in range(n)]
+    code, dt = scrape()
+    assert code == 200 and dt < 1.0, (n, code, dt)
+    code, dt401 = scrape(b"")
+    assert code == 401 and dt401 < 1.0, (n, code, dt401)
+    print("PASS: %d idle connections: scrape answered in %.3f s" % (n, dt))
+    for s in idle:
+        s.close()
+
+# Slowloris: a byte of headers every 100 ms, never the end of them.
+dropped = []
+def drip():
+    s = conn()
+    s.sendall(b"GET /metrics HTTP/1.0\r\n")
+    t = time.time()
+    while time.time() - t < 10:
+        try:
+            s.sendall(b"a")
+        except OSError:
+            break
+        if closed_by_server(s, 0.1):
+            break
+    dropped.append(time.time() - t)
+    s.close()
+drips = [threading.Thread(target=drip) for _ in range(4)]
+for d in drips:
+    d.start()
+time.sleep(0.5)
+code, dt = scrape()
+assert code == 200 and dt < 1.0, (code, dt)
+for d in drips:
+    d.join()
+assert len(dropped) == 4 and max(dropped) < 4, dropped
+print("PASS: 4 dripping peers: scrape answered in %.3f s; each dropped after %.1f s at most"
+      % (dt, max(dropped)))
+
+# SIGTERM with connections open: the server closes them and stops.
+idle = [conn() for _ in range(4)]
+os.kill(pid, signal.SIGTERM)
+assert all(closed_by_server(s, 5) for s in idle)
+print("PASS: SIGTERM with idle metrics connections open closes them")
+EOF
+  wait "$last_pid"; rc=$?
+  [ "$rc" -eq 0 ] || fail "server exited $rc on SIGTERM"
   ;;
 connlog)
   start s serve --listen 127.0.0.1:0 --region a=64K

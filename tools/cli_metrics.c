@@ -3,10 +3,14 @@
  * `remora serve --metrics`: the server's counters for Prometheus.
  *
  * Design notes
- * - One thread, one client at a time: a scrape is a few hundred bytes, and
- *   every step is bounded (CLI_METRICS_IO_MS to send the request and to take
- *   the reply, CLI_METRICS_REQ_MAX bytes of request), so a slow or hostile
- *   client holds the thread for at most a few seconds and never its memory.
+ * - One thread, one poll() loop over the listener and up to
+ *   CLI_METRICS_CONNS connections, none of which can hold up another: a
+ *   connection has CLI_METRICS_FIRST_MS for its first byte and
+ *   CLI_METRICS_REQ_MS after that for the rest of its request (at most
+ *   CLI_METRICS_REQ_MAX bytes), and CLI_METRICS_IO_MS to take the reply,
+ *   and all I/O is non-blocking. A new connection when all are taken closes
+ *   the oldest: idle sockets cannot lock scrapers out, and a scraper, which
+ *   sends at once, is answered before a flood can push it out.
  * - A tiny HTTP/1.0 responder: the request line is checked and headers are
  *   skipped. GET /metrics (a query string is ignored) gets 200 and the text
  *   exposition format; another path 404; another method 405; anything that
@@ -37,16 +41,35 @@
 #include "cli.h"
 #include "cli_stats.h"
 
-#define CLI_METRICS_IO_MS   2000
-#define CLI_METRICS_REQ_MAX 8192
+#define CLI_METRICS_CONNS     16
+#define CLI_METRICS_FIRST_MS  500
+#define CLI_METRICS_REQ_MS    2000
+#define CLI_METRICS_IO_MS     2000
+#define CLI_METRICS_REQ_MAX   8192
 #define CLI_METRICS_LINGER_MS 500
 
+/* One connection: it reads its request, writes the reply, then lingers. */
+typedef struct {
+    int             fd; /* -1: a free slot */
+    enum { CLI_METRICS_READING, CLI_METRICS_WRITING, CLI_METRICS_LINGERING } state;
+    uint64_t        seq; /* accept order: the lowest is the oldest */
+    struct timespec deadline;
+    char            req[CLI_METRICS_REQ_MAX + 1];
+    size_t          req_len;
+    char           *out; /* the reply, sent up to out_off */
+    size_t          out_len;
+    size_t          out_off;
+} cli_metrics_conn_t;
+
 struct cli_metrics {
-    int             fd;
-    int             stop[2]; /* a byte on stop[1] ends the thread */
-    pthread_t       thread;
-    remora_server_h server;
-    cli_token_t     token; /* len 0: no token asked for */
+    int                fd;
+    int                stop[2]; /* a byte on stop[1] ends the thread */
+    pthread_t          thread;
+    remora_server_h    server;
+    cli_token_t        token; /* len 0: no token asked for */
+    uint64_t           seq;
+    struct timespec    accept_after; /* out of descriptors: wait till then */
+    cli_metrics_conn_t conns[CLI_METRICS_CONNS];
 };
 
 static int64_t cli_ms_left(const struct timespec *deadline)
@@ -69,47 +92,16 @@ static void cli_deadline(struct timespec *d, int ms)
     }
 }
 
-/* Wait for fd (events) or the stop pipe; 1 ready, 0 timeout or stop. */
-static int cli_metrics_wait(cli_metrics_t *m, int fd, short events, const struct timespec *dl)
+static void cli_metrics_close(cli_metrics_conn_t *c)
 {
-    for (;;) {
-        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = m->stop[0], .events = POLLIN}};
-        int64_t left = dl ? cli_ms_left(dl) : -1;
-        if (dl && left <= 0) {
-            return 0;
-        }
-        int n = poll(p, 2, dl ? (int)left : -1);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 || p[1].revents) {
-            return 0;
-        }
-        if (n > 0) {
-            return 1;
-        }
-    }
+    close(c->fd);
+    free(c->out);
+    c->fd  = -1;
+    c->out = NULL;
 }
 
-static void cli_metrics_send(cli_metrics_t *m, int fd, const char *data, size_t len)
-{
-    struct timespec dl;
-
-    cli_deadline(&dl, CLI_METRICS_IO_MS);
-    while (len > 0 && cli_metrics_wait(m, fd, POLLOUT, &dl)) {
-        ssize_t n = send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            continue;
-        }
-        if (n <= 0) {
-            return;
-        }
-        data += n;
-        len -= (size_t)n;
-    }
-}
-
-static void cli_metrics_respond(cli_metrics_t *m, int fd, int code, const char *reason,
+/* The reply goes out in one buffer, from the poll loop. */
+static void cli_metrics_respond(cli_metrics_conn_t *c, int code, const char *reason,
                                 const char *type, const char *body, size_t len)
 {
     char head[256];
@@ -117,15 +109,23 @@ static void cli_metrics_respond(cli_metrics_t *m, int fd, int code, const char *
                      "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
                      "Connection: close\r\n\r\n",
                      code, reason, type, len, code == 405 ? "Allow: GET\r\n" : "");
-    cli_metrics_send(m, fd, head, (size_t)n);
-    cli_metrics_send(m, fd, body, len);
+    if ((c->out = malloc((size_t)n + len)) == NULL) {
+        cli_metrics_close(c);
+        return;
+    }
+    memcpy(c->out, head, (size_t)n);
+    memcpy(c->out + n, body, len);
+    c->out_len = (size_t)n + len;
+    c->out_off = 0;
+    c->state = CLI_METRICS_WRITING;
+    cli_deadline(&c->deadline, CLI_METRICS_IO_MS);
 }
 
-static void cli_metrics_error(cli_metrics_t *m, int fd, int code, const char *reason)
+static void cli_metrics_error(cli_metrics_conn_t *c, int code, const char *reason)
 {
     char body[64];
     int n = snprintf(body, sizeof(body), "%d %s\n", code, reason);
-    cli_metrics_respond(m, fd, code, reason, "text/plain; charset=utf-8", body, (size_t)n);
+    cli_metrics_respond(c, code, reason, "text/plain; charset=utf-8", body, (size_t)n);
 }
 
 /* The end of the headers, or NULL. */
@@ -174,51 +174,21 @@ static bool cli_metrics_authorized(const cli_metrics_t *m, const char *headers)
     return false;
 }
 
-static void cli_metrics_handle(cli_metrics_t *m, int fd)
+/* Answer the request in c->req. */
+static void cli_metrics_answer(cli_metrics_t *m, cli_metrics_conn_t *c)
 {
-    char buf[CLI_METRICS_REQ_MAX + 1];
-    size_t len = 0;
-    struct timespec dl;
-
-    cli_deadline(&dl, CLI_METRICS_IO_MS);
-    buf[0] = '\0';
-    while (cli_headers_end(buf) == NULL) {
-        if (len == CLI_METRICS_REQ_MAX) {
-            cli_metrics_error(m, fd, 400, "Bad Request");
-            return;
-        }
-        if (!cli_metrics_wait(m, fd, POLLIN, &dl)) {
-            return; /* too slow, or stopping: just close */
-        }
-        ssize_t n = recv(fd, buf + len, CLI_METRICS_REQ_MAX - len, MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            continue;
-        }
-        if (n <= 0) {
-            if (len > 0) {
-                break; /* an HTTP/0.9-style request line without headers */
-            }
-            return;
-        }
-        if (memchr(buf + len, '\0', (size_t)n) != NULL) {
-            cli_metrics_error(m, fd, 400, "Bad Request");
-            return;
-        }
-        len += (size_t)n;
-        buf[len] = '\0';
-    }
     /* Request line: METHOD SP TARGET SP HTTP/x.y */
-    size_t line = strcspn(buf, "\r\n");
-    const char *sp1 = memchr(buf, ' ', line);
-    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', line - (size_t)(sp1 + 1 - buf)) : NULL;
-    if (sp1 == NULL || sp2 == NULL || !cli_token_ok(buf, (size_t)(sp1 - buf)) ||
+    size_t line = strcspn(c->req, "\r\n");
+    const char *sp1 = memchr(c->req, ' ', line);
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', line - (size_t)(sp1 + 1 - c->req)) : NULL;
+    if (sp1 == NULL || sp2 == NULL || !cli_token_ok(c->req, (size_t)(sp1 - c->req)) ||
         !cli_token_ok(sp1 + 1, (size_t)(sp2 - sp1 - 1)) ||
-        (size_t)(buf + line - (sp2 + 1)) != 8 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
-        cli_metrics_error(m, fd, 400, "Bad Request");
+        (size_t)(c->req + line - (sp2 + 1)) != 8 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
+        cli_metrics_error(c, 400, "Bad Request");
         return;
     }
-    if ((size_t)(sp1 - buf) != 3 || strncmp(buf, "GET", 3) != 0) {
-        cli_metrics_error(m, fd, 405, "Method Not Allowed");
+    if ((size_t)(sp1 - c->req) != 3 || strncmp(c->req, "GET", 3) != 0) {
+        cli_metrics_error(c, 405, "Method Not Allowed");
         return;
     }
     size_t tlen = (size_t)(sp2 - sp1 - 1);
@@ -227,56 +197,186 @@ static void cli_metrics_handle(cli_metrics_t *m, int fd)
         tlen = (size_t)(q - sp1 - 1);
     }
     if (tlen != 8 || strncmp(sp1 + 1, "/metrics", 8) != 0) {
-        cli_metrics_error(m, fd, 404, "Not Found");
+        cli_metrics_error(c, 404, "Not Found");
         return;
     }
-    if (!cli_metrics_authorized(m, buf)) {
-        cli_metrics_error(m, fd, 401, "Unauthorized");
+    if (!cli_metrics_authorized(m, c->req)) {
+        cli_metrics_error(c, 401, "Unauthorized");
         return;
     }
     char *text;
     size_t text_len;
     if (cli_stats_prometheus(m->server, &text, &text_len) != 0) {
-        cli_metrics_error(m, fd, 500, "Internal Server Error");
+        cli_metrics_error(c, 500, "Internal Server Error");
         return;
     }
-    cli_metrics_respond(m, fd, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", text,
+    cli_metrics_respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", text,
                         text_len);
     free(text);
 }
 
-/* Close gracefully: a close with unread input resets the connection, and
- * the client may lose the response. Drain what it still sends, briefly. */
-static void cli_metrics_linger(cli_metrics_t *m, int fd)
+/* Take what the peer sent; answer once the headers are in. */
+static void cli_metrics_read(cli_metrics_t *m, cli_metrics_conn_t *c)
 {
-    struct timespec dl;
-    char sink[4096];
+    ssize_t n = recv(c->fd, c->req + c->req_len, CLI_METRICS_REQ_MAX - c->req_len, 0);
 
-    shutdown(fd, SHUT_WR);
-    cli_deadline(&dl, CLI_METRICS_LINGER_MS);
-    while (cli_metrics_wait(m, fd, POLLIN, &dl)) {
-        ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-            return;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return;
+    }
+    if (n <= 0) {
+        if (c->req_len > 0) {
+            cli_metrics_answer(m, c); /* an HTTP/0.9-style request line without headers */
+        } else {
+            cli_metrics_close(c);
+        }
+        return;
+    }
+    if (memchr(c->req + c->req_len, '\0', (size_t)n) != NULL) {
+        cli_metrics_error(c, 400, "Bad Request");
+        return;
+    }
+    if (c->req_len == 0) {
+        cli_deadline(&c->deadline, CLI_METRICS_REQ_MS);
+    }
+    c->req_len += (size_t)n;
+    c->req[c->req_len] = '\0';
+    if (cli_headers_end(c->req) != NULL) {
+        cli_metrics_answer(m, c);
+    } else if (c->req_len == CLI_METRICS_REQ_MAX) {
+        cli_metrics_error(c, 400, "Bad Request");
+    }
+}
+
+static void cli_metrics_write(cli_metrics_conn_t *c)
+{
+    ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return;
+    }
+    if (n <= 0) {
+        cli_metrics_close(c);
+        return;
+    }
+    c->out_off += (size_t)n;
+    if (c->out_off < c->out_len) {
+        return;
+    }
+    /* Close gracefully: a close with unread input resets the connection,
+     * and the client may lose the response. Drain what it still sends,
+     * briefly. */
+    free(c->out);
+    c->out = NULL;
+    shutdown(c->fd, SHUT_WR);
+    c->state = CLI_METRICS_LINGERING;
+    cli_deadline(&c->deadline, CLI_METRICS_LINGER_MS);
+}
+
+static void cli_metrics_drain(cli_metrics_conn_t *c)
+{
+    char sink[4096];
+    ssize_t n = recv(c->fd, sink, sizeof(sink), 0);
+
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        cli_metrics_close(c);
+    }
+}
+
+static void cli_metrics_step(cli_metrics_t *m, cli_metrics_conn_t *c)
+{
+    switch (c->state) {
+    case CLI_METRICS_READING:
+        cli_metrics_read(m, c);
+        break;
+    case CLI_METRICS_WRITING:
+        cli_metrics_write(c);
+        break;
+    case CLI_METRICS_LINGERING:
+        cli_metrics_drain(c);
+        break;
+    }
+}
+
+/* Accept into a free slot, else into the oldest connection's. */
+static void cli_metrics_accept(cli_metrics_t *m)
+{
+    cli_metrics_conn_t *slot = &m->conns[0];
+    int fd = accept4(m->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+            cli_deadline(&m->accept_after, 100); /* out of descriptors: do not spin */
+        }
+        return;
+    }
+    for (size_t i = 1; i < CLI_METRICS_CONNS && slot->fd >= 0; i++) {
+        if (m->conns[i].fd < 0 || m->conns[i].seq < slot->seq) {
+            slot = &m->conns[i];
         }
     }
+    if (slot->fd >= 0) {
+        cli_metrics_close(slot);
+    }
+    slot->fd      = fd;
+    slot->state   = CLI_METRICS_READING;
+    slot->seq     = ++m->seq;
+    slot->req_len = 0;
+    cli_deadline(&slot->deadline, CLI_METRICS_FIRST_MS);
+}
+
+/* Poll the stop pipe (p[0]), the listener (p[1]) and every connection
+ * (p[2 + i]; a free slot's fd is -1, which poll skips) until the nearest
+ * deadline. */
+static int cli_metrics_poll(cli_metrics_t *m, struct pollfd *p)
+{
+    int64_t wait = cli_ms_left(&m->accept_after);
+
+    p[0] = (struct pollfd){.fd = m->stop[0], .events = POLLIN};
+    p[1] = (struct pollfd){.fd = wait > 0 ? -1 : m->fd, .events = POLLIN};
+    wait = wait > 0 ? wait : -1;
+    for (size_t i = 0; i < CLI_METRICS_CONNS; i++) {
+        const cli_metrics_conn_t *c = &m->conns[i];
+        p[2 + i] = (struct pollfd){.fd     = c->fd,
+                                   .events = c->state == CLI_METRICS_WRITING ? POLLOUT : POLLIN};
+        if (c->fd >= 0) {
+            int64_t left = cli_ms_left(&c->deadline);
+            left = left > 0 ? left : 0;
+            wait = wait < 0 || left < wait ? left : wait;
+        }
+    }
+    return poll(p, 2 + CLI_METRICS_CONNS, (int)wait);
 }
 
 static void *cli_metrics_thread(void *arg)
 {
     cli_metrics_t *m = arg;
+    struct pollfd p[2 + CLI_METRICS_CONNS];
 
-    while (cli_metrics_wait(m, m->fd, POLLIN, NULL)) {
-        int fd = accept4(m->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) {
-                usleep(100000); /* out of descriptors: do not spin */
-            }
+    for (;;) {
+        int n = cli_metrics_poll(m, p);
+        if (n < 0 && errno == EINTR) {
             continue;
         }
-        cli_metrics_handle(m, fd);
-        cli_metrics_linger(m, fd);
-        close(fd);
+        if (n < 0 || p[0].revents) {
+            break;
+        }
+        for (size_t i = 0; i < CLI_METRICS_CONNS; i++) {
+            cli_metrics_conn_t *c = &m->conns[i];
+            if (c->fd >= 0 && p[2 + i].revents) {
+                cli_metrics_step(m, c);
+            }
+            if (c->fd >= 0 && cli_ms_left(&c->deadline) <= 0) {
+                cli_metrics_close(c); /* too slow: just close */
+            }
+        }
+        if (p[1].revents) {
+            cli_metrics_accept(m);
+        }
+    }
+    for (size_t i = 0; i < CLI_METRICS_CONNS; i++) {
+        if (m->conns[i].fd >= 0) {
+            cli_metrics_close(&m->conns[i]);
+        }
     }
     return NULL;
 }
@@ -348,6 +448,9 @@ int cli_metrics_start(const char *cmd, const char *addr, remora_server_h server,
     }
     m->fd     = fd;
     m->server = server;
+    for (size_t i = 0; i < CLI_METRICS_CONNS; i++) {
+        m->conns[i].fd = -1;
+    }
     if (token != NULL)
         m->token = *token;
     if (pthread_create(&m->thread, NULL, cli_metrics_thread, m) != 0) {
