@@ -74,7 +74,13 @@ typedef struct rm_ring_push {
     int              stalled;
 } rm_ring_push_t;
 
-static void push_pump(remora_server_h s);
+static void push_pump_run(rm_after_t *a);
+
+static void push_pump(remora_server_h s)
+{
+    s->push_after.fn = push_pump_run;
+    rm_engine_after_pass(s->ctx, &s->push_after);
+}
 
 /* A push no longer on the wire's count (done, detached or stalled): once each. */
 static void push_count_out(remora_server_h s)
@@ -311,29 +317,21 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
     }
 }
 
-static void push_pump_after(rm_after_t *a)
-{
-    push_pump(rm_container_of(a, struct remora_server, push_after));
-}
-
 /* Start queued pushes while fewer than RM_PUSH_ACTIVE are on the wire. A
  * push that ends inside (UCX completes a small send at once) finds it
  * running: the loop here goes on, with no recursion a push deep. Pushes go
  * to any connection, so never from inside UCX's progress pass (a message's
  * handler, a send's completion, a connection's error): one to a peer that
- * died there made UCX 1.13 abort (rm_engine_after_pass). */
-static void push_pump(remora_server_h s)
+ * died there made UCX 1.13 abort. push_pump runs this once the pass has
+ * returned, or now when there is none (rm_engine_after_pass). */
+static void push_pump_run(rm_after_t *a)
 {
+    remora_server_h s = rm_container_of(a, struct remora_server, push_after);
     rm_list_t *pos, *tmp;
     uint64_t t = rm_now_ns();
 
     if (s->destroying || s->push_pumping)
         return;
-    if (s->ctx->in_pass) {
-        s->push_after.fn = push_pump_after;
-        rm_engine_after_pass(s->ctx, &s->push_after);
-        return;
-    }
     s->push_pumping = 1;
     rm_list_for_each_safe(pos, tmp, &s->pushes) {
         rm_ring_push_t *p = rm_container_of(pos, rm_ring_push_t, link);
