@@ -1317,7 +1317,9 @@ REMORA_API remora_status_t remora_stream_release(remora_client_h client, void *s
 typedef struct remora_sock          *remora_sock_h;
 typedef struct remora_sock_listener *remora_sock_listener_h;
 
-/** Bytes a sender may have in flight, unread by the receiver, per socket. */
+/** Bytes a sender may have in flight, unread by the receiver, per socket.
+ *  A server's socket not yet accepted takes 64 KiB only (one message); the
+ *  rest opens once the application accepts it. */
 #define REMORA_SOCK_WINDOW (4u << 20)
 /** Longest service name, bytes. */
 #define REMORA_SOCK_SERVICE_MAX 64
@@ -1332,7 +1334,8 @@ REMORA_API void remora_sock_listener_destroy(remora_sock_listener_h listener);
 REMORA_API remora_status_t remora_sock_accept(remora_sock_listener_h listener, int timeout_ms,
                                               remora_sock_h *sock_p);
 /** Connect to a service of the client's server. REMORA_ERR_NOT_FOUND when
- *  nothing listens under that name. */
+ *  nothing listens under that name; REMORA_ERR_BUSY when 64 sockets of this
+ *  connection (1024 of all) wait there for the server to accept them. */
 REMORA_API remora_status_t remora_sock_connect(remora_client_h client, const char *service,
                                                int timeout_ms, remora_sock_h *sock_p);
 /** Threading: one sender and one receiver may work on a socket at once (see

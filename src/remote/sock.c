@@ -14,6 +14,12 @@
  *   receiver returns credit (SOCK_CREDIT) as its reader consumes bytes, at
  *   least a quarter window at a time, so a blocked sender is always
  *   released.
+ * - A listener's backlog is bounded per connection (RM_SOCK_BACKLOG_CONN)
+ *   as well as in all (RM_SOCK_BACKLOG), so that one peer cannot fill it for
+ *   everyone. A socket in it receives into a small window
+ *   (RM_SOCK_BACKLOG_WINDOW): data the application has not asked for yet
+ *   holds at most that much memory. The rest is granted by CREDIT once the
+ *   socket is accepted (open_window).
  * - FIN (kind 0): the sender writes no more; kind 1: and reads no more (a
  *   close). The connection's failure fails every socket on it.
  * - Locking: a socket's state is guarded by its context's lock (message
@@ -35,6 +41,13 @@
 #define RM_SOCK_MSG_MAX   (64u << 10)
 #define RM_SOCK_SLOTS     65536u
 #define RM_SOCK_BACKLOG   1024u
+/* Unaccepted sockets of one connection per listener: enough for a client's
+ * burst of connects to a server that accepts as they come (it_sock's 64
+ * sockets at once), small enough that 16 connections are needed to fill a
+ * backlog and one holds at most 64 x RM_SOCK_BACKLOG_WINDOW = 4 MiB. */
+#define RM_SOCK_BACKLOG_CONN 64u
+/* The receive window of a socket not yet accepted: one message. */
+#define RM_SOCK_BACKLOG_WINDOW RM_SOCK_MSG_MAX
 
 typedef struct rx_chunk {
     rm_list_t link;
@@ -48,9 +61,10 @@ struct remora_sock {
     unsigned         am_id;    /* the direction messages take on it */
     uint32_t         id, peer_id;
     remora_status_t  err;      /* the connection failed */
-    int              peer_fin, peer_closed, shut;
+    int              peer_fin, peer_closed, shut, accepted;
     rm_list_t        rxq;      /* rx_chunk_t */
     size_t           rx_bytes, rx_consumed;
+    size_t           rx_window; /* bytes the peer may have unread here */
     uint64_t         tx_credit;
     atomic_int       rx_wake, tx_wake;
     atomic_size_t    rx_hint, tx_hint;
@@ -153,6 +167,7 @@ static remora_sock_h sock_new(remora_context_h ctx, rm_peer_t *peer, unsigned am
     s->ctx   = ctx;
     s->peer  = peer;
     s->am_id = am_id;
+    s->rx_window = REMORA_SOCK_WINDOW;
     rm_list_init(&s->rxq);
     rm_list_init(&s->link);
     if (tbl_add(s) != REMORA_OK) {
@@ -192,6 +207,21 @@ static void send_ctl(remora_sock_h s, unsigned type, uint8_t kind, uint64_t leng
         rm_peer_fail_lost(s->peer, type, st);
 }
 
+/*
+ * Grant the rest of the full window to an accepted socket (lock held). Only
+ * once the peer has sent: a connecting client sets its credit from the reply
+ * rather than adding to it (remora_sock_connect, in this release and the
+ * ones before), so a grant that reached it before its connect returned would
+ * be lost. Its first SOCK_DATA shows that it has returned.
+ */
+static void open_window(remora_sock_h s)
+{
+    if (!s->accepted || s->rx_window == REMORA_SOCK_WINDOW || s->rx_bytes == 0)
+        return;
+    send_ctl(s, RM_MSG_SOCK_CREDIT, 0, REMORA_SOCK_WINDOW - s->rx_window);
+    s->rx_window = REMORA_SOCK_WINDOW;
+}
+
 /* ------------------------------------------------------------ messages */
 
 /* A listener of server by name (tbl_lock held). */
@@ -205,6 +235,17 @@ static remora_sock_listener_h listener_find(remora_server_h server, const char *
             return it;
     }
     return NULL;
+}
+
+/* Sockets of peer in l's backlog (tbl_lock held). */
+static unsigned backlog_count(remora_sock_listener_h l, const rm_peer_t *peer)
+{
+    rm_list_t *pos, *tmp;
+    unsigned n = 0;
+
+    rm_list_for_each_safe(pos, tmp, &l->backlog)
+        n += rm_container_of(pos, struct remora_sock, link)->peer == peer;
+    return n;
 }
 
 /*
@@ -239,10 +280,14 @@ static void on_connect(rm_peer_t *peer, remora_server_h server, const rm_hdr_t *
     }
     s->peer_id   = (uint32_t)hdr->offset;
     s->tx_credit = hdr->length < REMORA_SOCK_WINDOW ? hdr->length : REMORA_SOCK_WINDOW;
+    s->rx_window = RM_SOCK_BACKLOG_WINDOW;
     update_hints(s);
     pthread_mutex_lock(&tbl_lock);
-    if ((l = listener_find(first, name)) == NULL || l->nbacklog >= RM_SOCK_BACKLOG) {
-        st = l ? REMORA_ERR_BUSY : REMORA_ERR_NOT_FOUND;
+    if ((l = listener_find(first, name)) == NULL) {
+        st = REMORA_ERR_NOT_FOUND;
+    } else if (l->nbacklog >= RM_SOCK_BACKLOG ||
+               backlog_count(l, peer) >= RM_SOCK_BACKLOG_CONN) {
+        st = REMORA_ERR_BUSY;
     } else {
         s->listener = l;
         rm_list_push_back(&l->backlog, &s->link);
@@ -258,7 +303,7 @@ static void on_connect(rm_peer_t *peer, remora_server_h server, const rm_hdr_t *
     }
     rm_wbuf_init(&w);
     rm_wbuf_u32(&w, s->id);
-    rm_wbuf_u64(&w, REMORA_SOCK_WINDOW);
+    rm_wbuf_u64(&w, s->rx_window);
     rm_conn_reply(c, RM_MSG_SOCK_CONNECT_REPLY, hdr->req_id, REMORA_OK, &w);
 }
 
@@ -278,7 +323,7 @@ void rm_sock_on_message(rm_peer_t *peer, remora_server_h server, const rm_hdr_t 
     switch (hdr->type) {
     case RM_MSG_SOCK_DATA:
         if (len == 0 || len > RM_SOCK_MSG_MAX || s->peer_fin ||
-            s->rx_bytes + len > REMORA_SOCK_WINDOW + RM_SOCK_MSG_MAX) {
+            s->rx_bytes + len > s->rx_window) {
             rm_warn_peer("socket %u: data past the window or the end; dropped", s->id);
             return;
         }
@@ -292,6 +337,7 @@ void rm_sock_on_message(rm_peer_t *peer, remora_server_h server, const rm_hdr_t 
         memcpy(ch->data, body, len);
         rm_list_push_back(&s->rxq, &ch->link);
         s->rx_bytes += len;
+        open_window(s);
         wake(s, 1, 0);
         break;
     case RM_MSG_SOCK_FIN:
@@ -417,7 +463,20 @@ static uint64_t deadline_for(int timeout_ms)
     return rm_deadline_ns(timeout_ms < 0 ? REMORA_DEFAULT_TIMEOUT_MS : timeout_ms);
 }
 
-/* The oldest socket of the backlog, or NULL. */
+/* The application has s now: its window may open (under its worker's lock,
+ * which comes before tbl_lock). */
+static void sock_accepted(remora_sock_h s)
+{
+    remora_context_h ctx = s->ctx;
+
+    rm_engine_lock(ctx);
+    s->accepted = 1;
+    open_window(s);
+    rm_engine_unlock(ctx);
+    rm_engine_kick(ctx);
+}
+
+/* The oldest socket of the backlog, accepted, or NULL. */
 static remora_sock_h backlog_pop(remora_sock_listener_h l)
 {
     remora_sock_h s = NULL;
@@ -432,6 +491,8 @@ static remora_sock_h backlog_pop(remora_sock_listener_h l)
         atomic_store(&l->hint, l->nbacklog > 0);
     }
     pthread_mutex_unlock(&tbl_lock);
+    if (s != NULL)
+        sock_accepted(s);
     return s;
 }
 

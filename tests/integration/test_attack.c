@@ -16,6 +16,9 @@
  *   e. connection caps of a library server (8 total, 4 per host): BUSY.
  *   f. out of fds: a server under RLIMIT_NOFILE 256 and 600 connections
  *      held open: it does not spin, and serves once they close.
+ *   g. socket backlog: a raw peer sends far past the window of sockets a
+ *      library server has not accepted: each holds one message (the small
+ *      window its SOCK_CONNECT_REPLY gave), the rest is dropped.
  * Each ends with the server alive and serving a real client byte-exact.
  */
 #include <errno.h>
@@ -201,29 +204,42 @@ static ucs_status_t raw_wait(raw_t *r, void *req, int ms)
     return st;
 }
 
+/* One eager active message to the server, sent when this returns. */
+static void raw_send(raw_t *r, const rm_hdr_t *hdr, const void *body, size_t len)
+{
+    uint8_t h[RM_HDR_MAX];
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
+    void *req = ucp_am_send_nbx(r->ep, RM_AM_ID_TO_SERVER, h, rm_hdr_encode(hdr, h), body,
+                                len, &p);
+    assert_int_equal(raw_wait(r, req, WAIT_MS), UCS_OK);
+}
+
+/* A request and its reply (in r->hdr, r->body), which must be of reply_type. */
+static void raw_request(raw_t *r, const rm_hdr_t *hdr, const void *body, size_t len,
+                        unsigned reply_type)
+{
+    r->got_reply = 0;
+    raw_send(r, hdr, body, len);
+    double deadline = it_now_ms() + WAIT_MS;
+    while (!r->got_reply && it_now_ms() < deadline)
+        if (raw_pump(r) == 0)
+            it_sleep_ms(1);
+    assert_true(r->got_reply);
+    assert_int_equal(r->hdr.type, reply_type);
+}
+
 /* LOOKUP name over AM; the descriptor (rkey copied into rkey_buf). */
 static void raw_lookup(raw_t *r, const char *name, rm_region_desc_t *d, uint8_t *rkey_buf)
 {
-    uint8_t h[RM_HDR_MAX];
     rm_hdr_t hdr = {.type = RM_MSG_LOOKUP, .req_id = 77};
     rm_wbuf_t w;
     rm_rbuf_t rb;
 
     rm_wbuf_init(&w);
     rm_wbuf_name(&w, name);
-    r->got_reply = 0;
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
-    void *req = ucp_am_send_nbx(r->ep, RM_AM_ID_TO_SERVER, h, rm_hdr_encode(&hdr, h), w.data,
-                                w.len, &p);
-    assert_int_equal(raw_wait(r, req, WAIT_MS), UCS_OK);
+    raw_request(r, &hdr, w.data, w.len, RM_MSG_LOOKUP_REPLY);
     rm_wbuf_free(&w);
-    double deadline = it_now_ms() + WAIT_MS;
-    while (!r->got_reply && it_now_ms() < deadline)
-        if (raw_pump(r) == 0)
-            it_sleep_ms(1);
-    assert_true(r->got_reply);
-    assert_int_equal(r->hdr.type, RM_MSG_LOOKUP_REPLY);
     it_assert_ok((remora_status_t)r->hdr.status);
     rm_rbuf_init(&rb, r->body, r->body_len);
     rm_region_desc_decode(&rb, d);
@@ -823,6 +839,87 @@ static void test_out_of_fds(void **state)
     free(fds);
 }
 
+/* ---------------------------------------------------------------- g */
+
+/* SOCK_CONNECT to service as socket my_id; the server's socket id, and its
+ * window in *window. */
+static uint32_t raw_sock_connect(raw_t *r, const char *service, uint32_t my_id,
+                                 uint64_t *window)
+{
+    rm_hdr_t hdr = {.type = RM_MSG_SOCK_CONNECT, .req_id = my_id, .offset = my_id,
+                    .length = REMORA_SOCK_WINDOW};
+    rm_wbuf_t w;
+    rm_rbuf_t rb;
+
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, service);
+    raw_request(r, &hdr, w.data, w.len, RM_MSG_SOCK_CONNECT_REPLY);
+    rm_wbuf_free(&w);
+    it_assert_ok((remora_status_t)r->hdr.status);
+    rm_rbuf_init(&rb, r->body, r->body_len);
+    uint32_t id = rm_rbuf_u32(&rb);
+    *window = rm_rbuf_u64(&rb);
+    assert_false(rb.failed || rb.left);
+    return id;
+}
+
+static void test_sock_backlog_flood(void **state)
+{
+    enum { NSOCK = 4, NMSG = 16, MSG = 64 << 10 };
+    remora_context_h ctx;
+    remora_server_h srv;
+    remora_sock_listener_h l;
+    char addr[IT_ADDR_MAX];
+    uint8_t *chunk = malloc(MSG), *buf = malloc(NMSG * MSG);
+    uint64_t window;
+    uint32_t ids[NSOCK];
+    raw_t r;
+    (void)state;
+
+    assert_non_null(chunk);
+    assert_non_null(buf);
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0"};
+    it_assert_ok(remora_server_create(ctx, &sp, &srv));
+    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    it_assert_ok(remora_sock_listen(srv, "svc", &l));
+    assert_int_equal(raw_open(&r, addr, NULL, 0), 0);
+    for (uint32_t i = 0; i < NSOCK; i++) {
+        ids[i] = raw_sock_connect(&r, "svc", 7000 + i, &window);
+        assert_true(window > 0 && window <= MSG);
+    }
+    for (uint32_t i = 0; i < NSOCK; i++)
+        for (int k = 0; k < NMSG; k++) {
+            rm_hdr_t h = {.type = RM_MSG_SOCK_DATA, .region_id = ids[i], .offset = 7000 + i,
+                          .length = MSG};
+            memset(chunk, 'a' + (int)i, MSG);
+            raw_send(&r, &h, chunk, MSG);
+        }
+    rm_hdr_t ping = {.type = RM_MSG_PING, .req_id = 9};
+    raw_request(&r, &ping, NULL, 0, RM_MSG_PONG); /* the data came before it */
+    for (uint32_t i = 0; i < NSOCK; i++) {
+        remora_sock_h a;
+        size_t got = 0;
+        int64_t n;
+        it_assert_ok(remora_sock_accept(l, 1000, &a));
+        while ((n = remora_sock_recv(a, buf + got, NMSG * MSG - got, 200)) > 0)
+            got += (size_t)n;
+        assert_int_equal(n, REMORA_ERR_TIMED_OUT);
+        printf("# unaccepted socket %u kept %zu of %d bytes sent\n", i, got, NMSG * MSG);
+        assert_int_equal(got, window);
+        memset(chunk, 'a' + (int)i, MSG);
+        assert_memory_equal(buf, chunk, got);
+        remora_sock_close(a);
+    }
+    raw_close(&r);
+    remora_sock_listener_destroy(l);
+    remora_server_destroy(srv);
+    remora_context_destroy(ctx);
+    free(chunk);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -834,6 +931,7 @@ int main(void)
         cmocka_unit_test_teardown(test_caps_at_accept, it_teardown_reap),
         cmocka_unit_test_teardown(test_unread_replies, it_teardown_reap),
         cmocka_unit_test_teardown(test_out_of_fds, it_teardown_reap),
+        cmocka_unit_test_teardown(test_sock_backlog_flood, it_teardown_reap),
     };
 
     it_init("attack");

@@ -5,7 +5,8 @@
  * (this program re-executed with --child) as a peer that gets killed.
  * Checks byte-exact echo from 1 B to 4 MiB with partial reads reassembled,
  * 64 sockets at once, EOF and close semantics, unknown services, timeouts,
- * poll, and a killed peer turning into REMORA_ERR_DISCONNECTED in time.
+ * poll, the backlog's bounds (sockets per connection, bytes per unaccepted
+ * socket), and a killed peer turning into REMORA_ERR_DISCONNECTED in time.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -233,6 +234,108 @@ static void test_timeouts_poll(void **state)
     it_client_close(&c);
 }
 
+/* ---------------------------------------------------------------- the backlog */
+
+/* One connection's unaccepted sockets of a service past 64 get BUSY; another
+ * client still connects, and the first again once one of its is accepted. */
+static void test_backlog_cap(void **state)
+{
+    enum { CAP = 64 };
+    remora_sock_listener_h l;
+    remora_sock_h s[CAP], other, more, a;
+    it_client_t c, c2;
+
+    it_assert_ok(remora_sock_listen(g_server, "later", &l));
+    it_assert_ok(it_client_open(&c, g_addr, NULL));
+    it_assert_ok(it_client_open(&c2, g_addr, NULL));
+    for (int i = 0; i < CAP; i++)
+        it_assert_ok(remora_sock_connect(c.client, "later", 5000, &s[i]));
+    it_assert_status(remora_sock_connect(c.client, "later", 5000, &more), REMORA_ERR_BUSY);
+    it_assert_ok(remora_sock_connect(c2.client, "later", 5000, &other));
+    it_assert_ok(remora_sock_accept(l, 1000, &a));
+    it_assert_ok(remora_sock_connect(c.client, "later", 5000, &more));
+    remora_sock_close(a);
+    remora_sock_close(more);
+    remora_sock_close(other);
+    for (int i = 0; i < CAP; i++)
+        remora_sock_close(s[i]);
+    remora_sock_listener_destroy(l);
+    it_client_close(&c2);
+    it_client_close(&c);
+}
+
+/* Sends until a send moves nothing in 1 s; the bytes that went. */
+static size_t send_until_blocked(remora_sock_h s, const uint8_t *buf, size_t len)
+{
+    size_t sent = 0;
+    int64_t m;
+
+    while (sent < len && (m = remora_sock_send(s, buf + sent, len - sent, 1000)) > 0)
+        sent += (size_t)m;
+    return sent;
+}
+
+static void send_all(remora_sock_h s, const uint8_t *buf, size_t len)
+{
+    for (size_t sent = 0; sent < len;) {
+        int64_t m = remora_sock_send(s, buf + sent, len - sent, 10000);
+        assert_true(m > 0);
+        sent += (size_t)m;
+    }
+}
+
+static void recv_exact(remora_sock_h s, uint8_t *buf, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        int64_t r = remora_sock_recv(s, buf + got, len - got, 10000);
+        assert_true(r > 0);
+        got += (size_t)r;
+    }
+}
+
+/* A socket not yet accepted takes one message (64 KiB) of its peer's bytes,
+ * not a whole window; accepted, it opens the full REMORA_SOCK_WINDOW, whether
+ * bytes came before the accept or only after, and every byte arrives. */
+static void test_unaccepted_window(void **state)
+{
+    const size_t len = REMORA_SOCK_WINDOW + (1u << 20);
+    uint8_t *out = malloc(len), *in = malloc(len);
+    remora_sock_listener_h l;
+    it_client_t c;
+
+    assert_non_null(out);
+    assert_non_null(in);
+    it_fill_random(out, len, 77);
+    it_assert_ok(remora_sock_listen(g_server, "later", &l));
+    it_assert_ok(it_client_open(&c, g_addr, NULL));
+    for (int accept_first = 0; accept_first < 2; accept_first++) {
+        remora_sock_h s, a;
+        size_t sent = 0;
+
+        it_assert_ok(remora_sock_connect(c.client, "later", 5000, &s));
+        if (!accept_first) {
+            int64_t early = remora_sock_send(s, out, len, 1000);
+            assert_true(early > 0 && early <= (64 << 10));
+            assert_int_equal(remora_sock_send(s, out + early, len - (size_t)early, 0),
+                             REMORA_ERR_TIMED_OUT);
+            sent = (size_t)early;
+        }
+        it_assert_ok(remora_sock_accept(l, 1000, &a));
+        sent += send_until_blocked(s, out + sent, len - sent);
+        assert_int_equal(sent, REMORA_SOCK_WINDOW); /* nothing read yet */
+        recv_exact(a, in, sent);
+        send_all(s, out + sent, len - sent);
+        recv_exact(a, in + sent, len - sent);
+        assert_memory_equal(in, out, len);
+        remora_sock_close(a);
+        remora_sock_close(s);
+    }
+    remora_sock_listener_destroy(l);
+    it_client_close(&c);
+    free(out);
+    free(in);
+}
+
 /* ---------------------------------------------------------------- a peer that dies */
 
 /* --child: a server whose "sink" service accepts one socket and reads
@@ -326,6 +429,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many_sockets),
         cmocka_unit_test(test_eof_close),
         cmocka_unit_test(test_timeouts_poll),
+        cmocka_unit_test(test_backlog_cap),
+        cmocka_unit_test(test_unaccepted_window),
         cmocka_unit_test(test_peer_killed),
     };
     return it_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
