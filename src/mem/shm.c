@@ -6,13 +6,16 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/log.h"
 
+#define RM_SHM_NAME "remora-region" /* memfd names: /memfd:NAME (deleted) */
+
 remora_status_t rm_shm_create(size_t len, int *fd_p, void **addr_p)
 {
-    int fd = memfd_create("remora-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = memfd_create(RM_SHM_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     void *addr;
 
     if (fd < 0) {
@@ -47,6 +50,28 @@ remora_status_t rm_shm_seal_read_only(int fd)
     return REMORA_OK;
 }
 
+/*
+ * Whether fd, opened through another process's /proc/PID/fd, is a region
+ * file of a remora server holding [offset, offset + len): a memfd of ours
+ * (its name), owned by this user, sealed against shrinking (as every region
+ * file is from its creation) and long enough. Which file to open is the
+ * server's word, and a server may lie: a path to any file this user may
+ * open, a read-only fd reopened writable, a length past the end (SIGBUS
+ * on the first copy; all three found by review).
+ */
+static int region_file(int fd, const char *path, uint64_t offset, size_t len)
+{
+    static const char name[] = "/memfd:" RM_SHM_NAME " ";
+    char target[sizeof(name)] = {0};
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+
+    return seals >= 0 && (seals & F_SEAL_SHRINK) && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+           st.st_uid == geteuid() && (uint64_t)st.st_size >= offset + len &&
+           readlink(path, target, sizeof(target) - 1) == (ssize_t)sizeof(target) - 1 &&
+           memcmp(target, name, sizeof(target) - 1) == 0;
+}
+
 static remora_status_t map_with(const char *path, int oflags, int prot, uint64_t offset,
                                 size_t len, rm_shm_view_t *view)
 {
@@ -57,6 +82,11 @@ static remora_status_t map_with(const char *path, int oflags, int prot, uint64_t
 
     if (fd < 0)
         return REMORA_ERR_UNSUPPORTED;
+    if (!region_file(fd, path, offset, len)) {
+        rm_warn_peer("%s is not a region file of the size the server gave; not mapped", path);
+        close(fd);
+        return REMORA_ERR_PROTOCOL;
+    }
     view->base_len = (size_t)(offset - start) + len;
     base = mmap(NULL, view->base_len, prot, MAP_SHARED, fd, (off_t)start);
     close(fd); /* the mapping keeps the file */

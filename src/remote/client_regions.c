@@ -64,6 +64,18 @@ static void region_free(remora_client_h c, rm_rregion_t *r)
  * Either way peer access is enabled both ways between near_dev and the
  * device it was opened on, so copies go GPU to GPU, not through the host.
  */
+/* The server's word for where the region lies in its allocation, checked
+ * against the allocation the handle opened (as the map path checks its
+ * file): an offset past it made copies go wherever the server said. */
+static int ipc_range_ok(const rm_rregion_t *r)
+{
+    void *base;
+    size_t size;
+
+    return rm_cuda_ptr_range(r->ipc_dev, r->ipc_base, &base, &size) == REMORA_OK &&
+           base == r->ipc_base && r->ipc_offset <= size && r->size <= size - r->ipc_offset;
+}
+
 remora_status_t rm_client_region_ipc(rm_rregion_t *r, int near_dev, char **p)
 {
     int ndev = rm_cuda_device_count();
@@ -80,6 +92,12 @@ remora_status_t rm_client_region_ipc(rm_rregion_t *r, int near_dev, char **p)
         if (st != REMORA_OK && r->ipc_dev != own) {
             r->ipc_dev = own;
             st = rm_cuda_ipc_open(own, &h, &r->ipc_base);
+        }
+        if (st == REMORA_OK && !ipc_range_ok(r)) {
+            rm_warn_peer("region %s: the server's offset lies outside its allocation", r->name);
+            rm_cuda_ipc_close(r->ipc_dev, r->ipc_base);
+            r->ipc_base = NULL;
+            st = REMORA_ERR_PROTOCOL;
         }
     }
     if (st == REMORA_OK && near_dev >= 0 && near_dev != r->ipc_dev)
@@ -138,7 +156,10 @@ rm_rregion_t *rm_client_region_by_id(remora_client_h c, uint32_t id)
  * the server's memory file, read-write only where the region is writable. */
 static void region_attach(remora_client_h c, rm_rregion_t *r, const rm_region_desc_t *d)
 {
-    if (d->rkey_len == 0 || ucp_ep_rkey_unpack(c->peer.ep, d->rkey, &r->rkey) != UCS_OK)
+    /* Only where RMA may be used: UCX's unpacking trusts the key's bytes,
+     * and a server's garbage key crashed it (6 of 12 crafted keys; review). */
+    if (!c->ctx->rma || d->rkey_len == 0 ||
+        ucp_ep_rkey_unpack(c->peer.ep, d->rkey, &r->rkey) != UCS_OK)
         r->rkey = NULL;
     if (!c->same_host || !c->ctx->shm_ok || !(d->flags & RM_REGION_WIRE_MAPPABLE) || d->size == 0)
         return;

@@ -43,6 +43,7 @@
 #include "remote/signals.h"
 #include "remote/sock.h"
 #include "util/env.h"
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -71,6 +72,27 @@ rm_region_t *rm_server_region_by_id(remora_server_h s, uint32_t id)
     rm_region_t *r = rm_registry_by_id(s->reg, id);
     rm_registry_unlock(s->reg);
     return r;
+}
+
+/* A lying server, for tests of its clients (rm_fault_lie_arm). */
+static void describe_lie(rm_region_desc_t *d)
+{
+    int map_fd;
+    const void *rkey;
+    size_t rkey_len;
+
+    if (!rm_fault_lie_take(&map_fd, &rkey, &rkey_len))
+        return;
+    if (map_fd >= 0) {
+        d->flags  |= RM_REGION_WIRE_MAPPABLE;
+        d->map_pid = (uint32_t)getpid();
+        d->map_fd  = (uint32_t)map_fd;
+        d->map_offset = 0;
+    }
+    if (rkey_len) {
+        d->rkey     = rkey;
+        d->rkey_len = (uint32_t)rkey_len;
+    }
 }
 
 /* Describe a region to a client: its remote key only where that client may
@@ -118,6 +140,7 @@ static void region_describe(const rm_conn_t *c, const rm_region_t *r, int with_r
     if (with_rkey && c->rma_ok &&
         rm_mem_rkey(r->mem, writable, (const void **)&d->rkey, &rkey_len) == REMORA_OK)
         d->rkey_len = (uint32_t)rkey_len;
+    describe_lie(d); /* tests */
 }
 
 /* A read-only region's memory file is sealed before any client may map it:

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 #include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "util/fault.h"
 
@@ -60,3 +62,34 @@ int rm_fault_ep_fail_take(unsigned type, int *queued)
 void rm_fault_stray_arm(unsigned type, unsigned count) { arm(&g_stray, type, 0, count, 0); }
 
 int rm_fault_stray_take(unsigned type) { return take(&g_stray, type); }
+
+static struct {
+    atomic_uint count;
+    int         map_fd;
+    uint8_t     rkey[256];
+    size_t      rkey_len;
+} g_lie;
+
+void rm_fault_lie_arm(int map_fd, const void *rkey, size_t rkey_len, unsigned count)
+{
+    atomic_store(&g_lie.count, 0); /* armed only once the rest is set */
+    g_lie.map_fd   = map_fd;
+    g_lie.rkey_len = rkey_len < sizeof(g_lie.rkey) ? rkey_len : sizeof(g_lie.rkey);
+    if (g_lie.rkey_len)
+        memcpy(g_lie.rkey, rkey, g_lie.rkey_len);
+    atomic_store(&g_lie.count, count);
+}
+
+int rm_fault_lie_take(int *map_fd, const void **rkey, size_t *rkey_len)
+{
+    unsigned n = atomic_load_explicit(&g_lie.count, memory_order_relaxed);
+
+    while (n > 0)
+        if (atomic_compare_exchange_weak(&g_lie.count, &n, n - 1)) {
+            *map_fd   = g_lie.map_fd;
+            *rkey     = g_lie.rkey;
+            *rkey_len = g_lie.rkey_len;
+            return 1;
+        }
+    return 0;
+}

@@ -11,6 +11,8 @@
 #ifndef RM_UTIL_FAULT_H
 #define RM_UTIL_FAULT_H
 
+#include <stddef.h>
+
 /* The next `count` sends of message type `type` (RM_MSG_*, by any peer of
  * the process) fail as if memory ran out; count 0 disarms. */
 void rm_fault_send_arm(unsigned type, unsigned count);
@@ -33,5 +35,13 @@ int rm_fault_ep_fail_take(unsigned type, int *queued);
  * of waiting for their verdict (server_ring.c). */
 void rm_fault_stray_arm(unsigned type, unsigned count);
 int rm_fault_stray_take(unsigned type);
+/* A lying server: the next `count` region descriptors it sends name map_fd
+ * (of this process) as the region's memory file, when map_fd >= 0, and
+ * carry rkey (rkey_len bytes, copied; at most 256) as the region's key, when
+ * rkey_len > 0 (server.c, region_describe). */
+void rm_fault_lie_arm(int map_fd, const void *rkey, size_t rkey_len, unsigned count);
+/* Whether the next descriptor is to lie; what it says in *map_fd (-1: the
+ * truth) and *rkey / *rkey_len (0: the truth). */
+int rm_fault_lie_take(int *map_fd, const void **rkey, size_t *rkey_len);
 
 #endif

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -401,6 +403,59 @@ static void test_lost_later_chunk(void **state)
     world_close(&w);
 }
 
+/*
+ * A lying server (rm_fault_lie_arm): a region's memory file named by a path
+ * to another file of the client's user (here one it holds open read-only, as
+ * a process holds a key file), and a key of garbage. The client reads and
+ * writes that file, or crashes in UCX's key parser, with neither check
+ * (found by review). Now the file is refused (not a sealed region memfd of
+ * the size given), the key is not unpacked without RMA, and the region is
+ * served by active messages, byte-exact.
+ */
+static void test_lying_descriptors(void **state)
+{
+    world_t w;
+    it_client_t c;
+    char path[] = "/tmp/remora-secret-XXXXXX";
+    static const char secret[] = "SECRET-KEY: hunter2-do-not-leak";
+    uint8_t buf[64], key[64];
+    (void)state;
+
+    int wfd = mkstemp(path);
+    assert_true(wfd >= 0);
+    assert_int_equal(write(wfd, secret, sizeof(secret)), (ssize_t)sizeof(secret));
+    close(wfd);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    world_open(&w);
+    it_assert_ok(remora_server_expose(w.server, "rw", w.mem,
+                 &(remora_region_params_t){.field_mask = REMORA_REGION_FIELD_FLAGS,
+                                           .flags = REMORA_REGION_WRITABLE}));
+    rm_fault_lie_arm(fd, NULL, 0, 1000);
+    it_assert_ok(it_client_open(&c, w.addr, NULL));
+    it_assert_ok(remora_client_read(c.client, "m", 0, buf, sizeof(buf)));
+    for (size_t i = 0; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 0x5a); /* the region's bytes, not the file's */
+    memset(buf, 0x33, sizeof(buf));
+    it_assert_ok(remora_client_write(c.client, "rw", 0, buf, sizeof(buf)));
+    rm_fault_lie_arm(-1, NULL, 0, 0);
+    char got[sizeof(secret)] = {0};
+    assert_int_equal(pread(fd, got, sizeof(got), 0), (ssize_t)sizeof(got));
+    assert_memory_equal(got, secret, sizeof(secret)); /* the file is untouched */
+    assert_int_equal(((uint8_t *)remora_mem_address(w.mem))[0], 0x33); /* the write landed */
+    it_client_close(&c);
+    memset(key, 0xff, sizeof(key));
+    rm_fault_lie_arm(-1, key, sizeof(key), 1000);
+    it_assert_ok(it_client_open(&c, w.addr, NULL));
+    it_assert_ok(remora_client_read(c.client, "rw", 0, buf, sizeof(buf)));
+    assert_int_equal(buf[0], 0x33);
+    rm_fault_lie_arm(-1, NULL, 0, 0);
+    it_client_close(&c);
+    world_close(&w);
+    close(fd);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -410,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_lost_later_chunk),
         cmocka_unit_test(test_ep_fails_inside_sock_sends),
         cmocka_unit_test(test_stray_reply_after_push),
+        cmocka_unit_test(test_lying_descriptors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
