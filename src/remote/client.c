@@ -230,8 +230,20 @@ static void ring_push_landed(void *request, ucs_status_t status, size_t length, 
         ucp_request_free(request);
 }
 
+/* Whether a push of len bytes is within its wait's credit (the bytes the
+ * RING_WAIT asked for; none for a wait that asked for no push). One over it
+ * is refused before anything is allocated or received: the server would
+ * choose how much memory the client takes. */
+static int push_within_credit(const rm_op_t *op, size_t len)
+{
+    if (len > 0 && len <= op->push_cap)
+        return 1;
+    rm_warn_peer("server pushed %zu bytes for a credit of %zu", len, op->push_cap);
+    return 0;
+}
+
 /* Make a ring push's buffer (the subscription's lent spare, or a new one)
- * hold len bytes; -1 when it cannot be had. */
+ * hold len bytes, within the credit; -1 when it cannot be had. */
 static int op_reply_fit(rm_op_t *op, size_t len)
 {
     if (op->reply != NULL && op->reply_cap >= len)
@@ -250,9 +262,11 @@ static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_
 
     op->reply_hdr = *hdr;
     op->status    = (remora_status_t)hdr->status;
-    if (op->status != REMORA_OK || len == 0 || op_reply_fit(op, len) != 0) {
+    if (op->status == REMORA_OK && !push_within_credit(op, len))
+        op->status = REMORA_ERR_PROTOCOL;
+    if (op->status != REMORA_OK || op_reply_fit(op, len) != 0) {
         if (op->status == REMORA_OK)
-            op->status = len ? REMORA_ERR_NO_MEMORY : REMORA_ERR_PROTOCOL;
+            op->status = REMORA_ERR_NO_MEMORY;
         op->replied = 1;
         rm_client_op_finish(op);
         return UCS_OK; /* the payload is dropped */
@@ -391,9 +405,12 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
         (op = op_by_req_id(c, hdr->req_id)) != NULL && op->push_req && !op->push_verdict &&
         hdr->status == REMORA_OK && len > 0) {
         /* A small push comes eagerly; its verdict follows all the same. */
-        if (op_reply_fit(op, len) != 0) {
+        remora_status_t st = !push_within_credit(op, len) ? REMORA_ERR_PROTOCOL
+                             : op_reply_fit(op, len) != 0 ? REMORA_ERR_NO_MEMORY
+                                                          : REMORA_OK;
+        if (st != REMORA_OK) {
             op->reply_type = 0;
-            op->status     = REMORA_ERR_NO_MEMORY;
+            op->status     = st;
             op->replied    = 1;
             rm_client_op_finish(op);
             return UCS_OK;

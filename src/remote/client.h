@@ -187,6 +187,7 @@ struct rm_op {
     size_t           reply_cap;  /* a buffer lent for a ring push: what it holds */
     int              sub_owned;  /* a subscription's RING_WAIT: its owner frees it */
     int              push_req;     /* a subscription's RING_WAIT asking for a push */
+    size_t           push_cap;     /* ... its credit: the most bytes a push may bring */
     int              push_verdict; /* a ring push landed; its verdict is due (sub.c) */
     uint64_t         push_claimed; /* the verdict: the ring's `claimed` once it was sent */
 };

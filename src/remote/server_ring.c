@@ -262,6 +262,8 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
         nmax = credit;
     if (nmax == 0)
         nmax = 1;
+    if (rm_fault_overpush_take())
+        nmax = cap; /* tests: a server that ignores the credit */
     /* Elements the producer commits while this push travels, twice over. */
     double rate = rm_ring_rate(ring, head, t);
     double d_ns = 2.0 * push_time_ns(s, (double)(nmax * stride)) + RM_PUSH_SLACK_NS;

@@ -181,6 +181,7 @@ static remora_status_t wait_post(remora_sub_h sub, uint64_t want, rm_op_t **slot
         } else {
             op->sub_owned = 1;
             op->push_req  = sub->use_push;
+            op->push_cap  = sub->use_push ? sub->push_cap : 0;
             if (sub->use_push) {
                 /* Lend the op a buffer for the slots (faulted in once, not
                  * per push); the op owns it until the answer is taken. */

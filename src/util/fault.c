@@ -11,7 +11,7 @@ typedef struct rm_fault {
     atomic_int  arg;
 } rm_fault_t;
 
-static rm_fault_t g_send, g_ep_fail, g_stray;
+static rm_fault_t g_send, g_ep_fail, g_stray, g_overpush;
 
 static void arm(rm_fault_t *f, unsigned type, unsigned skip, unsigned count, int arg)
 {
@@ -93,3 +93,6 @@ int rm_fault_lie_take(int *map_fd, const void **rkey, size_t *rkey_len)
         }
     return 0;
 }
+void rm_fault_overpush_arm(unsigned count) { arm(&g_overpush, 0, 0, count, 0); }
+
+int rm_fault_overpush_take(void) { return take(&g_overpush, 0); }

@@ -44,4 +44,10 @@ void rm_fault_lie_arm(int map_fd, const void *rkey, size_t rkey_len, unsigned co
  * truth) and *rkey / *rkey_len (0: the truth). */
 int rm_fault_lie_take(int *map_fd, const void **rkey, size_t *rkey_len);
 
+/* A server that ignores its subscribers' credit: the next `count` ring
+ * pushes send every element from the wanted one on, up to the ring's end,
+ * however few bytes the RING_WAIT asked for (server_ring.c). */
+void rm_fault_overpush_arm(unsigned count);
+int rm_fault_overpush_take(void);
+
 #endif

@@ -731,6 +731,20 @@ long it_proc_cpu_ticks(pid_t pid)
     return (long)(utime + stime);
 }
 
+long it_proc_rss_kib(pid_t pid)
+{
+    char path[64], *status, *line;
+    long kib = -1;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if ((status = it_read_file(path, NULL)) == NULL)
+        return -1;
+    if ((line = strstr(status, "\nVmRSS:")) == NULL || sscanf(line, "\nVmRSS: %ld", &kib) != 1)
+        kib = -1;
+    free(status);
+    return kib;
+}
+
 /* The state letter of /proc/PID/task/TID/stat; '?' if unreadable. */
 static char task_state(pid_t pid, const char *tid)
 {

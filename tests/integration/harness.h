@@ -178,6 +178,9 @@ void *it_read_file(const char *path, size_t *len);
 /** utime+stime of a process in clock ticks, from /proc/PID/stat; -1 on error. */
 long it_proc_cpu_ticks(pid_t pid);
 
+/** VmRSS of a process in KiB, from /proc/PID/status; -1 on error. */
+long it_proc_rss_kib(pid_t pid);
+
 /**
  * SIGSTOP a process and wait until every one of its threads is stopped (a
  * thread running on another CPU may go on for a moment after kill()).

@@ -347,6 +347,71 @@ static void test_stray_reply_after_push(void **state)
     world_close(&w);
 }
 
+/* Commit one element filled with a byte of its sequence number. */
+static void commit_seq(remora_ring_h ring)
+{
+    uint64_t seq = remora_ring_head(ring);
+    void *slot;
+    it_assert_ok(remora_ring_reserve(ring, &slot));
+    memset(slot, (int)(seq & 0xff), remora_ring_elem_size(ring));
+    remora_ring_commit(ring, NULL);
+}
+
+/*
+ * A server that pushes more than the subscriber's credit, the bytes its
+ * RING_WAIT asked for (rm_fault_overpush_arm: a misbehaving server; a
+ * 1 GiB push for a 256 KiB credit took `remora stream read` to 1.06 GB).
+ * The push is refused before anything is allocated or received: the wait
+ * fails (PROTOCOL), the client's memory does not grow by the push, and the
+ * subscription goes on with whole elements, in order.
+ */
+static void test_push_over_credit(void **state)
+{
+    enum { ELEM = 256 << 10, CAP = 64, OVER = 48 };
+    static uint8_t got[ELEM];
+    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE |
+                                             REMORA_RING_FIELD_CAPACITY,
+                               .elem_size = ELEM, .capacity = CAP};
+    remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_BATCH_BYTES,
+                              .batch_bytes = ELEM}; /* a credit of one slot */
+    remora_ring_h ring;
+    remora_sub_h sub;
+    world_t w;
+    it_client_t c;
+    (void)state;
+
+    world_open(&w);
+    it_assert_ok(remora_ring_create(w.ctx, &rp, &ring));
+    it_assert_ok(remora_server_expose_ring(w.server, "big", ring));
+    for (int i = 0; i < CAP; i++)
+        commit_seq(ring); /* every slot touched: the ring is in the RSS already */
+    client_open(&c, &w);
+    it_assert_ok(remora_client_subscribe(c.client, "big", &sp, &sub));
+    for (int i = 0; i < OVER; i++)
+        commit_seq(ring); /* there when the first wait comes: one push of them all */
+    long rss0 = it_proc_rss_kib(getpid());
+    rm_fault_overpush_arm(1);
+    remora_status_t st = remora_sub_next(sub, got, sizeof(got), NULL, 5000);
+    long grown = it_proc_rss_kib(getpid()) - rss0;
+    rm_fault_overpush_arm(0);
+    print_message("a push of %d slots for a credit of 1: %s, client RSS +%ld KiB\n", OVER,
+                  remora_status_string(st), grown);
+    it_assert_status(st, REMORA_ERR_PROTOCOL);
+    assert_true(grown < (long)OVER * (ELEM >> 10) / 2);
+    for (uint64_t seq = CAP; seq < CAP + 4; seq++) {
+        remora_elem_info_t info = {.field_mask = 0};
+        it_assert_ok(remora_sub_next(sub, got, sizeof(got), &info, 5000));
+        assert_int_equal(info.seq, seq);
+        for (size_t k = 0; k < ELEM; k++)
+            assert_int_equal(got[k], seq & 0xff);
+    }
+    remora_sub_destroy(sub);
+    it_client_close(&c);
+    it_assert_ok(remora_server_unexpose(w.server, "big"));
+    remora_ring_destroy(ring);
+    world_close(&w);
+}
+
 /*
  * A request's later chunk cannot be sent: the send fails inside the loop
  * that issues chunks, which the end of the chunk before it runs. The request
@@ -466,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_ep_fails_inside_sock_sends),
         cmocka_unit_test(test_stray_reply_after_push),
         cmocka_unit_test(test_lying_descriptors),
+        cmocka_unit_test(test_push_over_credit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
