@@ -26,6 +26,7 @@
 
 #define KC_REGION        "kiro"
 #define KC_SB_RING       "kiro.sb"
+#define KC_SB_ELEM       8u /* KC_SB_RING's elements: a TRB offset (u64) */
 #define KC_TRB_HEADER    24u
 #define KC_PING_LIMIT_MS 2000
 

@@ -216,7 +216,8 @@ gboolean kiro_sb_serve (KiroSb *sb, gulong size, const gchar *addr, const gchar 
     kc_store_u64 ((guint8 *) raw + 8, size);
     trb = kiro_trb_new ();
     kiro_trb_adopt (trb, raw);
-    if ((st = kc_server_add_ring (server, KC_SB_RING, 8, KC_SB_RING_CAP, &ring)) != REMORA_OK) {
+    st = kc_server_add_ring (server, KC_SB_RING, KC_SB_ELEM, KC_SB_RING_CAP, &ring);
+    if (st != REMORA_OK) {
         g_warning ("kiro_sb_serve: cannot expose the notification ring: %s",
                    remora_status_string (st));
         goto err;
@@ -370,6 +371,8 @@ static void on_ring (const void *elem, const remora_elem_info_t *info, remora_st
         mark_broken (PRIV (sb));
         return;
     }
+    if (info->size != KC_SB_ELEM)
+        return; /* not a KiroSb's ring: kiro_sb_clone refuses it (this call may come first) */
     if (!take_in (sb, kc_load_u64 (elem)))
         mark_broken (PRIV (sb));
 }
@@ -410,6 +413,7 @@ gboolean kiro_sb_clone (KiroSb *sb, const gchar *address, const gchar *port)
     KiroSbPrivate *p = PRIV (sb);
     KiroClient *client = NULL;
     KiroTrb *trb = NULL;
+    remora_sub_h bad_sub = NULL;
     remora_region_info_t info = {.field_mask = REMORA_REGION_INFO_FIELD_KIND};
 
     g_mutex_lock (&p->lock);
@@ -445,8 +449,18 @@ gboolean kiro_sb_clone (KiroSb *sb, const gchar *address, const gchar *port)
         remora_sub_params_t sp = {.field_mask = REMORA_SUB_FIELD_MODE | REMORA_SUB_FIELD_CB,
                                   .mode = REMORA_SUB_EVERY, .cb = on_ring, .cb_arg = sb};
         remora_status_t st = remora_client_subscribe (cli, KC_SB_RING, &sp, &p->sub);
-        if (st != REMORA_OK) {
+        if (st == REMORA_OK && remora_sub_elem_size (p->sub) != KC_SB_ELEM) {
+            /* each element is read as a TRB offset: a smaller one was read past */
+            g_warning ("kiro_sb_clone: %s:%s serves '%s' with %zu-byte elements, not %u: "
+                       "not a KiroSb", address, port, KC_SB_RING, remora_sub_elem_size (p->sub),
+                       KC_SB_ELEM);
+            bad_sub = p->sub;
+            p->sub  = NULL;
+            st      = REMORA_ERR_PROTOCOL;
+        } else if (st != REMORA_OK) {
             g_warning ("kiro_sb_clone: cannot subscribe: %s", remora_status_string (st));
+        }
+        if (st != REMORA_OK) {
             p->mode   = SB_IDLE;
             p->client = NULL;
             p->trb    = NULL;
@@ -461,6 +475,7 @@ gboolean kiro_sb_clone (KiroSb *sb, const gchar *address, const gchar *port)
 
 err:
     g_mutex_unlock (&p->lock);
+    remora_sub_destroy (bad_sub); /* unlocked: its callback may be waiting for the lock */
     if (trb != NULL)
         g_object_unref (trb);
     g_object_unref (client);

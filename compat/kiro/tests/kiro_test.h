@@ -2,7 +2,8 @@
 /*
  * Tiny helpers for the libkiro tests: checks that abort with the line, a
  * free-port picker, a monotonic clock. The tests use only the public KIRO
- * API (and GLib); a test that cannot run here exits 77 (skipped).
+ * API (and GLib; kiro_sb also remora's, to serve what a KiroServer would
+ * not); a test that cannot run here exits 77 (skipped).
  */
 #ifndef KIRO_TEST_H
 #define KIRO_TEST_H

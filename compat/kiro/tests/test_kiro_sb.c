@@ -3,9 +3,12 @@
  * KiroSb through the public API: serve/clone with callbacks, newest data,
  * push/push_dma/get_dma_pointer, freeze/thaw, get_data_blocking and its
  * bound, stop and reuse, errors; a clone of a plain served KiroTrb (paced
- * poll); a plain KiroClient reading a serving KiroSb.
+ * poll); a plain KiroClient reading a serving KiroSb; a served ring that is
+ * not a KiroSb's (1-byte elements, from a plain remora server) refused.
  */
 #include <string.h>
+
+#include <remora/remora.h>
 
 #include "kiro-client.h"
 #include "kiro-sb.h"
@@ -279,10 +282,60 @@ static void test_clone_plain_trb (void)
     g_mutex_clear (&c.lock);
 }
 
+/* A plain remora server serving a KiroTrb and, beside it, a ring of the
+ * clones' name whose elements are 1 byte: a clone read 8 bytes (a TRB
+ * offset) from each one, 7 past the element (ASan: heap-buffer-overflow on
+ * the subscription thread). It is refused, and nothing is read. */
+static void test_clone_foreign_ring (void)
+{
+    char port[16], addr[32];
+    KiroTrb *trb = kiro_trb_new ();
+    CHECK (kiro_trb_reshape (trb, 8, 4) == 0);
+    size_t raw_size = kiro_trb_get_raw_size (trb);
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR, .listen_addr = addr};
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = raw_size};
+    remora_ring_params_t rp = {.field_mask = REMORA_RING_FIELD_ELEM_SIZE | REMORA_RING_FIELD_CAPACITY,
+                               .elem_size = 1, .capacity = 4};
+    remora_context_h ctx;
+    remora_server_h server;
+    remora_mem_h mem;
+    remora_ring_h ring;
+    void *slot;
+
+    snprintf (addr, sizeof addr, "127.0.0.1:%s", kt_free_port (port, sizeof port));
+    CHECK (remora_context_create (NULL, &ctx) == REMORA_OK);
+    CHECK (remora_server_create (ctx, &sp, &server) == REMORA_OK);
+    CHECK (remora_mem_create (ctx, &mp, &mem) == REMORA_OK);
+    memcpy (remora_mem_address (mem), kiro_trb_get_raw_buffer (trb), raw_size);
+    CHECK (remora_server_expose (server, "kiro", mem, NULL) == REMORA_OK);
+    CHECK (remora_ring_create (ctx, &rp, &ring) == REMORA_OK);
+    CHECK (remora_server_expose_ring (server, "kiro.sb", ring) == REMORA_OK);
+    CHECK (remora_ring_reserve (ring, &slot) == REMORA_OK);
+    *(uint8_t *) slot = 0x41;
+    CHECK (remora_ring_commit (ring, NULL) == REMORA_OK);
+
+    KiroSb *cl = kiro_sb_new ();
+    CHECK (kiro_sb_clone (cl, "127.0.0.1", port) == FALSE);
+    for (int i = 0; i < 3; i++) { /* what a subscription left behind would take */
+        CHECK (remora_ring_reserve (ring, &slot) == REMORA_OK);
+        *(uint8_t *) slot = 0x42;
+        CHECK (remora_ring_commit (ring, NULL) == REMORA_OK);
+        g_usleep (20000);
+    }
+    kiro_sb_free (cl);
+    CHECK (remora_server_unexpose (server, "kiro.sb") == REMORA_OK);
+    remora_ring_destroy (ring);
+    remora_server_destroy (server);
+    remora_mem_destroy (mem);
+    remora_context_destroy (ctx);
+    kiro_trb_free (trb);
+}
+
 int main (void)
 {
     test_serve_clone ();
     test_clone_plain_trb ();
+    test_clone_foreign_ring ();
     printf ("kiro sb: ok\n");
     return 0;
 }
