@@ -697,21 +697,6 @@ static void test_caps_at_accept(void **state)
     remora_context_destroy(ctx);
 }
 
-static long vm_rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    long kib = -1;
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
-
 /* A peer that sends requests and never takes their answers (it progresses
  * its worker only while its own send is stuck, heartbeats going): the
  * server queued every answer, 2 GB in 12 s (review). Now the connection
@@ -727,7 +712,7 @@ static void test_unread_replies(void **state)
     it_must_start(&s, "--region", "a=64K", NULL);
     assert_int_equal(raw_open(&r, s.addr, NULL, 0), 0);
     raw_lookup(&r, "a", &d, rkey);
-    long rss0 = vm_rss_kb(s.pid), peak = rss0;
+    long rss0 = it_proc_rss_kib(s.pid), peak = rss0;
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                              .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
     double t0 = it_now_ms(), last = t0;
@@ -746,7 +731,7 @@ static void test_unread_replies(void **state)
         rb_tick(&r.bs);
         if (it_now_ms() - last > 200) {
             last = it_now_ms();
-            long rss = vm_rss_kb(s.pid);
+            long rss = it_proc_rss_kib(s.pid);
             peak = rss > peak ? rss : peak;
             closed = rb_closed_within(&r.bs, 0, NULL);
         }

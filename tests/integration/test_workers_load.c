@@ -274,22 +274,6 @@ static long proc_fds(pid_t pid)
     return n;
 }
 
-static long proc_rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    long kib = -1;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    if ((f = fopen(path, "r")) == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
-
 /* Connect with a lane to every worker, read, say so, and wait to be killed. */
 static int cycle_child(const char *addr, int ready_fd)
 {
@@ -343,11 +327,11 @@ static void test_cycles(void **state)
         if (i + 1 == warm) {
             settle(s.pid, idle_fds);
             fds0 = proc_fds(s.pid);
-            rss0 = proc_rss_kib(s.pid);
+            rss0 = it_proc_rss_kib(s.pid);
         }
     }
     settle(s.pid, idle_fds);
-    long fds1 = proc_fds(s.pid), rss1 = proc_rss_kib(s.pid);
+    long fds1 = proc_fds(s.pid), rss1 = it_proc_rss_kib(s.pid);
     printf("# %u cycles (%u failed to connect): server fds %ld -> %ld (idle %ld), "
            "RSS %ld -> %ld KiB\n", cycles, failed, fds0, fds1, idle_fds, rss0, rss1);
     assert_true(it_server_alive(&s));
