@@ -66,6 +66,7 @@ struct remora_sock {
     size_t           rx_bytes, rx_consumed;
     size_t           rx_window; /* bytes the peer may have unread here */
     uint64_t         tx_credit;
+    atomic_size_t    tx_inflight; /* bytes of our SOCK_DATA that UCX still holds */
     atomic_int       rx_wake, tx_wake;
     atomic_size_t    rx_hint, tx_hint;
     atomic_int      *poll_flag; /* a remora_sock_poll waiting on it */
@@ -139,12 +140,21 @@ static remora_sock_h tbl_find(rm_peer_t *peer, uint32_t id)
 
 /* ------------------------------------------------------------ helpers */
 
+/* What a send may hand to UCX now: the peer's credit, and no more than a
+ * window in UCX's hands whatever credit the peer returns (a peer that
+ * granted credit without reading made a server queue 1 GB; review). */
+static size_t tx_room(remora_sock_h s)
+{
+    size_t inflight = atomic_load(&s->tx_inflight);
+    size_t room = inflight < REMORA_SOCK_WINDOW ? REMORA_SOCK_WINDOW - inflight : 0;
+    return s->tx_credit < room ? (size_t)s->tx_credit : room;
+}
+
 static void update_hints(remora_sock_h s)
 {
     int done = s->err != REMORA_OK || s->peer_fin;
     atomic_store(&s->rx_hint, s->rx_bytes ? s->rx_bytes : (size_t)done);
-    atomic_store(&s->tx_hint,
-                 (s->err || s->peer_closed || s->shut) ? 1 : (size_t)s->tx_credit);
+    atomic_store(&s->tx_hint, (s->err || s->peer_closed || s->shut) ? 1 : tx_room(s));
 }
 
 static void wake(remora_sock_h s, int rx, int tx)
@@ -156,6 +166,26 @@ static void wake(remora_sock_h s, int rx, int tx)
         rm_engine_complete(s->ctx, &s->tx_wake);
     if (s->poll_flag)
         rm_engine_complete(s->poll_ctx, s->poll_flag);
+}
+
+_Static_assert(sizeof(uintptr_t) >= 8, "data_sent's argument packs an id and a length");
+
+/* One of our SOCK_DATA left UCX (arg: the socket's id and the bytes). Any
+ * worker's thread: the socket is found, and its count changed, under the
+ * table's lock, which its free takes first (tbl_del). */
+static void data_sent(void *arg, ucs_status_t status)
+{
+    uint64_t a = (uint64_t)(uintptr_t)arg;
+    uint32_t id = (uint32_t)a;
+
+    (void)status;
+    pthread_mutex_lock(&tbl_lock);
+    remora_sock_h s = tbl ? tbl[id & 0xffffu] : NULL;
+    if (s != NULL && s->id == id) {
+        atomic_fetch_sub(&s->tx_inflight, (size_t)(a >> 32));
+        wake(s, 0, 1);
+    }
+    pthread_mutex_unlock(&tbl_lock);
 }
 
 static remora_sock_h sock_new(remora_context_h ctx, rm_peer_t *peer, unsigned am_id)
@@ -626,20 +656,22 @@ int64_t remora_sock_send(remora_sock_h s, const void *buf, size_t len, int timeo
             rm_engine_unlock(s->ctx);
             return st;
         }
-        if (s->tx_credit > 0)
+        if (tx_room(s) > 0)
             break;
         atomic_store(&s->tx_wake, 0);
+        if (tx_room(s) > 0) /* a send left UCX meanwhile */
+            break;
         if (wait_flag(s, &s->tx_wake, timeout_ms, deadline) != REMORA_OK &&
-            s->tx_credit == 0 && !s->err && !s->peer_closed) {
+            tx_room(s) == 0 && !s->err && !s->peer_closed) {
             rm_engine_unlock(s->ctx);
             return REMORA_ERR_TIMED_OUT;
         }
     }
     /* Each send may fail the connection inside it (s->peer gone, s->err set). */
-    while (sent < len && s->tx_credit > 0 && s->peer != NULL && !s->err) {
+    while (sent < len && tx_room(s) > 0 && s->peer != NULL && !s->err) {
         size_t n = len - sent;
-        if (n > s->tx_credit)
-            n = (size_t)s->tx_credit;
+        if (n > tx_room(s))
+            n = tx_room(s);
         if (n > RM_SOCK_MSG_MAX)
             n = RM_SOCK_MSG_MAX;
         void *copy = malloc(n);
@@ -648,9 +680,14 @@ int64_t remora_sock_send(remora_sock_h s, const void *buf, size_t len, int timeo
         memcpy(copy, (const char *)buf + sent, n);
         rm_hdr_t hdr = {.type = RM_MSG_SOCK_DATA, .region_id = s->peer_id, .offset = s->id,
                         .length = n};
-        rm_send_params_t sp = {.body = copy, .body_len = n, .body_free = copy};
-        if (rm_peer_send(s->peer, s->am_id, &hdr, &sp) != REMORA_OK)
+        rm_send_params_t sp = {.body = copy, .body_len = n, .body_free = copy,
+                               .done = data_sent,
+                               .arg = (void *)(uintptr_t)((uint64_t)n << 32 | s->id)};
+        atomic_fetch_add(&s->tx_inflight, n); /* before: UCX may be done inside the send */
+        if (rm_peer_send(s->peer, s->am_id, &hdr, &sp) != REMORA_OK) {
+            atomic_fetch_sub(&s->tx_inflight, n); /* failed sends call no done */
             break;
+        }
         s->tx_credit -= n;
         sent += n;
     }

@@ -905,6 +905,60 @@ static void test_sock_backlog_flood(void **state)
     free(buf);
 }
 
+/* A socket peer that returns credit without reading (it never progresses
+ * its worker; heartbeats go): the server's application kept handing data to
+ * UCX, 636 MiB in 1 s and 1 GiB before the connection's send cap (review).
+ * Now no more than a window is in UCX's hands at once. */
+static void test_sock_credit_lie(void **state)
+{
+    enum { CHUNK = 1 << 20 };
+    remora_context_h ctx;
+    remora_server_h srv;
+    remora_sock_listener_h l;
+    remora_sock_h a;
+    char addr[IT_ADDR_MAX];
+    uint8_t *buf = calloc(1, CHUNK), h[RM_HDR_MAX];
+    uint64_t window;
+    raw_t r;
+    (void)state;
+
+    assert_non_null(buf);
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0"};
+    it_assert_ok(remora_server_create(ctx, &sp, &srv));
+    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    it_assert_ok(remora_sock_listen(srv, "svc", &l));
+    assert_int_equal(raw_open(&r, addr, NULL, 0), 0);
+    uint32_t id = raw_sock_connect(&r, "svc", 7100, &window);
+    it_assert_ok(remora_sock_accept(l, 1000, &a));
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
+    rm_hdr_t credit = {.type = RM_MSG_SOCK_CREDIT, .region_id = id, .offset = 7100,
+                       .length = REMORA_SOCK_WINDOW};
+    uint64_t handed = 0;
+    double t0 = it_now_ms();
+    while (it_now_ms() - t0 < 1500) {
+        void *req = ucp_am_send_nbx(r.ep, RM_AM_ID_TO_SERVER, h, rm_hdr_encode(&credit, h),
+                                    NULL, 0, &p);
+        if (UCS_PTR_IS_PTR(req))
+            ucp_request_free(req); /* left to UCX: we read nothing */
+        rb_tick(&r.bs);
+        int64_t n = remora_sock_send(a, buf, CHUNK, 2);
+        if (n > 0)
+            handed += (uint64_t)n;
+    }
+    printf("# credit returned unearned for 1.5 s: %.1f MiB handed to remora_sock_send\n",
+           (double)handed / (1 << 20));
+    assert_true(handed < 64ull << 20);
+    remora_sock_close(a);
+    raw_close(&r);
+    remora_sock_listener_destroy(l);
+    remora_server_destroy(srv);
+    remora_context_destroy(ctx);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -917,6 +971,7 @@ int main(void)
         cmocka_unit_test_teardown(test_unread_replies, it_teardown_reap),
         cmocka_unit_test_teardown(test_out_of_fds, it_teardown_reap),
         cmocka_unit_test_teardown(test_sock_backlog_flood, it_teardown_reap),
+        cmocka_unit_test_teardown(test_sock_credit_lie, it_teardown_reap),
     };
 
     it_init("attack");
