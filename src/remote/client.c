@@ -45,10 +45,14 @@
 #define RM_DEFAULT_CHUNK   (4u << 20)
 #define RM_DEFAULT_WINDOW  4u
 #define RM_CLOSE_WAIT_MS   2000
+/* Control calls timed out with their answer still due, before the
+ * connection is taken for stuck (rm_client_call_until). */
+#define RM_CLIENT_ABANDONED_MAX 1024u
 #define RM_RC_MIN_MS       50u
 #define RM_RC_MAX_MS       500u
 #define RM_RC_GIVE_UP_MS   60000
 #define RM_RC_ATTEMPT_MS   3000 /* one handshake attempt, at most */
+#define RM_RC_STABLE_NS    1000000000ull /* a connection up this long resets the backoff */
 
 /* ------------------------------------------------------------ ops */
 
@@ -73,6 +77,8 @@ void rm_client_op_free(rm_op_t *op)
 
     if (op->sub_owned)
         c->nsubops--;
+    if (op->abandoned)
+        c->nabandoned--;
     free(op->reply);
     free(op);
     /* A subscription's own wait does not hold up a disconnect. */
@@ -175,9 +181,17 @@ remora_status_t rm_client_call_until(remora_client_h c, uint64_t deadline, uint8
     st = rm_engine_wait(c->ctx, &op->done, deadline);
     rm_engine_lock(c->ctx);
     if (st != REMORA_OK && !atomic_load(&op->done)) {
-        /* Timed out: leave the op to be freed by its late reply (or the close). */
+        /* Timed out: leave the op to be freed by its late reply (or the
+         * close). A server that answers none of them (heartbeats going)
+         * would have them pile up for as long as the caller retries: past
+         * RM_CLIENT_ABANDONED_MAX the connection goes, as a data request's
+         * timeout takes it (review). */
         atomic_store(&op->done, 1);
+        op->abandoned = 1;
+        int give_up = ++c->nabandoned > RM_CLIENT_ABANDONED_MAX;
         rm_engine_unlock(c->ctx);
+        if (give_up)
+            rm_client_abort(c, REMORA_ERR_TIMED_OUT);
         return REMORA_ERR_TIMED_OUT;
     }
     st = op->status;
@@ -848,6 +862,18 @@ static void reconnect_run(remora_client_h c)
 
     if (reconnect_drain(c) != 0)
         return;
+    /* A connection that died soon after it was made (a server that takes
+     * the handshake and drops it) keeps its backoff: else every cycle began
+     * with an attempt at once, a loop paced by the server (review). */
+    if (c->rc_up_ns && rm_now_ns() - c->rc_up_ns < RM_RC_STABLE_NS) {
+        c->rc_delay_ms = c->rc_delay_ms ? c->rc_delay_ms * 2 : c->rc_min_ms;
+        if (c->rc_delay_ms > c->rc_max_ms)
+            c->rc_delay_ms = c->rc_max_ms;
+        if (reconnect_sleep(c, c->rc_delay_ms))
+            return;
+    } else {
+        c->rc_delay_ms = 0;
+    }
     for (;;) {
         uint64_t now = rm_now_ns(), spent_ms = (now - start) / 1000000u;
         int bound = c->timeout_ms < RM_RC_ATTEMPT_MS ? c->timeout_ms : RM_RC_ATTEMPT_MS;
@@ -858,6 +884,7 @@ static void reconnect_run(remora_client_h c)
             bound = (int)((uint64_t)c->rc_give_up_ms - spent_ms);
         attempts++;
         if ((st = handshake(c, rm_deadline_ns(bound))) == REMORA_OK) {
+            c->rc_up_ns = rm_now_ns();
             rm_engine_kick(c->ctx);
             return;
         }
@@ -1239,6 +1266,15 @@ static void lanes_connect(remora_client_h c)
         if (rm_engine_lane_create(c->ctx, &c->lane_ctx[i]) != REMORA_OK)
             break;
         remora_status_t st = remora_client_connect(c->lane_ctx[i], addr, &lp, &c->lane[i]);
+        /* The server's workers share its instance: a port that leads to
+         * another server (which the LANES reply alone could name) would get
+         * this one's region ids and write whatever that one holds under
+         * them (found by review). */
+        if (st == REMORA_OK && c->lane[i]->server_instance != c->server_instance) {
+            remora_client_disconnect(c->lane[i]);
+            c->lane[i] = NULL;
+            st = REMORA_ERR_PROTOCOL;
+        }
         if (st != REMORA_OK) {
             rm_warn("lane %u (%s): %s; going on with %u", i + 2, addr, remora_status_string(st),
                     i + 1);

@@ -118,6 +118,7 @@ struct remora_client {
     remora_status_t   disc_status;
     unsigned          nsubs;       /* subscriptions (sub.c) still alive */
     unsigned          nsubops;     /* of nops: RING_WAITs subscriptions own and free */
+    unsigned          nabandoned;  /* of nops: control calls that timed out, answer due */
     int               closed;      /* disconnected by the user; freed with the last sub */
 
     rm_list_t         events;      /* rm_event_item_t waiting for the progress thread */
@@ -141,6 +142,8 @@ struct remora_client {
     char             *addr;        /* "HOST:PORT" as given, dialed again */
     int               rc_enable;
     unsigned          rc_min_ms, rc_max_ms;
+    uint64_t          rc_up_ns;    /* when the last reconnect succeeded (0: none yet) */
+    unsigned          rc_delay_ms; /* the backoff a short-lived connection carries over */
     int               rc_give_up_ms;
     pthread_t         rc_thread;
     int               rc_has_thread;
@@ -186,6 +189,7 @@ struct rm_op {
     size_t           reply_len;
     size_t           reply_cap;  /* a buffer lent for a ring push: what it holds */
     int              sub_owned;  /* a subscription's RING_WAIT: its owner frees it */
+    int              abandoned;  /* its caller timed out: counted in nabandoned */
     int              push_req;     /* a subscription's RING_WAIT asking for a push */
     size_t           push_cap;     /* ... its credit: the most bytes a push may bring */
     int              push_verdict; /* a ring push landed; its verdict is due (sub.c) */

@@ -774,6 +774,10 @@ static void handle_lanes(rm_conn_t *c, const rm_hdr_t *hdr)
     for (unsigned i = 0; i < m->nlanes; i++)
         if (m->lane[i] != c->server)
             ports[n++] = m->lane_port[i];
+    if (rm_fault_lanes_port()) { /* tests: a server naming another's port */
+        ports[0] = (uint16_t)rm_fault_lanes_port();
+        n = 1;
+    }
     rm_wbuf_init(&w);
     rm_lanes_encode(&w, ports, n);
     rm_conn_reply(c, RM_MSG_LANES_REPLY, hdr->req_id, REMORA_OK, &w);

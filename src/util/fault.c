@@ -96,3 +96,12 @@ int rm_fault_lie_take(int *map_fd, const void **rkey, size_t *rkey_len)
 void rm_fault_overpush_arm(unsigned count) { arm(&g_overpush, 0, 0, count, 0); }
 
 int rm_fault_overpush_take(void) { return take(&g_overpush, 0); }
+
+static atomic_uint g_lanes_port;
+
+void rm_fault_lanes_port_arm(unsigned port) { atomic_store(&g_lanes_port, port); }
+
+unsigned rm_fault_lanes_port(void)
+{
+    return atomic_load_explicit(&g_lanes_port, memory_order_relaxed);
+}

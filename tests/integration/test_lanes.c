@@ -18,6 +18,7 @@
 #include <remora/remora.h>
 
 #include "harness.h"
+#include "util/fault.h"
 
 #define REGION (8u << 20)
 
@@ -236,6 +237,38 @@ static void test_token_on_every_lane(void **state)
     stop_server(&f);
 }
 
+/* A LANES reply naming another server's port (rm_fault_lanes_port_arm):
+ * the lane reaches a server of another instance and is refused, so this
+ * server's region ids never go there (found by review: half of a 1 MiB
+ * write landed in the other server's region of the same id). */
+static void test_lane_to_another_server(void **state)
+{
+    fixture_t a, b;
+    remora_client_h c;
+    size_t len = 4u << 20;
+    uint8_t *src = malloc(len);
+    (void)state;
+
+    assert_non_null(src);
+    memset(src, 0x41, len);
+    start_server(&a, 2, NULL);
+    start_server(&b, 1, NULL);
+    memset(remora_mem_address(b.mem), 0, REGION);
+    rm_fault_lanes_port_arm((unsigned)it_addr_port(b.addr));
+    it_assert_ok(connect_lanes(&a, 2, NULL, &c));
+    rm_fault_lanes_port_arm(0);
+    assert_int_equal(remora_client_lanes(c), 1);
+    it_assert_ok(remora_client_write(c, "r", 0, src, len));
+    assert_memory_equal(remora_mem_address(a.mem), src, len);
+    for (size_t i = 0; i < len; i++)
+        if (((uint8_t *)remora_mem_address(b.mem))[i] != 0)
+            fail_msg("byte %zu of the other server's region changed", i);
+    remora_client_disconnect(c);
+    stop_server(&b);
+    stop_server(&a);
+    free(src);
+}
+
 static void test_bad_lane_counts(void **state)
 {
     remora_context_h ctx;
@@ -270,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_server_without_lanes),
         cmocka_unit_test(test_token_on_every_lane),
         cmocka_unit_test(test_bad_lane_counts),
+        cmocka_unit_test(test_lane_to_another_server),
     };
 
     setenv("UCX_TLS", "tcp", 0); /* the path lanes split: active messages */
