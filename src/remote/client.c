@@ -52,7 +52,6 @@
 #define RM_RC_MAX_MS       500u
 #define RM_RC_GIVE_UP_MS   60000
 #define RM_RC_ATTEMPT_MS   3000 /* one handshake attempt, at most */
-#define RM_RC_STABLE_NS    1000000000ull /* a connection up this long resets the backoff */
 
 /* ------------------------------------------------------------ ops */
 
@@ -862,18 +861,6 @@ static void reconnect_run(remora_client_h c)
 
     if (reconnect_drain(c) != 0)
         return;
-    /* A connection that died soon after it was made (a server that takes
-     * the handshake and drops it) keeps its backoff: else every cycle began
-     * with an attempt at once, a loop paced by the server (review). */
-    if (c->rc_up_ns && rm_now_ns() - c->rc_up_ns < RM_RC_STABLE_NS) {
-        c->rc_delay_ms = c->rc_delay_ms ? c->rc_delay_ms * 2 : c->rc_min_ms;
-        if (c->rc_delay_ms > c->rc_max_ms)
-            c->rc_delay_ms = c->rc_max_ms;
-        if (reconnect_sleep(c, c->rc_delay_ms))
-            return;
-    } else {
-        c->rc_delay_ms = 0;
-    }
     for (;;) {
         uint64_t now = rm_now_ns(), spent_ms = (now - start) / 1000000u;
         int bound = c->timeout_ms < RM_RC_ATTEMPT_MS ? c->timeout_ms : RM_RC_ATTEMPT_MS;
@@ -884,7 +871,6 @@ static void reconnect_run(remora_client_h c)
             bound = (int)((uint64_t)c->rc_give_up_ms - spent_ms);
         attempts++;
         if ((st = handshake(c, rm_deadline_ns(bound))) == REMORA_OK) {
-            c->rc_up_ns = rm_now_ns();
             rm_engine_kick(c->ctx);
             return;
         }

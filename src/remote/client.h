@@ -142,8 +142,6 @@ struct remora_client {
     char             *addr;        /* "HOST:PORT" as given, dialed again */
     int               rc_enable;
     unsigned          rc_min_ms, rc_max_ms;
-    uint64_t          rc_up_ns;    /* when the last reconnect succeeded (0: none yet) */
-    unsigned          rc_delay_ms; /* the backoff a short-lived connection carries over */
     int               rc_give_up_ms;
     pthread_t         rc_thread;
     int               rc_has_thread;
