@@ -1220,8 +1220,8 @@ static void refuse_over_cap(remora_server_h w, int fd, const char *host)
     rm_warn_peer("refusing client %s: too many connections (at most %u, %u per address)", host,
                  s->max_conns, s->max_conns_per_host);
     RM_SS_ADD(w, RM_SS_CONNS_REFUSED, 1);
-    while (recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
-        ;
+    for (int i = 0; i < 16 && recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0; i++)
+        ; /* a HELLO at most, not whatever a flood keeps sending */
     rm_boot_send_reply(fd, RM_BOOT_HELLO_REPLY, 0, REMORA_ERR_BUSY, NULL, 0);
     shutdown(fd, SHUT_WR);
 }
