@@ -163,43 +163,13 @@ static void yield_to_lockers(remora_context_h ctx)
         sched_yield();
 }
 
-void rm_engine_after_pass(remora_context_h ctx, rm_after_t *a)
-{
-    if (!ctx->in_pass) {
-        a->fn(a);
-        return;
-    }
-    if (!a->queued) {
-        a->queued = 1;
-        rm_list_push_back(&ctx->after_pass, &a->link);
-    }
-}
-
-static unsigned after_pass_run(remora_context_h ctx)
-{
-    unsigned n = 0;
-
-    while (!rm_list_empty(&ctx->after_pass)) {
-        rm_after_t *a = rm_container_of(ctx->after_pass.next, rm_after_t, link);
-        rm_list_del(&a->link);
-        a->queued = 0;
-        a->fn(a);
-        n++;
-    }
-    return n;
-}
-
-/* One pass: UCX's events, endpoints that failed inside our sends, work held
- * until the pass returned, then GPU copies that ended. Lock held. */
+/* One pass: UCX's events, endpoints that failed inside our sends, then GPU
+ * copies that ended. Lock held. */
 static unsigned progress_once(remora_context_h ctx)
 {
-    ctx->in_pass++;
     unsigned n = ucp_worker_progress(ctx->worker);
-    ctx->in_pass--;
 
     n += rm_peer_failures_run(ctx);
-    if (!ctx->in_pass)
-        n += after_pass_run(ctx);
     return n + rm_copyq_poll(ctx->copyq);
 }
 
@@ -905,9 +875,11 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
      * data out on the connection the other way); if that peer has died, the
      * send marks its endpoint closed while its hang-up is still due in the
      * batch, and UCX aborts (tcp_iface.c:307, "conn_state != CLOSED"; a
-     * server whose ring subscribers were killed mid-push, 2 runs in 6 of
-     * 16 x 40 kills). One event a pass leaves no stale event: a failed
-     * endpoint is out of the event set before the next epoll_wait. */
+     * server whose ring subscribers were killed mid-push, 3 runs in 8 of
+     * 16 x 40 kills). Our own sends from its callbacks (a ring push started
+     * by another's completion) can do the same. One event a pass leaves no
+     * stale event for either: a failed endpoint is out of the event set
+     * before the next epoll_wait. */
     if (getenv("UCX_TCP_MAX_POLL") == NULL)
         ucp_config_modify(config, "MAX_POLL", "1");
     ucp_params_t params = {
@@ -975,7 +947,6 @@ static remora_status_t init_sync(remora_context_h ctx)
     pthread_condattr_destroy(&ca);
     rm_list_init(&ctx->deferred);
     rm_list_init(&ctx->failing);
-    rm_list_init(&ctx->after_pass);
     rm_list_init(&ctx->signals);
     rm_list_init(&ctx->tickers);
     rm_engine_live_init(ctx);

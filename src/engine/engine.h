@@ -125,13 +125,6 @@ typedef struct rm_deferred {
     void (*fn)(struct rm_deferred *d);
 } rm_deferred_t;
 
-/* Work held until UCX's progress pass has returned (rm_engine_after_pass). */
-typedef struct rm_after {
-    rm_list_t link;   /* in ctx->after_pass while queued */
-    int       queued;
-    void (*fn)(struct rm_after *a);
-} rm_after_t;
-
 struct remora_context {
     ucp_context_h   ucp;   /* a lane's is its parent's */
     remora_context_h parent; /* lanes only (rm_engine_lane_create) */
@@ -168,8 +161,6 @@ struct remora_context {
     atomic_uint     ndeferred;    /* entries in it: read without defer_mx */
     rm_list_t       failing;      /* peers whose endpoint failed inside a send (ep.c), lock held */
     int             in_send;      /* a send of ours is inside UCX (lock held) */
-    int             in_pass;      /* inside ucp_worker_progress (lock held) */
-    rm_list_t       after_pass;   /* rm_after_t due when the pass returns, lock held */
     rm_list_t       signals;      /* rm_signal_t, guarded by lock */
     atomic_int      signaled;     /* some signal is pending */
     rm_peer_t     **peers;        /* ep -> peer hash, guarded by lock */
@@ -297,17 +288,6 @@ void rm_engine_copy_drain(remora_context_h ctx);
  * without any context's lock (a worker's handler defers to the first
  * worker's context). */
 void rm_engine_defer(remora_context_h ctx, rm_deferred_t *d);
-
-/*
- * Run a->fn (lock held) once UCX's progress pass has returned, if one is
- * under way on this thread, else now. For sends to a peer other than the one
- * whose event is being handled: UCX 1.13's TCP transport takes a batch of
- * socket events, and a send inside it that finds another peer dead marks
- * that peer's endpoint closed while its event is still due in the batch,
- * which then fails an assertion (an abort; docs/security.md). Queued twice,
- * it runs once. Nothing stays queued once the lock is released: no cancel.
- */
-void rm_engine_after_pass(remora_context_h ctx, rm_after_t *a);
 
 /* Register / unregister a signal (lock held); raise it from any thread. */
 void rm_engine_add_signal(remora_context_h ctx, rm_signal_t *sig);

@@ -114,7 +114,6 @@ struct remora_server {
     rm_list_t        pushes; /* rm_ring_push_t in flight */
     unsigned         push_active; /* pushes in flight and not stalled */
     int              push_pumping; /* push_pump runs: a push ending inside it needs no call */
-    rm_after_t       push_after;   /* push_pump once UCX's progress pass returns */
     /* A worker server: its waits are answered on its own thread when the
      * first worker's ring_signaled raises this (armed_waits > 0). */
     rm_signal_t      rings_sig;

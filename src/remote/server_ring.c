@@ -74,13 +74,7 @@ typedef struct rm_ring_push {
     int              stalled;
 } rm_ring_push_t;
 
-static void push_pump_run(rm_after_t *a);
-
-static void push_pump(remora_server_h s)
-{
-    s->push_after.fn = push_pump_run;
-    rm_engine_after_pass(s->ctx, &s->push_after);
-}
+static void push_pump(remora_server_h s);
 
 /* A push no longer on the wire's count (done, detached or stalled): once each. */
 static void push_count_out(remora_server_h s)
@@ -321,14 +315,9 @@ static void push_start(remora_server_h s, rm_ring_wait_t *w)
 
 /* Start queued pushes while fewer than RM_PUSH_ACTIVE are on the wire. A
  * push that ends inside (UCX completes a small send at once) finds it
- * running: the loop here goes on, with no recursion a push deep. Pushes go
- * to any connection, so never from inside UCX's progress pass (a message's
- * handler, a send's completion, a connection's error): one to a peer that
- * died there made UCX 1.13 abort. push_pump runs this once the pass has
- * returned, or now when there is none (rm_engine_after_pass). */
-static void push_pump_run(rm_after_t *a)
+ * running: the loop here goes on, with no recursion a push deep. */
+static void push_pump(remora_server_h s)
 {
-    remora_server_h s = rm_container_of(a, struct remora_server, push_after);
     rm_list_t *pos, *tmp;
     uint64_t t = rm_now_ns();
 
@@ -526,15 +515,10 @@ void rm_server_ring_wait(rm_conn_t *c, const rm_hdr_t *hdr)
     rm_list_push_back(&c->server->waits, &w->link);
     /* Arm, then look again: a commit between the first look and the arm
      * saw armed == 0 and raised no signal. armed_waits first: whoever sees
-     * the ring armed by this wait sees its worker's count too. Only this
-     * wait: the others on the ring belong to other connections, answered by
-     * the commit's signal, not from inside UCX's progress pass (push_pump). */
+     * the ring armed by this wait sees its worker's count too. */
     atomic_fetch_add(&c->server->armed_waits, 1);
     atomic_fetch_add(&r->ring->armed, 1);
-    atomic_thread_fence(memory_order_seq_cst); /* pairs with the producer's, as ring_fire's */
-    rm_ring_snapshot(r->ring, &now);
-    if (now.head > w->want && answer(c->server, w, &now, NULL) && bulk)
-        push_pump(c->server); /* w was queued for a push */
+    ring_fire(c->server, r->ring);
 }
 
 void rm_server_ring_conn_gone(rm_conn_t *c)
