@@ -63,36 +63,33 @@ void rm_fault_stray_arm(unsigned type, unsigned count) { arm(&g_stray, type, 0, 
 
 int rm_fault_stray_take(unsigned type) { return take(&g_stray, type); }
 
+/* The lie's count and map_fd (arg) in a fault of type 0; the key beside it,
+ * written while the fault is disarmed. */
+static rm_fault_t g_lie;
 static struct {
-    atomic_uint count;
-    int         map_fd;
-    uint8_t     rkey[256];
-    size_t      rkey_len;
-} g_lie;
+    uint8_t rkey[256];
+    size_t  rkey_len;
+} g_lie_key;
 
 void rm_fault_lie_arm(int map_fd, const void *rkey, size_t rkey_len, unsigned count)
 {
-    atomic_store(&g_lie.count, 0); /* armed only once the rest is set */
-    g_lie.map_fd   = map_fd;
-    g_lie.rkey_len = rkey_len < sizeof(g_lie.rkey) ? rkey_len : sizeof(g_lie.rkey);
-    if (g_lie.rkey_len)
-        memcpy(g_lie.rkey, rkey, g_lie.rkey_len);
-    atomic_store(&g_lie.count, count);
+    arm(&g_lie, 0, 0, 0, 0);
+    g_lie_key.rkey_len = rkey_len < sizeof(g_lie_key.rkey) ? rkey_len : sizeof(g_lie_key.rkey);
+    if (g_lie_key.rkey_len)
+        memcpy(g_lie_key.rkey, rkey, g_lie_key.rkey_len);
+    arm(&g_lie, 0, 0, count, map_fd);
 }
 
 int rm_fault_lie_take(int *map_fd, const void **rkey, size_t *rkey_len)
 {
-    unsigned n = atomic_load_explicit(&g_lie.count, memory_order_relaxed);
-
-    while (n > 0)
-        if (atomic_compare_exchange_weak(&g_lie.count, &n, n - 1)) {
-            *map_fd   = g_lie.map_fd;
-            *rkey     = g_lie.rkey;
-            *rkey_len = g_lie.rkey_len;
-            return 1;
-        }
-    return 0;
+    if (!take(&g_lie, 0))
+        return 0;
+    *map_fd   = atomic_load(&g_lie.arg);
+    *rkey     = g_lie_key.rkey;
+    *rkey_len = g_lie_key.rkey_len;
+    return 1;
 }
+
 void rm_fault_overpush_arm(unsigned count) { arm(&g_overpush, 0, 0, count, 0); }
 
 int rm_fault_overpush_take(void) { return take(&g_overpush, 0); }

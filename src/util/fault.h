@@ -40,12 +40,12 @@ int rm_fault_stray_take(unsigned type);
  * carry rkey (rkey_len bytes, copied; at most 256) as the region's key, when
  * rkey_len > 0 (server.c, region_describe). */
 void rm_fault_lie_arm(int map_fd, const void *rkey, size_t rkey_len, unsigned count);
-/* A server whose LANES replies name `port` alone (0 disarms). */
-void rm_fault_lanes_port_arm(unsigned port);
-unsigned rm_fault_lanes_port(void);
 /* Whether the next descriptor is to lie; what it says in *map_fd (-1: the
  * truth) and *rkey / *rkey_len (0: the truth). */
 int rm_fault_lie_take(int *map_fd, const void **rkey, size_t *rkey_len);
+/* A server whose LANES replies name `port` alone (0 disarms). */
+void rm_fault_lanes_port_arm(unsigned port);
+unsigned rm_fault_lanes_port(void);
 
 /* A server that ignores its subscribers' credit: the next `count` ring
  * pushes send every element from the wanted one on, up to the ring's end,
