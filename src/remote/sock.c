@@ -126,13 +126,19 @@ static void tbl_del(remora_sock_h s)
     pthread_mutex_unlock(&tbl_lock);
 }
 
+/* The socket with this id, or NULL (tbl_lock held). */
+static remora_sock_h tbl_get(uint32_t id)
+{
+    remora_sock_h s = tbl ? tbl[id & 0xffffu] : NULL;
+    return s != NULL && s->id == id ? s : NULL;
+}
+
 /* The socket with this id on this connection, or NULL. Lock held. */
 static remora_sock_h tbl_find(rm_peer_t *peer, uint32_t id)
 {
-    remora_sock_h s = NULL;
-
     pthread_mutex_lock(&tbl_lock);
-    if (tbl && (s = tbl[id & 0xffffu]) != NULL && (s->id != id || s->peer != peer))
+    remora_sock_h s = tbl_get(id);
+    if (s != NULL && s->peer != peer)
         s = NULL;
     pthread_mutex_unlock(&tbl_lock);
     return s;
@@ -180,8 +186,8 @@ static void data_sent(void *arg, ucs_status_t status)
 
     (void)status;
     pthread_mutex_lock(&tbl_lock);
-    remora_sock_h s = tbl ? tbl[id & 0xffffu] : NULL;
-    if (s != NULL && s->id == id) {
+    remora_sock_h s = tbl_get(id);
+    if (s != NULL) {
         atomic_fetch_sub(&s->tx_inflight, (size_t)(a >> 32));
         wake(s, 0, 1);
     }
@@ -656,10 +662,8 @@ int64_t remora_sock_send(remora_sock_h s, const void *buf, size_t len, int timeo
             rm_engine_unlock(s->ctx);
             return st;
         }
+        atomic_store(&s->tx_wake, 0); /* before the look: a send leaving UCX now wakes us */
         if (tx_room(s) > 0)
-            break;
-        atomic_store(&s->tx_wake, 0);
-        if (tx_room(s) > 0) /* a send left UCX meanwhile */
             break;
         if (wait_flag(s, &s->tx_wake, timeout_ms, deadline) != REMORA_OK &&
             tx_room(s) == 0 && !s->err && !s->peer_closed) {
@@ -668,10 +672,11 @@ int64_t remora_sock_send(remora_sock_h s, const void *buf, size_t len, int timeo
         }
     }
     /* Each send may fail the connection inside it (s->peer gone, s->err set). */
-    while (sent < len && tx_room(s) > 0 && s->peer != NULL && !s->err) {
+    size_t room;
+    while (sent < len && (room = tx_room(s)) > 0 && s->peer != NULL && !s->err) {
         size_t n = len - sent;
-        if (n > tx_room(s))
-            n = tx_room(s);
+        if (n > room)
+            n = room;
         if (n > RM_SOCK_MSG_MAX)
             n = RM_SOCK_MSG_MAX;
         void *copy = malloc(n);
