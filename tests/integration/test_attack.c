@@ -229,19 +229,28 @@ static void raw_request(raw_t *r, const rm_hdr_t *hdr, const void *body, size_t 
     assert_int_equal(r->hdr.type, reply_type);
 }
 
+/* A request whose body is a name, answered OK with reply_type; *rb reads
+ * the reply's body. */
+static void raw_named_request(raw_t *r, const rm_hdr_t *hdr, const char *name, unsigned reply_type,
+                              rm_rbuf_t *rb)
+{
+    rm_wbuf_t w;
+
+    rm_wbuf_init(&w);
+    rm_wbuf_name(&w, name);
+    raw_request(r, hdr, w.data, w.len, reply_type);
+    rm_wbuf_free(&w);
+    it_assert_ok((remora_status_t)r->hdr.status);
+    rm_rbuf_init(rb, r->body, r->body_len);
+}
+
 /* LOOKUP name over AM; the descriptor (rkey copied into rkey_buf). */
 static void raw_lookup(raw_t *r, const char *name, rm_region_desc_t *d, uint8_t *rkey_buf)
 {
     rm_hdr_t hdr = {.type = RM_MSG_LOOKUP, .req_id = 77};
-    rm_wbuf_t w;
     rm_rbuf_t rb;
 
-    rm_wbuf_init(&w);
-    rm_wbuf_name(&w, name);
-    raw_request(r, &hdr, w.data, w.len, RM_MSG_LOOKUP_REPLY);
-    rm_wbuf_free(&w);
-    it_assert_ok((remora_status_t)r->hdr.status);
-    rm_rbuf_init(&rb, r->body, r->body_len);
+    raw_named_request(r, &hdr, name, RM_MSG_LOOKUP_REPLY, &rb);
     rm_region_desc_decode(&rb, d);
     assert_false(rb.failed);
     if (d->rkey_len) {
@@ -569,6 +578,22 @@ static void test_rma_unsafe_read_only(void **state)
 
 /* ---------------------------------------------------------------- e */
 
+/* A library server on 127.0.0.1:0 in a context of its own, its address in
+ * addr; capped at max_conns (per_host from one address) unless 0. */
+static void lib_server_open(remora_context_h *ctx, remora_server_h *srv, char *addr,
+                            unsigned max_conns, unsigned per_host)
+{
+    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
+                                 .listen_addr = "127.0.0.1:0", .max_conns = max_conns,
+                                 .max_conns_per_host = per_host};
+
+    if (max_conns)
+        sp.field_mask |= REMORA_SERVER_FIELD_MAX_CONNS;
+    it_assert_ok(remora_context_create(NULL, ctx));
+    it_assert_ok(remora_server_create(*ctx, &sp, srv));
+    it_assert_ok(remora_server_address(*srv, addr, IT_ADDR_MAX));
+}
+
 static void test_connection_caps(void **state)
 {
     remora_context_h ctx;
@@ -578,13 +603,7 @@ static void test_connection_caps(void **state)
     it_client_t c[6];
     (void)state;
 
-    it_assert_ok(remora_context_create(NULL, &ctx));
-    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR |
-                                               REMORA_SERVER_FIELD_MAX_CONNS,
-                                 .listen_addr = "127.0.0.1:0", .max_conns = 8,
-                                 .max_conns_per_host = 4};
-    it_assert_ok(remora_server_create(ctx, &sp, &srv));
-    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    lib_server_open(&ctx, &srv, addr, 8, 4);
     remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = A_SIZE};
     it_assert_ok(remora_mem_create(ctx, &mp, &mem));
     remora_pattern_fill(remora_mem_address(mem), 0, A_SIZE);
@@ -649,13 +668,7 @@ static void test_caps_at_accept(void **state)
     it_client_t c;
     (void)state;
 
-    it_assert_ok(remora_context_create(NULL, &ctx));
-    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR |
-                                               REMORA_SERVER_FIELD_MAX_CONNS,
-                                 .listen_addr = "127.0.0.1:0", .max_conns = 4,
-                                 .max_conns_per_host = 2};
-    it_assert_ok(remora_server_create(ctx, &sp, &srv));
-    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    lib_server_open(&ctx, &srv, addr, 4, 2);
 
     /* Six silent sockets from one host: two kept, four refused at once. */
     assert_int_equal(raw_kept(a, 6, addr, "127.0.0.2"), 2);
@@ -833,15 +846,9 @@ static uint32_t raw_sock_connect(raw_t *r, const char *service, uint32_t my_id,
 {
     rm_hdr_t hdr = {.type = RM_MSG_SOCK_CONNECT, .req_id = my_id, .offset = my_id,
                     .length = REMORA_SOCK_WINDOW};
-    rm_wbuf_t w;
     rm_rbuf_t rb;
 
-    rm_wbuf_init(&w);
-    rm_wbuf_name(&w, service);
-    raw_request(r, &hdr, w.data, w.len, RM_MSG_SOCK_CONNECT_REPLY);
-    rm_wbuf_free(&w);
-    it_assert_ok((remora_status_t)r->hdr.status);
-    rm_rbuf_init(&rb, r->body, r->body_len);
+    raw_named_request(r, &hdr, service, RM_MSG_SOCK_CONNECT_REPLY, &rb);
     uint32_t id = rm_rbuf_u32(&rb);
     *window = rm_rbuf_u64(&rb);
     assert_false(rb.failed || rb.left);
@@ -863,11 +870,7 @@ static void test_sock_backlog_flood(void **state)
 
     assert_non_null(chunk);
     assert_non_null(buf);
-    it_assert_ok(remora_context_create(NULL, &ctx));
-    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
-                                 .listen_addr = "127.0.0.1:0"};
-    it_assert_ok(remora_server_create(ctx, &sp, &srv));
-    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    lib_server_open(&ctx, &srv, addr, 0, 0);
     it_assert_ok(remora_sock_listen(srv, "svc", &l));
     assert_int_equal(raw_open(&r, addr, NULL, 0), 0);
     for (uint32_t i = 0; i < NSOCK; i++) {
@@ -923,11 +926,7 @@ static void test_sock_credit_lie(void **state)
     (void)state;
 
     assert_non_null(buf);
-    it_assert_ok(remora_context_create(NULL, &ctx));
-    remora_server_params_t sp = {.field_mask = REMORA_SERVER_FIELD_LISTEN_ADDR,
-                                 .listen_addr = "127.0.0.1:0"};
-    it_assert_ok(remora_server_create(ctx, &sp, &srv));
-    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    lib_server_open(&ctx, &srv, addr, 0, 0);
     it_assert_ok(remora_sock_listen(srv, "svc", &l));
     assert_int_equal(raw_open(&r, addr, NULL, 0), 0);
     uint32_t id = raw_sock_connect(&r, "svc", 7100, &window);
