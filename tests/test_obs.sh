@@ -104,33 +104,13 @@ metrics)
   url=$(grep -o 'http://[^ ]*/metrics' "$tmp/s.err") || fail "no metrics address on stderr"
   port=${url#http://127.0.0.1:}; port=${port%/metrics}
   REMORA_PATH=am "$remora" read "$addr/a" --length 12345 -o "$tmp/r" || fail "read"
-  python3 - "$port" <<'EOF' || fail "metrics endpoint"
-import socket, sys, time, re
+  PYTHONPATH="$src/tests" python3 - "$port" <<'EOF' || fail "metrics endpoint"
+import re, socket, sys, time
+from functools import partial
+import metrics_http
+from metrics_http import status
 port = int(sys.argv[1])
-
-def http(raw, timeout=10):
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    try:
-        try:
-            s.sendall(raw)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the server answered and closed before taking it all
-        out = b""
-        while True:
-            try:
-                b = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not b:
-                break
-            out += b
-        return out
-    finally:
-        s.close()
-
-def status(resp):
-    return int(resp.split(b" ", 2)[1]) if resp.startswith(b"HTTP/1.0 ") else None
+http = partial(metrics_http.http, port)
 
 r = http(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
 assert status(r) == 200, r[:200]
@@ -183,20 +163,12 @@ EOF
   start s3 serve --listen 127.0.0.1:0 --region a=4K --token-file "$tmp/tok" --metrics 0
   url3=$(grep -o 'http://[^ ]*/metrics' "$tmp/s3.err") || fail "no metrics address (token)"
   p3=${url3#http://127.0.0.1:}; p3=${p3%/metrics}
-  python3 - "$p3" <<'EOF' || fail "metrics endpoint with a token"
-import socket, sys
+  PYTHONPATH="$src/tests" python3 - "$p3" <<'EOF' || fail "metrics endpoint with a token"
+import sys
+from metrics_http import get_metrics
 port = int(sys.argv[1])
 def get(extra):
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"GET /metrics HTTP/1.0\r\n" + extra + b"\r\n")
-    out = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        out += b
-    s.close()
-    return int(out.split(b" ", 2)[1]), out
+    return get_metrics(port, extra)
 assert get(b"")[0] == 401
 assert get(b"Authorization: Bearer wrong-token-0123456789abcd\r\n")[0] == 401
 assert get(b"Authorization: Bearer metrics-token-0123456789abcde\r\n")[0] == 401  # a prefix
@@ -220,8 +192,9 @@ metricsslow)
   start s serve --listen 127.0.0.1:0 --region a=4K --token-file "$tmp/tok" --metrics 0
   url=$(grep -o 'http://[^ ]*/metrics' "$tmp/s.err") || fail "no metrics address on stderr"
   port=${url#http://127.0.0.1:}; port=${port%/metrics}
-  python3 - "$port" "$last_pid" <<'EOF' || fail "metrics endpoint with slow peers"
+  PYTHONPATH="$src/tests" python3 - "$port" "$last_pid" <<'EOF' || fail "metrics endpoint with slow peers"
 import os, select, signal, socket, sys, threading, time
+from metrics_http import get_metrics
 port, pid = int(sys.argv[1]), int(sys.argv[2])
 auth = b"Authorization: Bearer metrics-token-0123456789abcdef\r\n"
 
@@ -230,16 +203,8 @@ def conn():
 
 def scrape(extra=auth):
     t = time.time()
-    s = conn()
-    s.sendall(b"GET /metrics HTTP/1.0\r\n" + extra + b"\r\n")
-    out = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        out += b
-    s.close()
-    return int(out.split(b" ", 2)[1]), time.time() - t
+    code = get_metrics(port, extra, timeout=30)[0]
+    return code, time.time() - t
 
 def closed_by_server(s, limit):
     """Whether the server closes s within limit seconds (s reads nothing)."""
