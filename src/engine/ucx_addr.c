@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 enum {
@@ -63,6 +64,7 @@ typedef struct {
     unsigned       num_paths;
     uint16_t       csum;
     const uint8_t *attr;
+    const uint8_t *iface;
     size_t         iface_len;
 } entry_t;
 
@@ -187,7 +189,7 @@ static int walk_ifaces(cursor_t *c, entry_t *e, unsigned *count, entry_fn fn, vo
             return -1;
         }
         if (take_extended(c, e->version, IF_LEN_MASK, &e->iface_len) != 0 ||
-            take(c, e->iface_len, NULL) != 0)
+            take(c, e->iface_len, &e->iface) != 0)
             return -1;
         if (fn(arg, e, why) != 0)
             return -1;
@@ -437,6 +439,59 @@ int rm_ucx_addr_check(const rm_ucx_addr_shape_t *shape, const void *addr, size_t
     if (!shape->known)
         return 0;
     return walk(addr, len, check_entry, (void *)shape, why);
+}
+
+/* ------------------------------------------------------------ tcp */
+
+typedef struct {
+    rm_ucx_tcp_fn fn;
+    void         *arg;
+    uint16_t      tcp;
+} tcp_walk_t;
+
+/* A TCP entry: device address (flags, family, IPv4/IPv6 address or a
+ * loopback namespace id), interface address (the port, network order). */
+static int tcp_entry(void *arg, const entry_t *e, const char **why)
+{
+    tcp_walk_t *w = arg;
+    struct sockaddr_storage ss = {0};
+
+    (void)why;
+    if (e->csum != w->tcp || e->dev_len < 2 || e->iface_len < 2)
+        return 0;
+    if (e->dev[1] == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        in->sin_family = AF_INET;
+        memcpy(&in->sin_port, e->iface, 2);
+        if (e->dev[0] & TCP_FLAG_LOOPBACK)
+            in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        else if (e->dev_len == 2 + 4)
+            memcpy(&in->sin_addr, e->dev + 2, 4);
+        else
+            return 0;
+    } else if (e->dev[1] == AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+        in6->sin6_family = AF_INET6;
+        memcpy(&in6->sin6_port, e->iface, 2);
+        if (e->dev[0] & TCP_FLAG_LOOPBACK)
+            in6->sin6_addr = in6addr_loopback;
+        else if (e->dev_len == 2 + 16)
+            memcpy(&in6->sin6_addr, e->dev + 2, 16);
+        else
+            return 0;
+    } else {
+        return 0;
+    }
+    w->fn(w->arg, (const struct sockaddr *)&ss);
+    return 0;
+}
+
+int rm_ucx_addr_tcp(const void *addr, size_t len, rm_ucx_tcp_fn fn, void *arg)
+{
+    tcp_walk_t w = {fn, arg, rm_ucx_tl_csum("tcp")};
+    const char *why;
+
+    return len == 0 ? -1 : walk(addr, len, tcp_entry, &w, &why);
 }
 
 uint16_t rm_ucx_tl_csum(const char *name)

@@ -57,6 +57,14 @@ int rm_ucx_addr_learn(rm_ucx_addr_shape_t *shape, const void *own, size_t len);
 int rm_ucx_addr_check(const rm_ucx_addr_shape_t *shape, const void *addr, size_t len,
                       const char **why);
 
+/* Every TCP interface an address names, as the socket address UCX connects
+ * to (a loopback device: 127.0.0.1 or ::1) with the interface's listening
+ * port; fn may be called with entries an address lists twice. Returns 0, or
+ * -1 when the address does not parse (fn may have been called before). */
+struct sockaddr;
+typedef void (*rm_ucx_tcp_fn)(void *arg, const struct sockaddr *sa);
+int rm_ucx_addr_tcp(const void *addr, size_t len, rm_ucx_tcp_fn fn, void *arg);
+
 /* UCX's checksum of a transport name (CRC-16, polynomial 0x8408, as UCX). */
 uint16_t rm_ucx_tl_csum(const char *name);
 

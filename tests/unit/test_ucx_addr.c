@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <ucp/api/ucp.h>
@@ -287,6 +290,74 @@ static void test_unknown_transport_walked_not_judged(void **state)
     assert_int_equal(check(a.b, a.n), 0);
 }
 
+/* ---------------------------------------------------------- TCP interfaces */
+
+typedef struct {
+    struct sockaddr_storage sa[8];
+    unsigned n;
+} seen_t;
+
+static void seen_cb(void *arg, const struct sockaddr *sa)
+{
+    seen_t *s = arg;
+
+    if (s->n < 8)
+        memcpy(&s->sa[s->n++], sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                            : sizeof(struct sockaddr_in6));
+}
+
+/* Our own worker (tcp on lo): one loopback interface, its listening port. */
+static void test_tcp_interfaces_of_own_address(void **state)
+{
+    seen_t s = {.n = 0};
+    struct sockaddr_in *in = (struct sockaddr_in *)&s.sa[0];
+    struct sockaddr_in bound;
+    socklen_t len = sizeof(bound);
+    int fd;
+
+    (void)state;
+    assert_int_equal(rm_ucx_addr_tcp(g.own, g.own_len, seen_cb, &s), 0);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(in->sin_family, AF_INET);
+    assert_int_equal(ntohl(in->sin_addr.s_addr), INADDR_LOOPBACK);
+    assert_int_not_equal(in->sin_port, 0);
+    /* UCX listens there: a second bind to that port fails. */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    bound = *in;
+    assert_int_not_equal(bind(fd, (struct sockaddr *)&bound, len), 0);
+    close(fd);
+}
+
+/* Synthetic peers: an IPv4 and an IPv6 interface, port 0x1234 as packed. */
+static void test_tcp_interfaces_of_peers(void **state)
+{
+    synth_t t = tcp_ipv4();
+    seen_t s = {.n = 0};
+    abuf_t a;
+
+    (void)state;
+    synth(&a, &t);
+    assert_int_equal(rm_ucx_addr_tcp(a.b, a.n, seen_cb, &s), 0);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(((struct sockaddr_in *)&s.sa[0])->sin_addr.s_addr, htonl(0x0a000007));
+    assert_int_equal(((struct sockaddr_in *)&s.sa[0])->sin_port, htons(0x1234));
+    t.dev = ipv6, t.dev_len = sizeof(ipv6);
+    synth(&a, &t);
+    s.n = 0;
+    assert_int_equal(rm_ucx_addr_tcp(a.b, a.n, seen_cb, &s), 0);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.sa[0].ss_family, AF_INET6);
+    assert_int_equal(((struct sockaddr_in6 *)&s.sa[0])->sin6_addr.s6_addr[0], 0xfd);
+    /* Another transport's entry is not TCP's; a truncated address fails. */
+    t = tcp_ipv4();
+    t.csum = rm_ucx_tl_csum("rc_mlx5");
+    synth(&a, &t);
+    s.n = 0;
+    assert_int_equal(rm_ucx_addr_tcp(a.b, a.n, seen_cb, &s), 0);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(rm_ucx_addr_tcp(a.b, a.n - 1, seen_cb, &s), -1);
+}
+
 /* The fuzzer's crashes, one by one: each is refused. */
 static void test_crashing_shapes_refused(void **state)
 {
@@ -401,6 +472,8 @@ int main(void)
         cmocka_unit_test(test_crashing_shapes_refused),
         cmocka_unit_test(test_ib_device_addresses_by_flags),
         cmocka_unit_test(test_tcp_checksum_is_ucx),
+        cmocka_unit_test(test_tcp_interfaces_of_own_address),
+        cmocka_unit_test(test_tcp_interfaces_of_peers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
