@@ -1,0 +1,463 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The gate on UCX's listening sockets (gate.h): a classic BPF program over
+ * the source address of every packet that reaches them.
+ *
+ *   ldb  [net + 0]; rsh #4            IP version
+ *   jeq  #4 ? v4 : ja v6
+ *   v4:  ld [net + 12]                source address
+ *        jeq #host ? ret keep : next  ... one pair per IPv4 host
+ *        ret drop
+ *   v6:  jeq #6 ? : ret drop
+ *        ld [net + 8] .. [net + 20]   four words, one host at a time
+ *        ret drop
+ *
+ * Socket filters see a TCP segment from its TCP header on; SKF_NET_OFF
+ * reaches back to the IP header. Jumps are relative and 8 bits wide, so
+ * every host's test ends in its own "ret keep" instead of a far jump.
+ */
+#include "engine/gate.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/ucx_addr.h"
+#include "util/env.h"
+#include "util/log.h"
+
+#define KEEP 0xffffffffu
+#define DROP 0u
+#define NET(off) ((uint32_t)(SKF_NET_OFF + (off)))
+
+typedef struct {
+    rm_gate_host_t host;
+    unsigned       refs;
+} allowed_t;
+
+typedef struct {
+    int         fd;
+    const void *owner;
+    int         family;
+    uint16_t    port; /* network order */
+} guarded_t;
+
+struct rm_gate {
+    pthread_mutex_t mx;
+    allowed_t      *hosts;
+    unsigned        nhosts, cap_hosts;
+    guarded_t      *socks;
+    unsigned        nsocks, cap_socks;
+    struct sock_filter prog[BPF_MAXINSNS];
+    unsigned short  prog_len;
+};
+
+/* Room for one more element in a growing array; 0 or -1. */
+static int room(void **arr, unsigned n, unsigned *cap, size_t size)
+{
+    void *p;
+
+    if (n < *cap)
+        return 0;
+    if ((p = realloc(*arr, (size_t)(*cap ? 2 * *cap : 16) * size)) == NULL)
+        return -1;
+    *arr = p;
+    *cap = *cap ? 2 * *cap : 16;
+    return 0;
+}
+
+/* ------------------------------------------------------------ hosts */
+
+static int host_of(const struct sockaddr *sa, rm_gate_host_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    if (sa->sa_family == AF_INET) {
+        h->family = AF_INET;
+        memcpy(h->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return 0;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) {
+            h->family = AF_INET;
+            memcpy(h->addr, a->s6_addr + 12, 4);
+        } else {
+            h->family = AF_INET6;
+            memcpy(h->addr, a->s6_addr, 16);
+        }
+        return 0;
+    }
+    return -1;
+}
+
+static int host_eq(const rm_gate_host_t *a, const rm_gate_host_t *b)
+{
+    return a->family == b->family && memcmp(a->addr, b->addr, 16) == 0;
+}
+
+static allowed_t *find_host(rm_gate_t *g, const rm_gate_host_t *h)
+{
+    for (unsigned i = 0; i < g->nhosts; i++)
+        if (host_eq(&g->hosts[i].host, h))
+            return &g->hosts[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the program */
+
+static uint32_t word(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void emit(rm_gate_t *g, uint16_t code, uint32_t k, uint8_t jt, uint8_t jf)
+{
+    g->prog[g->prog_len++] = (struct sock_filter){code, jt, jf, k};
+}
+
+/* The v4 block: its length is needed before it is written (the jump over it). */
+static unsigned v4_len(const rm_gate_t *g)
+{
+    unsigned n = 2; /* ld, ret drop */
+
+    for (unsigned i = 0; i < g->nhosts; i++)
+        n += g->hosts[i].host.family == AF_INET ? 2 : 0;
+    return n;
+}
+
+static void compile(rm_gate_t *g)
+{
+    g->prog_len = 0;
+    emit(g, BPF_LD | BPF_B | BPF_ABS, NET(0), 0, 0);
+    emit(g, BPF_ALU | BPF_RSH | BPF_K, 4, 0, 0);
+    emit(g, BPF_JMP | BPF_JEQ | BPF_K, 4, 1, 0);
+    emit(g, BPF_JMP | BPF_JA, v4_len(g), 0, 0);
+
+    emit(g, BPF_LD | BPF_W | BPF_ABS, NET(12), 0, 0);
+    for (unsigned i = 0; i < g->nhosts; i++) {
+        const rm_gate_host_t *h = &g->hosts[i].host;
+        if (h->family != AF_INET)
+            continue;
+        emit(g, BPF_JMP | BPF_JEQ | BPF_K, word(h->addr), 0, 1);
+        emit(g, BPF_RET | BPF_K, KEEP, 0, 0);
+    }
+    emit(g, BPF_RET | BPF_K, DROP, 0, 0);
+
+    /* A still holds the version here. */
+    emit(g, BPF_JMP | BPF_JEQ | BPF_K, 6, 1, 0);
+    emit(g, BPF_RET | BPF_K, DROP, 0, 0);
+    for (unsigned i = 0; i < g->nhosts; i++) {
+        const rm_gate_host_t *h = &g->hosts[i].host;
+        if (h->family != AF_INET6)
+            continue;
+        for (unsigned w = 0; w < 4; w++) {
+            emit(g, BPF_LD | BPF_W | BPF_ABS, NET(8 + 4 * w), 0, 0);
+            /* on a mismatch, past this host's remaining pairs and its ret */
+            emit(g, BPF_JMP | BPF_JEQ | BPF_K, word(h->addr + 4 * w), 0, (uint8_t)(7 - 2 * w));
+        }
+        emit(g, BPF_RET | BPF_K, KEEP, 0, 0);
+    }
+    emit(g, BPF_RET | BPF_K, DROP, 0, 0);
+}
+
+/* Worst case: 4 + 2 per IPv4 host + 2 + 3 + 9 per IPv6 host. */
+static int fits(const rm_gate_t *g, int family)
+{
+    unsigned n = 9 + (family == AF_INET ? 2 : 9);
+
+    for (unsigned i = 0; i < g->nhosts; i++)
+        n += g->hosts[i].host.family == AF_INET ? 2 : 9;
+    return g->nhosts < RM_GATE_HOSTS_MAX && n <= BPF_MAXINSNS;
+}
+
+/* ------------------------------------------------------------ sockets */
+
+/* Whether fd is a listening TCP socket bound to (family, port). */
+static int is_listener(int fd, int family, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int v = 0;
+    socklen_t vl = sizeof(v);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl) != 0 || !v)
+        return 0;
+    vl = sizeof(v);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &vl) != 0 || v != SOCK_STREAM ||
+        getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != family)
+        return 0;
+    return family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port == port
+                             : ((struct sockaddr_in6 *)&ss)->sin6_port == port;
+}
+
+static void attach(rm_gate_t *g, const guarded_t *s)
+{
+    static atomic_int warned;
+    struct sock_fprog fp = {.len = g->prog_len, .filter = g->prog};
+
+    if (setsockopt(s->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fp, sizeof(fp)) != 0 &&
+        atomic_exchange(&warned, 1) == 0)
+        rm_warn("could not guard UCX's listening port %u (%s): any host that reaches it can "
+                "talk to UCX", ntohs(s->port), strerror(errno));
+}
+
+/* Attach the current program everywhere; a socket that is no longer what it
+ * was (UCX closed it, the number was reused) is dropped from the list. */
+static void apply(rm_gate_t *g)
+{
+    unsigned j = 0;
+
+    compile(g);
+    for (unsigned i = 0; i < g->nsocks; i++) {
+        guarded_t *s = &g->socks[i];
+        if (!is_listener(s->fd, s->family, s->port))
+            continue;
+        attach(g, s);
+        g->socks[j++] = *s;
+    }
+    g->nsocks = j;
+}
+
+static int guard_fd(rm_gate_t *g, const void *owner, int fd, int family, uint16_t port)
+{
+    guarded_t *s;
+
+    for (unsigned i = 0; i < g->nsocks; i++)
+        if (g->socks[i].fd == fd)
+            return 0;
+    if (room((void **)&g->socks, g->nsocks, &g->cap_socks, sizeof(*s)) != 0)
+        return -1;
+    s  = &g->socks[g->nsocks++];
+    *s = (guarded_t){.fd = fd, .owner = owner, .family = family, .port = port};
+    compile(g);
+    attach(g, s);
+    return 0;
+}
+
+typedef struct {
+    int      family[RM_GATE_PASS_MAX * 4];
+    uint16_t port[RM_GATE_PASS_MAX * 4];
+    unsigned n;
+} wanted_t;
+
+static void want(wanted_t *w, const struct sockaddr *sa)
+{
+    uint16_t port = sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
+                                             : ((const struct sockaddr_in6 *)sa)->sin6_port;
+
+    for (unsigned i = 0; i < w->n; i++)
+        if (w->family[i] == sa->sa_family && w->port[i] == port)
+            return;
+    if (w->n < sizeof(w->port) / sizeof(w->port[0])) {
+        w->family[w->n] = sa->sa_family;
+        w->port[w->n++] = port;
+    }
+}
+
+static void want_cb(void *arg, const struct sockaddr *sa) { want(arg, sa); }
+
+/* Guard every open listening socket that matches one of w; how many. */
+static int guard_wanted(rm_gate_t *g, const void *owner, const wanted_t *w)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int found = 0;
+
+    if (d == NULL) {
+        rm_warn("cannot list this process's sockets (%s): UCX's listening ports stay unguarded",
+                strerror(errno));
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end != '\0' || end == e->d_name || fd == dirfd(d))
+            continue;
+        for (unsigned i = 0; i < w->n; i++)
+            if (is_listener((int)fd, w->family[i], w->port[i])) {
+                found += guard_fd(g, owner, (int)fd, w->family[i], w->port[i]) == 0;
+                break;
+            }
+    }
+    closedir(d);
+    return found;
+}
+
+/* ------------------------------------------------------------ API */
+
+rm_gate_t *rm_gate_create(void)
+{
+    rm_gate_t *g;
+
+    if (rm_env_u64("REMORA_UCX_GATE", 1, 0, 1) == 0)
+        return NULL;
+    if ((g = calloc(1, sizeof(*g))) == NULL)
+        return NULL;
+    pthread_mutex_init(&g->mx, NULL);
+    compile(g);
+    return g;
+}
+
+void rm_gate_destroy(rm_gate_t *g)
+{
+    if (g == NULL)
+        return;
+    pthread_mutex_destroy(&g->mx);
+    free(g->hosts);
+    free(g->socks);
+    free(g);
+}
+
+int rm_gate_guard_worker(rm_gate_t *g, const void *owner, const void *own, size_t len)
+{
+    wanted_t w = {.n = 0};
+    int found;
+
+    if (g == NULL)
+        return 0;
+    if (rm_ucx_addr_tcp(own, len, want_cb, &w) != 0)
+        return -1;
+    if (w.n == 0)
+        return 0;
+    pthread_mutex_lock(&g->mx);
+    found = guard_wanted(g, owner, &w);
+    pthread_mutex_unlock(&g->mx);
+    if (found < (int)w.n)
+        rm_warn("found %d of UCX's %u TCP listening sockets; the rest stay unguarded", found, w.n);
+    return found;
+}
+
+int rm_gate_guard_listener(rm_gate_t *g, const void *owner, const struct sockaddr *sa)
+{
+    wanted_t w = {.n = 0};
+    int found;
+
+    if (g == NULL)
+        return 0;
+    want(&w, sa);
+    pthread_mutex_lock(&g->mx);
+    found = guard_wanted(g, owner, &w);
+    pthread_mutex_unlock(&g->mx);
+    return found == 1 ? 0 : -1;
+}
+
+void rm_gate_forget(rm_gate_t *g, const void *owner)
+{
+    unsigned j = 0;
+
+    if (g == NULL)
+        return;
+    pthread_mutex_lock(&g->mx);
+    for (unsigned i = 0; i < g->nsocks; i++)
+        if (g->socks[i].owner != owner)
+            g->socks[j++] = g->socks[i];
+    g->nsocks = j;
+    pthread_mutex_unlock(&g->mx);
+}
+
+/* One host into pass and the set; 0, 1 (nothing new) or -1 (full). */
+static int pass_add(rm_gate_t *g, rm_gate_pass_t *pass, const rm_gate_host_t *h)
+{
+    allowed_t *a;
+
+    for (unsigned i = 0; i < pass->n; i++)
+        if (host_eq(&pass->hosts[i], h))
+            return 1;
+    if (pass->n == RM_GATE_PASS_MAX)
+        return 1; /* the bootstrap host came first; more is a courtesy */
+    if ((a = find_host(g, h)) == NULL) {
+        if (!fits(g, h->family))
+            return -1;
+        if (room((void **)&g->hosts, g->nhosts, &g->cap_hosts, sizeof(*a)) != 0)
+            return -1;
+        a  = &g->hosts[g->nhosts++];
+        *a = (allowed_t){.host = *h, .refs = 0};
+    }
+    a->refs++;
+    pass->hosts[pass->n++] = *h;
+    return 0;
+}
+
+typedef struct {
+    rm_gate_t      *g;
+    rm_gate_pass_t *pass;
+    int             changed, full;
+} open_t;
+
+static void open_cb(void *arg, const struct sockaddr *sa)
+{
+    open_t *o = arg;
+    rm_gate_host_t h;
+    int rc;
+
+    /* A loopback interface is reached from 127.0.0.1 / ::1, already there. */
+    if (host_of(sa, &h) != 0)
+        return;
+    rc = pass_add(o->g, o->pass, &h);
+    o->changed |= rc == 0;
+    o->full |= rc < 0;
+}
+
+remora_status_t rm_gate_open(rm_gate_t *g, rm_gate_pass_t *pass, const struct sockaddr *sa,
+                             const void *ucx_addr, size_t ucx_len)
+{
+    open_t o = {g, pass, 0, 0};
+    rm_gate_host_t h;
+
+    if (g == NULL)
+        return REMORA_OK;
+    if (host_of(sa, &h) != 0)
+        return REMORA_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&g->mx);
+    int rc = pass_add(g, pass, &h);
+    o.changed = rc == 0;
+    o.full    = rc < 0;
+    if (!o.full && ucx_addr != NULL)
+        rm_ucx_addr_tcp(ucx_addr, ucx_len, open_cb, &o);
+    if (o.changed)
+        apply(g);
+    pthread_mutex_unlock(&g->mx);
+    if (rc < 0) {
+        rm_warn_peer("UCX's ports admit %u hosts at most: refusing another", RM_GATE_HOSTS_MAX);
+        return REMORA_ERR_BUSY;
+    }
+    return REMORA_OK;
+}
+
+void rm_gate_close(rm_gate_t *g, rm_gate_pass_t *pass)
+{
+    if (g == NULL || pass->n == 0) {
+        pass->n = 0;
+        return;
+    }
+    pthread_mutex_lock(&g->mx);
+    for (unsigned i = 0; i < pass->n; i++) {
+        allowed_t *a = find_host(g, &pass->hosts[i]);
+        if (a != NULL && --a->refs == 0)
+            *a = g->hosts[--g->nhosts];
+    }
+    pass->n = 0;
+    apply(g);
+    pthread_mutex_unlock(&g->mx);
+}
+
+int rm_gate_allows(rm_gate_t *g, const struct sockaddr *sa)
+{
+    rm_gate_host_t h;
+    int yes;
+
+    if (g == NULL)
+        return 1;
+    if (host_of(sa, &h) != 0)
+        return 0;
+    pthread_mutex_lock(&g->mx);
+    yes = find_host(g, &h) != NULL;
+    pthread_mutex_unlock(&g->mx);
+    return yes;
+}
