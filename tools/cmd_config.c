@@ -30,6 +30,8 @@ static const cli_config_var_t cli_config_vars[] = {
      "one-sided RMA: 0 off, 1 on verbs fabrics only, unsafe everywhere (docs/security.md)"},
     {"REMORA_CM", "0",
      "1: a server lets clients connect through UCX's connection manager (docs/protocol.md)"},
+    {"REMORA_UCX_GATE", "1",
+     "0: UCX's own TCP ports answer every host, not only connected ones (docs/security.md)"},
     {"REMORA_CHUNK_SIZE", "4194304", "client chunk size in bytes (4096 .. 2^30)"},
     {"REMORA_WINDOW", "4", "client chunks in flight per request (1 .. 64)"},
     {"REMORA_LANES", "1", "connections a client spreads large transfers over (1 .. 8)"},

@@ -976,6 +976,8 @@ static remora_status_t start_worker(remora_context_h ctx)
         status = rm_status_from_ucs(ustatus);
         goto err;
     }
+    /* UCX's TCP listening sockets admit no one until a peer is let in. */
+    rm_gate_guard_worker(rm_engine_gate(ctx), ctx, ctx->worker_addr, ctx->worker_addr_len);
     if ((status = init_sync(ctx)) != REMORA_OK)
         goto err;
     if (pthread_create(&ctx->thread, NULL, progress_thread, ctx) != 0) {
@@ -985,6 +987,7 @@ static remora_status_t start_worker(remora_context_h ctx)
     return REMORA_OK;
 
 err:
+    rm_gate_forget(rm_engine_gate(ctx), ctx);
     if (ctx->epfd >= 0)
         close(ctx->epfd);
     if (ctx->watch_epfd >= 0)
@@ -1020,6 +1023,7 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     ctx->parent  = parent;
     ctx->spin_us = parent->spin_us;
     ctx->spin_load = parent->spin_load;
+    ctx->gate    = NULL; /* the parent's (rm_engine_gate) */
     ctx->rma     = parent->rma;
     ctx->shm_ok  = parent->shm_ok;
     ctx->ucx_cuda = parent->ucx_cuda;
@@ -1114,7 +1118,9 @@ static remora_status_t context_create(const remora_context_params_t *params,
     ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
     ctx->ucx_cuda = ucp_context_query(ctx->ucp, &ca) == UCS_OK &&
                     (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    ctx->gate     = rm_gate_create();
     if ((status = start_worker(ctx)) != REMORA_OK) {
+        rm_gate_destroy(ctx->gate);
         ucp_cleanup(ctx->ucp);
         free(ctx);
         return status;
@@ -1158,10 +1164,13 @@ void remora_context_destroy(remora_context_h ctx)
     if (ctx->npeers)
         rm_warn("context destroyed with %zu endpoint(s) still open", ctx->npeers);
     rm_copyq_destroy(ctx->copyq); /* their owners drained them */
+    rm_gate_forget(rm_engine_gate(ctx), ctx);
     ucp_worker_release_address(ctx->worker, ctx->worker_addr);
     ucp_worker_destroy(ctx->worker);
-    if (ctx->parent == NULL)
+    if (ctx->parent == NULL) {
         ucp_cleanup(ctx->ucp);
+        rm_gate_destroy(ctx->gate);
+    }
     close(ctx->epfd);
     close(ctx->watch_epfd);
     pthread_cond_destroy(&ctx->wait_cv);

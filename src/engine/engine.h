@@ -30,6 +30,7 @@
 
 #define RM_SERVING_MAX 8
 
+#include "engine/gate.h"
 #include "engine/ucx_addr.h"
 #include "mem/copyq.h"
 #include "util/list.h"
@@ -94,6 +95,7 @@ struct rm_peer {
      * in 12 s from one connection; review). */
     unsigned             sends_max;
     rm_seal_t           *seal;   /* encryption keys (seal.h); NULL: a plain connection */
+    rm_gate_pass_t       gate;   /* hosts let through to UCX's ports for it (gate.h) */
     int                  seal_failed; /* a sealed message failed a check: fail at next tick */
     /* fail_later (a server's connections): an endpoint that fails inside
      * one of our sends gets on_error after the progress pass (ctx->failing),
@@ -136,6 +138,7 @@ struct remora_context {
     void           *worker_addr; /* this worker's UCX address, for the bootstrap */
     size_t          worker_addr_len;
     rm_ucx_addr_shape_t addr_shape; /* what peers' addresses are checked against */
+    rm_gate_t      *gate;  /* who may reach UCX's listening ports (gate.h); lanes: the parent's */
     pthread_mutex_t lock;  /* see design notes */
     atomic_int      lock_waiters; /* threads blocked in rm_engine_lock: drivers yield to them */
     pthread_t       thread;
@@ -204,6 +207,12 @@ struct remora_context {
  * at once. Destroy it with remora_context_destroy() before the parent.
  */
 remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h *lane_p);
+
+/* The gate of ctx's root context (gate.h); NULL when disabled. */
+static inline rm_gate_t *rm_engine_gate(remora_context_h ctx)
+{
+    return ctx->parent ? ctx->parent->gate : ctx->gate;
+}
 
 /* Status mapping, once for the whole library. */
 remora_status_t rm_status_from_ucs(ucs_status_t status);
@@ -352,6 +361,14 @@ unsigned rm_peer_rma_lanes(rm_peer_t *peer);
  * must discard an endpoint whose wire-up reply is still queued (a peer that
  * stops right after connecting), so the handshake ends only after this. */
 remora_status_t rm_peer_wireup_wait(rm_peer_t *peer, uint64_t deadline);
+
+/* Let the peer's host (its bootstrap socket's address) and the TCP
+ * interfaces of its UCX worker address (ucx_addr, may be NULL) through to
+ * this context's UCX ports, until the peer is closed (gate.h). Call before
+ * UCX may connect: a server when CONNECT passed its checks, a client before
+ * sending CONNECT and again with the server's address. REMORA_ERR_BUSY when
+ * the gate is full. */
+remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t len);
 
 /* Create the peer's endpoint to a UCX worker address (from the bootstrap)
  * and attach it. UCX pairs it with the endpoint the other side creates. */

@@ -23,7 +23,7 @@
 #include <linux/filter.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,10 +42,9 @@ typedef struct {
 } allowed_t;
 
 typedef struct {
-    int         fd;
-    const void *owner;
-    int         family;
-    uint16_t    port; /* network order */
+    int                     fd;
+    const void             *owner;
+    struct sockaddr_storage sa; /* what it is bound to */
 } guarded_t;
 
 struct rm_gate {
@@ -54,6 +53,7 @@ struct rm_gate {
     unsigned        nhosts, cap_hosts;
     guarded_t      *socks;
     unsigned        nsocks, cap_socks;
+    size_t          budget; /* bytes a program may take (fits) */
     struct sock_filter prog[BPF_MAXINSNS];
     unsigned short  prog_len;
 };
@@ -166,20 +166,65 @@ static void compile(rm_gate_t *g)
     emit(g, BPF_RET | BPF_K, DROP, 0, 0);
 }
 
-/* Worst case: 4 + 2 per IPv4 host + 2 + 3 + 9 per IPv6 host. */
+/* Instructions: 4 + 2 per IPv4 host + 3 + 9 per IPv6 host, at most
+ * BPF_MAXINSNS. Bytes: the kernel charges a socket's filter to its option
+ * memory (net.core.optmem_max), and swapping one for the next holds both
+ * for a moment: half of it is ours. Charged per IPv4 host 24-32 bytes, per
+ * IPv6 host 336, about 360 for the rest (kernel 6.18); rounded up here. */
+#define COST_BASE 512u
+#define COST_V4   40u
+#define COST_V6   384u
+
+static size_t cost(unsigned n4, unsigned n6)
+{
+    return COST_BASE + (size_t)n4 * COST_V4 + (size_t)n6 * COST_V6;
+}
+
+static void count(const rm_gate_t *g, unsigned *n4, unsigned *n6)
+{
+    *n4 = *n6 = 0;
+    for (unsigned i = 0; i < g->nhosts; i++)
+        ++*(g->hosts[i].host.family == AF_INET ? n4 : n6);
+}
+
+/* Whether a program for n4 IPv4 and n6 IPv6 hosts can be attached. */
+static int within(const rm_gate_t *g, unsigned n4, unsigned n6)
+{
+    return n4 + n6 <= RM_GATE_HOSTS_MAX && 7 + 2 * n4 + 9 * n6 <= BPF_MAXINSNS &&
+           cost(n4, n6) <= g->budget;
+}
+
 static int fits(const rm_gate_t *g, int family)
 {
-    unsigned n = 9 + (family == AF_INET ? 2 : 9);
+    unsigned n4, n6;
 
-    for (unsigned i = 0; i < g->nhosts; i++)
-        n += g->hosts[i].host.family == AF_INET ? 2 : 9;
-    return g->nhosts < RM_GATE_HOSTS_MAX && n <= BPF_MAXINSNS;
+    count(g, &n4, &n6);
+    return within(g, n4 + (family == AF_INET), n6 + (family != AF_INET));
 }
 
 /* ------------------------------------------------------------ sockets */
 
-/* Whether fd is a listening TCP socket bound to (family, port). */
-static int is_listener(int fd, int family, uint16_t port)
+static uint16_t port_of(const struct sockaddr_storage *ss)
+{
+    return ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+                                    : ((const struct sockaddr_in6 *)ss)->sin6_port;
+}
+
+/* The same address, or either side the wildcard (a listener bound to all). */
+static int addr_matches(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family == AF_INET) {
+        in_addr_t x = ((const struct sockaddr_in *)a)->sin_addr.s_addr;
+        in_addr_t y = ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+        return x == y || x == htonl(INADDR_ANY) || y == htonl(INADDR_ANY);
+    }
+    const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    const struct in6_addr *y = &((const struct sockaddr_in6 *)b)->sin6_addr;
+    return IN6_ARE_ADDR_EQUAL(x, y) || IN6_IS_ADDR_UNSPECIFIED(x) || IN6_IS_ADDR_UNSPECIFIED(y);
+}
+
+/* Whether fd is a listening TCP socket bound to want (family, port, address). */
+static int is_listener(int fd, const struct sockaddr_storage *want)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
@@ -190,77 +235,85 @@ static int is_listener(int fd, int family, uint16_t port)
         return 0;
     vl = sizeof(v);
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &vl) != 0 || v != SOCK_STREAM ||
-        getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != family)
+        getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != want->ss_family)
         return 0;
-    return family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port == port
-                             : ((struct sockaddr_in6 *)&ss)->sin6_port == port;
+    return port_of(&ss) == port_of(want) && addr_matches(&ss, want);
 }
 
-static void attach(rm_gate_t *g, const guarded_t *s)
+static int attach(rm_gate_t *g, const guarded_t *s)
 {
-    static atomic_int warned;
     struct sock_fprog fp = {.len = g->prog_len, .filter = g->prog};
 
-    if (setsockopt(s->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fp, sizeof(fp)) != 0 &&
-        atomic_exchange(&warned, 1) == 0)
-        rm_warn("could not guard UCX's listening port %u (%s): any host that reaches it can "
-                "talk to UCX", ntohs(s->port), strerror(errno));
+    if (setsockopt(s->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fp, sizeof(fp)) == 0)
+        return 0;
+    rm_warn("could not update the filter on UCX's listening port %u: %s", ntohs(port_of(&s->sa)),
+            strerror(errno));
+    return -1;
 }
 
-/* Attach the current program everywhere; a socket that is no longer what it
- * was (UCX closed it, the number was reused) is dropped from the list. */
-static void apply(rm_gate_t *g)
+/* Attach the current program everywhere: 0, or -1 when some socket refused
+ * it (it keeps the program it had). A socket that is no longer what it was
+ * (UCX closed it, the number was reused) is dropped from the list. */
+static int apply(rm_gate_t *g)
 {
     unsigned j = 0;
+    int rc = 0;
 
     compile(g);
     for (unsigned i = 0; i < g->nsocks; i++) {
         guarded_t *s = &g->socks[i];
-        if (!is_listener(s->fd, s->family, s->port))
+        if (!is_listener(s->fd, &s->sa))
             continue;
-        attach(g, s);
+        rc |= attach(g, s);
         g->socks[j++] = *s;
     }
     g->nsocks = j;
+    return rc;
 }
 
-static int guard_fd(rm_gate_t *g, const void *owner, int fd, int family, uint16_t port)
+/* Guard fd; an entry for the same number that was another socket (UCX closed
+ * its listener, the number came back) is replaced. 0 or -1. */
+static int guard_fd(rm_gate_t *g, const void *owner, int fd, const struct sockaddr_storage *sa)
 {
-    guarded_t *s;
+    guarded_t *s = NULL;
 
-    for (unsigned i = 0; i < g->nsocks; i++)
+    for (unsigned i = 0; i < g->nsocks && s == NULL; i++)
         if (g->socks[i].fd == fd)
-            return 0;
-    if (room((void **)&g->socks, g->nsocks, &g->cap_socks, sizeof(*s)) != 0)
-        return -1;
-    s  = &g->socks[g->nsocks++];
-    *s = (guarded_t){.fd = fd, .owner = owner, .family = family, .port = port};
+            s = &g->socks[i];
+    if (s == NULL) {
+        if (room((void **)&g->socks, g->nsocks, &g->cap_socks, sizeof(*s)) != 0)
+            return -1;
+        s = &g->socks[g->nsocks++];
+    }
+    *s = (guarded_t){.fd = fd, .owner = owner, .sa = *sa};
     compile(g);
-    attach(g, s);
-    return 0;
+    return attach(g, s);
 }
 
 typedef struct {
-    int      family[RM_GATE_PASS_MAX * 4];
-    uint16_t port[RM_GATE_PASS_MAX * 4];
+    struct sockaddr_storage sa[32];
     unsigned n;
 } wanted_t;
 
 static void want(wanted_t *w, const struct sockaddr *sa)
 {
-    uint16_t port = sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
-                                             : ((const struct sockaddr_in6 *)sa)->sin6_port;
+    struct sockaddr_storage ss = {0};
 
+    memcpy(&ss, sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                             : sizeof(struct sockaddr_in6));
     for (unsigned i = 0; i < w->n; i++)
-        if (w->family[i] == sa->sa_family && w->port[i] == port)
+        if (w->sa[i].ss_family == ss.ss_family && port_of(&w->sa[i]) == port_of(&ss) &&
+            addr_matches(&w->sa[i], &ss))
             return;
-    if (w->n < sizeof(w->port) / sizeof(w->port[0])) {
-        w->family[w->n] = sa->sa_family;
-        w->port[w->n++] = port;
-    }
+    if (w->n < sizeof(w->sa) / sizeof(w->sa[0]))
+        w->sa[w->n++] = ss;
 }
 
-static void want_cb(void *arg, const struct sockaddr *sa) { want(arg, sa); }
+static void want_cb(void *arg, const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
+        want(arg, sa);
+}
 
 /* Guard every open listening socket that matches one of w; how many. */
 static int guard_wanted(rm_gate_t *g, const void *owner, const wanted_t *w)
@@ -280,8 +333,8 @@ static int guard_wanted(rm_gate_t *g, const void *owner, const wanted_t *w)
         if (*end != '\0' || end == e->d_name || fd == dirfd(d))
             continue;
         for (unsigned i = 0; i < w->n; i++)
-            if (is_listener((int)fd, w->family[i], w->port[i])) {
-                found += guard_fd(g, owner, (int)fd, w->family[i], w->port[i]) == 0;
+            if (is_listener((int)fd, &w->sa[i])) {
+                found += guard_fd(g, owner, (int)fd, &w->sa[i]) == 0;
                 break;
             }
     }
@@ -290,6 +343,20 @@ static int guard_wanted(rm_gate_t *g, const void *owner, const wanted_t *w)
 }
 
 /* ------------------------------------------------------------ API */
+
+/* Half the option memory a socket may hold (fits). */
+static size_t read_budget(void)
+{
+    FILE *f = fopen("/proc/sys/net/core/optmem_max", "r");
+    unsigned long v = 20480; /* the kernel's default before 6.8 */
+
+    if (f != NULL) {
+        if (fscanf(f, "%lu", &v) != 1)
+            v = 20480;
+        fclose(f);
+    }
+    return v / 2;
+}
 
 rm_gate_t *rm_gate_create(void)
 {
@@ -300,6 +367,7 @@ rm_gate_t *rm_gate_create(void)
     if ((g = calloc(1, sizeof(*g))) == NULL)
         return NULL;
     pthread_mutex_init(&g->mx, NULL);
+    g->budget = read_budget();
     compile(g);
     return g;
 }
@@ -314,37 +382,40 @@ void rm_gate_destroy(rm_gate_t *g)
     free(g);
 }
 
+static int guard(rm_gate_t *g, const void *owner, const wanted_t *w)
+{
+    int found;
+
+    pthread_mutex_lock(&g->mx);
+    found = guard_wanted(g, owner, w);
+    pthread_mutex_unlock(&g->mx);
+    if (found < (int)w->n)
+        rm_warn("guarded %d of UCX's %u TCP listening sockets; the rest answer every host "
+                "(docs/security.md 2.1)", found, w->n);
+    return found;
+}
+
 int rm_gate_guard_worker(rm_gate_t *g, const void *owner, const void *own, size_t len)
 {
     wanted_t w = {.n = 0};
-    int found;
 
     if (g == NULL)
         return 0;
-    if (rm_ucx_addr_tcp(own, len, want_cb, &w) != 0)
+    if (rm_ucx_addr_tcp(own, len, want_cb, &w) != 0) {
+        rm_warn("this UCX's worker address does not parse: its TCP ports stay unguarded");
         return -1;
-    if (w.n == 0)
-        return 0;
-    pthread_mutex_lock(&g->mx);
-    found = guard_wanted(g, owner, &w);
-    pthread_mutex_unlock(&g->mx);
-    if (found < (int)w.n)
-        rm_warn("found %d of UCX's %u TCP listening sockets; the rest stay unguarded", found, w.n);
-    return found;
+    }
+    return w.n == 0 ? 0 : guard(g, owner, &w);
 }
 
 int rm_gate_guard_listener(rm_gate_t *g, const void *owner, const struct sockaddr *sa)
 {
     wanted_t w = {.n = 0};
-    int found;
 
     if (g == NULL)
         return 0;
     want(&w, sa);
-    pthread_mutex_lock(&g->mx);
-    found = guard_wanted(g, owner, &w);
-    pthread_mutex_unlock(&g->mx);
-    return found == 1 ? 0 : -1;
+    return guard(g, owner, &w) == 1 ? 0 : -1;
 }
 
 void rm_gate_forget(rm_gate_t *g, const void *owner)
@@ -361,7 +432,7 @@ void rm_gate_forget(rm_gate_t *g, const void *owner)
     pthread_mutex_unlock(&g->mx);
 }
 
-/* One host into pass and the set; 0, 1 (nothing new) or -1 (full). */
+/* One host into pass and the set; 0, 1 (nothing new) or -1 (no room). */
 static int pass_add(rm_gate_t *g, rm_gate_pass_t *pass, const rm_gate_host_t *h)
 {
     allowed_t *a;
@@ -370,11 +441,10 @@ static int pass_add(rm_gate_t *g, rm_gate_pass_t *pass, const rm_gate_host_t *h)
         if (host_eq(&pass->hosts[i], h))
             return 1;
     if (pass->n == RM_GATE_PASS_MAX)
-        return 1; /* the bootstrap host came first; more is a courtesy */
+        return -1;
     if ((a = find_host(g, h)) == NULL) {
-        if (!fits(g, h->family))
-            return -1;
-        if (room((void **)&g->hosts, g->nhosts, &g->cap_hosts, sizeof(*a)) != 0)
+        if (!fits(g, h->family) ||
+            room((void **)&g->hosts, g->nhosts, &g->cap_hosts, sizeof(*a)) != 0)
             return -1;
         a  = &g->hosts[g->nhosts++];
         *a = (allowed_t){.host = *h, .refs = 0};
@@ -382,6 +452,17 @@ static int pass_add(rm_gate_t *g, rm_gate_pass_t *pass, const rm_gate_host_t *h)
     a->refs++;
     pass->hosts[pass->n++] = *h;
     return 0;
+}
+
+/* Give back pass's hosts from index `from` on. */
+static void pass_drop(rm_gate_t *g, rm_gate_pass_t *pass, unsigned from)
+{
+    for (unsigned i = from; i < pass->n; i++) {
+        allowed_t *a = find_host(g, &pass->hosts[i]);
+        if (a != NULL && --a->refs == 0)
+            *a = g->hosts[--g->nhosts];
+    }
+    pass->n = from;
 }
 
 typedef struct {
@@ -396,8 +477,7 @@ static void open_cb(void *arg, const struct sockaddr *sa)
     rm_gate_host_t h;
     int rc;
 
-    /* A loopback interface is reached from 127.0.0.1 / ::1, already there. */
-    if (host_of(sa, &h) != 0)
+    if (o->full || host_of(sa, &h) != 0)
         return;
     rc = pass_add(o->g, o->pass, &h);
     o->changed |= rc == 0;
@@ -409,22 +489,31 @@ remora_status_t rm_gate_open(rm_gate_t *g, rm_gate_pass_t *pass, const struct so
 {
     open_t o = {g, pass, 0, 0};
     rm_gate_host_t h;
+    unsigned before = pass->n;
+    int rc;
 
     if (g == NULL)
         return REMORA_OK;
     if (host_of(sa, &h) != 0)
         return REMORA_ERR_INVALID_PARAM;
     pthread_mutex_lock(&g->mx);
-    int rc = pass_add(g, pass, &h);
+    rc        = pass_add(g, pass, &h);
     o.changed = rc == 0;
     o.full    = rc < 0;
-    if (!o.full && ucx_addr != NULL)
+    if (ucx_addr != NULL)
         rm_ucx_addr_tcp(ucx_addr, ucx_len, open_cb, &o);
-    if (o.changed)
-        apply(g);
+    /* All of them or none: a host left out would be a connection that
+     * hangs, where one refused is told why. */
+    if (!o.full && o.changed && apply(g) != 0)
+        o.full = 1;
+    if (o.full) {
+        pass_drop(g, pass, before);
+        apply(g); /* smaller than what the sockets hold: it fits */
+    }
     pthread_mutex_unlock(&g->mx);
-    if (rc < 0) {
-        rm_warn_peer("UCX's ports admit %u hosts at most: refusing another", RM_GATE_HOSTS_MAX);
+    if (o.full) {
+        rm_warn_peer("no room to let another host through to UCX's ports (%u hosts at most, and "
+                     "net.core.optmem_max bounds the filter): refusing", RM_GATE_HOSTS_MAX);
         return REMORA_ERR_BUSY;
     }
     return REMORA_OK;
@@ -437,12 +526,7 @@ void rm_gate_close(rm_gate_t *g, rm_gate_pass_t *pass)
         return;
     }
     pthread_mutex_lock(&g->mx);
-    for (unsigned i = 0; i < pass->n; i++) {
-        allowed_t *a = find_host(g, &pass->hosts[i]);
-        if (a != NULL && --a->refs == 0)
-            *a = g->hosts[--g->nhosts];
-    }
-    pass->n = 0;
+    pass_drop(g, pass, 0);
     apply(g);
     pthread_mutex_unlock(&g->mx);
 }
@@ -460,4 +544,22 @@ int rm_gate_allows(rm_gate_t *g, const struct sockaddr *sa)
     yes = find_host(g, &h) != NULL;
     pthread_mutex_unlock(&g->mx);
     return yes;
+}
+
+unsigned rm_gate_room(rm_gate_t *g, int family)
+{
+    unsigned n4, n6, more = 0;
+
+    if (g == NULL)
+        return 0;
+    pthread_mutex_lock(&g->mx);
+    count(g, &n4, &n6);
+    for (;;) {
+        if (!within(g, n4 + (family == AF_INET ? more + 1 : 0),
+                    n6 + (family == AF_INET ? 0 : more + 1)))
+            break;
+        more++;
+    }
+    pthread_mutex_unlock(&g->mx);
+    return more;
 }

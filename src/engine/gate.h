@@ -48,14 +48,16 @@ typedef struct {
 } rm_gate_host_t;
 
 /* The hosts one connection has allowed. Zeroed is empty. */
-#define RM_GATE_PASS_MAX 16
+#define RM_GATE_PASS_MAX 32
 typedef struct {
     unsigned       n;
     rm_gate_host_t hosts[RM_GATE_PASS_MAX];
 } rm_gate_pass_t;
 
 /* The most distinct hosts allowed at once (the program must stay within the
- * kernel's 4,096 instructions); a connection past it is refused (BUSY). */
+ * kernel's 4,096 instructions, and half of net.core.optmem_max: about 250
+ * IPv4 hosts at the 20,480 bytes kernels before 6.8 allow, 1,000 from 6.8
+ * on); a connection past it is refused (BUSY). */
 #define RM_GATE_HOSTS_MAX 1000
 
 /* NULL when disabled (REMORA_UCX_GATE=0) or out of memory. */
@@ -72,14 +74,16 @@ int rm_gate_guard_listener(rm_gate_t *g, const void *owner, const struct sockadd
 void rm_gate_forget(rm_gate_t *g, const void *owner);
 
 /* Add sa's host (and, when ucx_addr is given, every TCP interface host it
- * names) to pass and allow them. REMORA_ERR_BUSY when the gate is full; the
- * hosts already in pass stay. With g NULL, nothing. */
+ * names) to pass and allow them, all or none: REMORA_ERR_BUSY when they do
+ * not all fit (the hosts pass held before stay). With g NULL, nothing. */
 remora_status_t rm_gate_open(rm_gate_t *g, rm_gate_pass_t *pass, const struct sockaddr *sa,
                              const void *ucx_addr, size_t ucx_len);
 /* Give back every host of pass; pass is empty afterwards. */
 void rm_gate_close(rm_gate_t *g, rm_gate_pass_t *pass);
 
-/* Whether sa's host is allowed now (tests, diagnostics). */
+/* Whether sa's host is allowed now, and how many more hosts of family fit
+ * (tests, diagnostics). */
 int rm_gate_allows(rm_gate_t *g, const struct sockaddr *sa);
+unsigned rm_gate_room(rm_gate_t *g, int family);
 
 #endif

@@ -721,7 +721,11 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
     size_t slen;
     remora_status_t st;
 
-    st = rm_client_seal_connect(c, ctx->worker_addr, ctx->worker_addr_len, &sealed, &slen);
+    /* The server's host may reach our UCX ports from now on (gate.h): its
+     * endpoint to us connects as soon as it has our address. */
+    st = rm_peer_gate_open(&c->peer, NULL, 0);
+    if (st == REMORA_OK)
+        st = rm_client_seal_connect(c, ctx->worker_addr, ctx->worker_addr_len, &sealed, &slen);
     if (st == REMORA_OK)
         st = boot_call(c, deadline, RM_BOOT_CONNECT, RM_BOOT_CM,
                        sealed ? sealed : ctx->worker_addr, sealed ? slen : ctx->worker_addr_len,
@@ -764,6 +768,9 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
         rm_error("a client cannot connect to a server of its own context; use another context");
         return REMORA_ERR_UNSUPPORTED;
     }
+    /* ... and its other interfaces, as its worker address names them. */
+    if (!(f.flags & RM_BOOT_CM) && (st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK)
+        return st;
     rm_engine_lock(ctx);
     st = (f.flags & RM_BOOT_CM) ? client_connect_cm(c, c->peer.sock.fd, addr)
                                 : rm_peer_create_ep(&c->peer, addr);

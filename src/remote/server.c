@@ -202,6 +202,7 @@ static void cm_slots_sweep(remora_server_h s, int all)
         rm_cm_slot_t *slot = rm_container_of(pos, rm_cm_slot_t, link);
         if (slot->conn == NULL && (all || now - slot->detached_ns > RM_CM_LINGER_NS)) {
             rm_list_del(&slot->link);
+            rm_gate_forget(rm_engine_gate(s->ctx), slot);
             ucp_listener_destroy(slot->listener);
             free(slot);
         }
@@ -957,6 +958,9 @@ static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
         conn_close_cm_listener(c);
         return -1;
     }
+    /* UCX's connection manager parses what reaches its port: only hosts let
+     * in (this client's, by boot_connect_addr) get there (gate.h). */
+    rm_gate_guard_listener(rm_engine_gate(c->server->ctx), slot, (struct sockaddr *)&la.sockaddr);
     *port_p = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
     return 0;
 }
@@ -1071,8 +1075,14 @@ static int connect_reply(rm_conn_t *c, unsigned flags, const void *payload, size
 static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, size_t len)
 {
     remora_context_h ctx = c->server->ctx;
+    remora_status_t st;
     uint16_t port;
 
+    /* From here the client's host may reach UCX's ports (gate.h), from any
+     * of the interfaces its worker address names (read with bounds: UCX
+     * does not see it on this path). */
+    if ((flags & RM_BOOT_CM) && (st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK)
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
     if ((flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
         uint8_t reply[RM_CM_REPLY_LEN] = {(uint8_t)port, (uint8_t)(port >> 8)};
         rm_auth_nonce(c->cm_ticket);
@@ -1086,6 +1096,8 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
         rm_warn_peer("client %s sent a worker address this UCX cannot use: %s", c->peer_host, why);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
+    if ((st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK)
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
     if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {
         rm_warn("could not set up a connection for client %s", c->peer_host);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_TRANSPORT);

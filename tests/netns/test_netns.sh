@@ -74,7 +74,9 @@ in2() { ip netns exec "$NS2" env UCX_TLS=tcp timeout 60 "$@"; }
 # function, which would run in a subshell): `ip netns exec` and `env` exec, so
 # $! is the server itself. A watchdog kills it after 110 s even if this script
 # dies before its trap can run.
-ip netns exec "$NS1" env UCX_TLS=tcp "$REMORA" serve --listen "$ADDR1:0" --region a=32M \
+# One worker: the UCX-port step below takes every other listening port of the
+# server for UCX's (more workers would add remora ports of their own).
+ip netns exec "$NS1" env UCX_TLS=tcp "$REMORA" serve --listen "$ADDR1:0" --workers 1 --region a=32M \
     --region w=8M:zero --writable >"$TMP/serve.out" 2>"$TMP/serve.err" &
 SERVER_PID=$!
 (
@@ -100,6 +102,32 @@ echo "server in $NS1 listening on $ADDR"
 # Namespace 2 really cannot see the server any other way than over the veth.
 in2 "$REMORA" ping "127.0.0.1:${ADDR##*:}" -n 1 --timeout 2000 >/dev/null 2>&1 &&
     fail "the server's port answered on the client namespace's loopback"
+
+# UCX's own TCP ports, from the other host before it ever did remora's
+# handshake: the gate (src/engine/gate.h) must leave the TCP handshake
+# unanswered. Had one completed, UCX's magic number and a PUT frame to
+# address 0x1000 follow: an unguarded server aborts (docs/security.md §2.1).
+UCX_PORTS=$(ip netns exec "$NS1" ss -Htlnp 2>/dev/null |
+    awk -v pid="pid=$SERVER_PID," -v own=":${ADDR##*:}" \
+        'index($0, pid) && $4 !~ own"$" { n = split($4, a, ":"); print a[n] }')
+[ -n "$UCX_PORTS" ] || fail "no UCX listening port found for the server"
+for port in $UCX_PORTS; do
+    in2 python3 - "$ADDR1" "$port" <<'PY' >>"$TMP/ucx_attack.out" 2>&1
+import socket, struct, sys
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+except OSError as e:
+    print("refused or unanswered:", e); sys.exit(0)
+s.sendall(struct.pack("<QBI", 0xCAFEBABE12345678, 33, 20) + struct.pack("<QQI", 0x1000, 8, 1) + b"x" * 8)
+print("CONNECTED"); sys.exit(1)
+PY
+    [ $? = 0 ] || fail "UCX's port $port answered a host that never authenticated"
+done
+sleep 0.3
+kill -0 "$SERVER_PID" 2>/dev/null || fail "the server died of a raw frame to UCX's port: $(cat "$TMP/serve.err")"
+echo "UCX ports $(echo $UCX_PORTS) unanswered to $NS2 before its handshake"
 
 # ls
 if in2 "$REMORA" ls "$ADDR" >"$TMP/ls.out" 2>"$TMP/ls.err"; then

@@ -120,19 +120,35 @@ static void test_ipv6(void **state)
     int fd;
     (void)state;
 
+    struct sockaddr_in6 probe = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
     fd = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd < 0) {
-        skip();
+    if (fd < 0 || bind(fd, (struct sockaddr *)&probe, sizeof(probe)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        skip(); /* no IPv6 here */
     }
     close(fd);
     fd = listener(AF_INET6, "::1", &sa);
     assert_int_equal(rm_gate_guard_listener(g, g, (struct sockaddr *)&sa), 0);
     assert_false(reaches(&sa, "::1", 300));
     sockaddr_of(AF_INET6, "::1", &v6);
+    /* Other IPv6 hosts that differ from ::1 in each of its four words, and
+     * IPv4 hosts, let nothing through for ::1. */
+    static const char *const others[] = {"fd00::1", "0:1::1", "::1:0:0:1", "::1:0:1", "::2",
+                                         "127.0.0.1", "10.1.2.3"};
+    rm_gate_pass_t op[7] = {{0}};
+    struct sockaddr_storage o;
+    for (unsigned i = 0; i < 7; i++) {
+        sockaddr_of(strchr(others[i], ':') ? AF_INET6 : AF_INET, others[i], &o);
+        assert_int_equal(rm_gate_open(g, &op[i], (struct sockaddr *)&o, NULL, 0), REMORA_OK);
+    }
+    assert_false(reaches(&sa, "::1", 300));
     assert_int_equal(rm_gate_open(g, &a, (struct sockaddr *)&v6, NULL, 0), REMORA_OK);
     assert_true(reaches(&sa, "::1", 500));
     rm_gate_close(g, &a);
     assert_false(reaches(&sa, "::1", 300));
+    for (unsigned i = 0; i < 7; i++)
+        rm_gate_close(g, &op[i]);
 
     sockaddr_of(AF_INET6, "::ffff:127.0.0.1", &mapped);
     sockaddr_of(AF_INET, "127.0.0.1", &v4);
@@ -145,43 +161,57 @@ static void test_ipv6(void **state)
     rm_gate_destroy(g);
 }
 
-/* RM_GATE_HOSTS_MAX hosts fit in one program (the kernel's 4,096
- * instructions), each of them checked; one more is refused. */
+/* As many IPv4 hosts as the gate says fit (the kernel's 4,096 instructions,
+ * half of net.core.optmem_max) attach, each of them checked; one more is
+ * refused and its pass left empty; a host already in the set takes no room. */
 static void test_full(void **state)
 {
     static rm_gate_pass_t pass[RM_GATE_HOSTS_MAX + 1];
     rm_gate_t *g = rm_gate_create();
     struct sockaddr_storage sa, h;
     int fd = listener(AF_INET, "127.0.0.1", &sa);
+    unsigned n = rm_gate_room(g, AF_INET);
     char ip[32];
     (void)state;
 
+    print_message("room for %u IPv4 hosts\n", n);
+    assert_true(n >= 200 && n <= RM_GATE_HOSTS_MAX);
     assert_int_equal(rm_gate_guard_listener(g, g, (struct sockaddr *)&sa), 0);
-    for (int i = 0; i < RM_GATE_HOSTS_MAX; i++) {
+    for (unsigned i = 0; i < n; i++) {
         /* 127.0.0.1 last: the program's final test lets it in */
-        snprintf(ip, sizeof(ip), "127.0.%d.%d", 3 + (RM_GATE_HOSTS_MAX - 1 - i) / 250,
-                 1 + (RM_GATE_HOSTS_MAX - 1 - i) % 250);
-        if (i == RM_GATE_HOSTS_MAX - 1)
+        unsigned k = n - 1 - i;
+        snprintf(ip, sizeof(ip), "127.0.%u.%u", 3 + k / 250, 1 + k % 250);
+        if (i == n - 1)
             snprintf(ip, sizeof(ip), "127.0.0.1");
         sockaddr_of(AF_INET, ip, &h);
         assert_int_equal(rm_gate_open(g, &pass[i], (struct sockaddr *)&h, NULL, 0), REMORA_OK);
     }
+    assert_int_equal(rm_gate_room(g, AF_INET), 0);
     sockaddr_of(AF_INET, "127.0.0.2", &h);
-    assert_int_equal(rm_gate_open(g, &pass[RM_GATE_HOSTS_MAX], (struct sockaddr *)&h, NULL, 0),
-                     REMORA_ERR_BUSY);
+    assert_int_equal(rm_gate_open(g, &pass[n], (struct sockaddr *)&h, NULL, 0), REMORA_ERR_BUSY);
+    assert_int_equal(pass[n].n, 0);
     assert_true(reaches(&sa, "127.0.0.1", 500));
     assert_true(reaches(&sa, "127.0.3.7", 500));
     assert_false(reaches(&sa, "127.0.0.2", 300));
-    for (int i = 0; i < RM_GATE_HOSTS_MAX; i++)
+    /* A host already in the set takes no room. */
+    rm_gate_pass_t two = {0};
+    sockaddr_of(AF_INET, "127.0.3.7", &h);
+    assert_int_equal(rm_gate_open(g, &two, (struct sockaddr *)&h, NULL, 0), REMORA_OK);
+    assert_int_equal(two.n, 1);
+    rm_gate_close(g, &pass[0]);
+    for (unsigned i = 1; i < n; i++)
         rm_gate_close(g, &pass[i]);
+    rm_gate_close(g, &two);
     assert_false(reaches(&sa, "127.0.0.1", 300));
+    assert_int_equal(rm_gate_room(g, AF_INET), n);
     rm_gate_forget(g, g);
     close(fd);
     rm_gate_destroy(g);
 }
 
 /* A guarded socket that closed is dropped, not guarded again under a number
- * reused by another socket. */
+ * reused by another socket; a listener that later gets that number and is
+ * guarded in its own right gets the filter. */
 static void test_closed_listener(void **state)
 {
     rm_gate_t *g = rm_gate_create();
@@ -198,6 +228,32 @@ static void test_closed_listener(void **state)
     assert_true(reaches(&sb, "127.0.0.1", 500));
     rm_gate_close(g, &a);
     assert_true(reaches(&sb, "127.0.0.1", 500));
+    assert_int_equal(rm_gate_guard_listener(g, g, (struct sockaddr *)&sb), 0);
+    assert_false(reaches(&sb, "127.0.0.1", 300));
+    rm_gate_forget(g, g);
+    close(fd2);
+    rm_gate_destroy(g);
+}
+
+/* Matched by address as well as port: a listener on another address with
+ * the same port number is not guarded. */
+static void test_same_port_other_address(void **state)
+{
+    rm_gate_t *g = rm_gate_create();
+    struct sockaddr_storage sa, sb;
+    int fd = listener(AF_INET, "127.0.0.1", &sa), fd2;
+    (void)state;
+
+    fd2 = socket(AF_INET, SOCK_STREAM, 0);
+    sb = sa;
+    inet_pton(AF_INET, "127.0.0.5", &((struct sockaddr_in *)&sb)->sin_addr);
+    assert_int_equal(bind(fd2, (struct sockaddr *)&sb, sizeof(struct sockaddr_in)), 0);
+    assert_int_equal(listen(fd2, 8), 0);
+    assert_int_equal(rm_gate_guard_listener(g, g, (struct sockaddr *)&sa), 0);
+    assert_false(reaches(&sa, "127.0.0.1", 300));
+    assert_true(reaches(&sb, "127.0.0.1", 500));
+    rm_gate_forget(g, g);
+    close(fd);
     close(fd2);
     rm_gate_destroy(g);
 }
@@ -209,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_closed_listener),
+        cmocka_unit_test(test_same_port_other_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
