@@ -234,6 +234,25 @@ static remora_status_t dial_status(int err)
  */
 #define RM_BOOT_REDIAL_NS 200000000ull
 
+int rm_tcp_keepalive(int fd, unsigned timeout_ms)
+{
+    int on = 1, idle = 1, intvl = 1, cnt = (int)(timeout_ms / 1000u) + 1;
+    unsigned uto = timeout_ms;
+
+    if (timeout_ms == 0)
+        return 0;
+    /* Probes from the first idle second on, one a second; TCP_USER_TIMEOUT
+     * ends the connection once what was sent (data or a probe) has gone
+     * unacknowledged that long. */
+    return setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) ||
+                   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) ||
+                   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) ||
+                   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) ||
+                   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto))
+               ? -1
+               : 0;
+}
+
 remora_status_t rm_boot_dial(const char *addr, uint64_t deadline, int *fd_p)
 {
     struct sockaddr_storage ss;

@@ -383,6 +383,12 @@ remora_status_t rm_peer_accept_cm(rm_peer_t *peer, ucp_conn_request_h conn_reque
  * two sides then learn how to reach each other's worker; it stays open and
  * carries heartbeats, so a peer's death or silence is seen promptly. */
 remora_status_t rm_boot_listen(const char *addr, int *fd_p);
+/* A plain TCP connection (a GPU socket's) whose peer must not vanish
+ * unnoticed: keepalive probes after a second idle and TCP_USER_TIMEOUT of
+ * timeout_ms, so a peer gone silent (powered off, link lost) fails the
+ * socket within about timeout_ms + 1 s, idle or not. 0 (nothing set with a
+ * timeout of 0) or -1. */
+int rm_tcp_keepalive(int fd, unsigned timeout_ms);
 /* Connect a non-blocking TCP socket, bounded by the deadline. */
 remora_status_t rm_boot_dial(const char *addr, uint64_t deadline, int *fd_p);
 /* 1 if a peer's worker address may be handed to UCX (ucx_addr.h); otherwise

@@ -160,10 +160,16 @@ int gn_watch_ctl(remora_gpunet_h g, int i, int fd)
     return epoll_ctl(owner_ep(g, i, BK_GPU), EPOLL_CTL_ADD, fd, &ev);
 }
 
-static void tcp_tune(int fd)
+/* Small sends go at once; a peer gone silent fails the socket within the
+ * context's peer timeout (plus a second), as remora's own connections do,
+ * instead of after TCP's 15 minutes of retries, or never when idle. */
+static void tcp_tune(remora_gpunet_h g, int fd)
 {
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* small sends go at once */
+
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (rm_tcp_keepalive(fd, (unsigned)(g->ctx->peer_timeout_ns / 1000000u)) != 0)
+        rm_debug("keepalive not set on a GPU socket: %s", strerror(errno));
 }
 
 /* "HOST:PORT" into a sockaddr (IPv4 or IPv6). */
@@ -224,7 +230,7 @@ static int connect_tcp(remora_gpunet_h g, const char *hp, unsigned slot, uint32_
     }
     if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
         return REMORA_ERR_IO;
-    tcp_tune(fd);
+    tcp_tune(g, fd);
     if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS) {
         st = errno == ECONNREFUSED ? REMORA_ERR_CONNECTION_REFUSED : REMORA_ERR_IO;
         close(fd);
@@ -411,7 +417,7 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
                 *err = REMORA_ERR_IO;
             return -1;
         }
-        tcp_tune(fd);
+        tcp_tune(g, fd);
         if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
             close(fd);
             *err = REMORA_ERR_BUSY;
