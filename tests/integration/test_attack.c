@@ -753,7 +753,10 @@ static void test_unread_replies(void **state)
            "connection %s after %.1f s\n", sent, rss0, peak, closed ? "closed" : "open",
            (it_now_ms() - t0) / 1000);
     assert_true(closed);
-    assert_true(peak - rss0 < 64 * 1024);
+    /* Bounded, not small: UCX 1.13 on the 2-core VM held 8 MB at the limit,
+     * UCX 1.16 on the 16-core H200 host 75 MB (its requests and send
+     * buffers are bigger); without the limit, 1.1 GB in 8 s. */
+    assert_true(peak - rss0 < 128 * 1024);
     raw_close(&r);
     assert_serves(s.addr, NULL);
     assert_int_equal(it_server_stop(&s), 0);
