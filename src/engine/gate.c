@@ -240,12 +240,16 @@ static int is_listener(int fd, const struct sockaddr_storage *want)
     return port_of(&ss) == port_of(want) && addr_matches(&ss, want);
 }
 
+/* 0 attached, 1 the socket is gone (closed since it was checked: another
+ * thread destroyed its worker), -1 it refused the program (kept the old). */
 static int attach(rm_gate_t *g, const guarded_t *s)
 {
     struct sock_fprog fp = {.len = g->prog_len, .filter = g->prog};
 
     if (setsockopt(s->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fp, sizeof(fp)) == 0)
         return 0;
+    if (errno == EBADF || errno == ENOTSOCK)
+        return 1;
     rm_warn("could not update the filter on UCX's listening port %u: %s", ntohs(port_of(&s->sa)),
             strerror(errno));
     return -1;
@@ -257,14 +261,14 @@ static int attach(rm_gate_t *g, const guarded_t *s)
 static int apply(rm_gate_t *g)
 {
     unsigned j = 0;
-    int rc = 0;
+    int rc = 0, r;
 
     compile(g);
     for (unsigned i = 0; i < g->nsocks; i++) {
         guarded_t *s = &g->socks[i];
-        if (!is_listener(s->fd, &s->sa))
+        if (!is_listener(s->fd, &s->sa) || (r = attach(g, s)) > 0)
             continue;
-        rc |= attach(g, s);
+        rc |= r;
         g->socks[j++] = *s;
     }
     g->nsocks = j;
@@ -287,7 +291,10 @@ static int guard_fd(rm_gate_t *g, const void *owner, int fd, const struct sockad
     }
     *s = (guarded_t){.fd = fd, .owner = owner, .sa = *sa};
     compile(g);
-    return attach(g, s);
+    if (attach(g, s) == 0)
+        return 0;
+    *s = g->socks[--g->nsocks]; /* gone, or refused: not guarded */
+    return -1;
 }
 
 typedef struct {
