@@ -302,6 +302,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     xp.name = "fuzz-decoy";
     if ((st = remora_context_create(&xp, &g.dctx)) != REMORA_OK)
         die("decoy context", st);
+    /* A live worker answers: the decoy's gate (src/engine/gate.h) lets this
+     * host in, as a client's does for its server. Closed, it drops the
+     * server's SYNs, and UCX's blocking connect() freezes the server's
+     * worker for minutes (docs/security.md 3.5, not fixed). */
+    static rm_gate_pass_t decoy_pass;
+    struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (rm_gate_open(rm_engine_gate(g.dctx), &decoy_pass, (struct sockaddr *)&lo, NULL, 0) !=
+        REMORA_OK)
+        die("decoy gate", REMORA_ERR_BUSY);
     if ((st = remora_mem_create(g.sctx, &mp, &g.mem)) != REMORA_OK)
         die("remora_mem_create", st);
     for (size_t i = 0; i < REGION_LEN; i++)
