@@ -16,13 +16,7 @@ set -u
 
 REMORA=${1:?usage: $0 PATH/TO/remora}
 ID=$$
-NS1=rmit-srv-$ID
-NS2=rmit-cli-$ID
-VETH1=rmv$((ID % 100000))a   # interface names: at most 15 bytes
-VETH2=rmv$((ID % 100000))b
-OCTET=$((ID % 250 + 1))
-ADDR1=10.231.$OCTET.1
-ADDR2=10.231.$OCTET.2
+. "$(dirname "$0")/netns_lib.sh"
 TMP=$(mktemp -d /tmp/remora-netns-XXXXXX)
 SERVER_PID=
 WATCHDOG_PID=
@@ -40,32 +34,15 @@ cleanup() {
         kill "$WATCHDOG_PID" 2>/dev/null
         wait "$WATCHDOG_PID" 2>/dev/null
     fi
-    ip netns del "$NS1" 2>/dev/null
-    ip netns del "$NS2" 2>/dev/null
-    ip link del "$VETH1" 2>/dev/null
+    netns_pair_del
     if [ "$FAILED" = 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no 'ip' command (iproute2)"
 [ -x "$REMORA" ] || { echo "FAIL: $REMORA is not executable"; exit 1; }
 
-ip netns add "$NS1" 2>"$TMP/err" || skip "cannot create a network namespace: $(cat "$TMP/err")"
-ip netns add "$NS2" 2>"$TMP/err" || skip "cannot create a network namespace: $(cat "$TMP/err")"
-ip link add "$VETH1" type veth peer name "$VETH2" 2>"$TMP/err" ||
-    skip "cannot create a veth pair: $(cat "$TMP/err")"
-set -e
-ip link set "$VETH1" netns "$NS1"
-ip link set "$VETH2" netns "$NS2"
-ip -n "$NS1" addr add "$ADDR1/30" dev "$VETH1"
-ip -n "$NS2" addr add "$ADDR2/30" dev "$VETH2"
-ip -n "$NS1" link set lo up
-ip -n "$NS2" link set lo up
-ip -n "$NS1" link set "$VETH1" up
-ip -n "$NS2" link set "$VETH2" up
-set +e
+netns_pair it 10.231
 
 in1() { ip netns exec "$NS1" env UCX_TLS=tcp "$@"; }
 in2() { ip netns exec "$NS2" env UCX_TLS=tcp timeout 60 "$@"; }

@@ -45,13 +45,7 @@ FOLLOW_BOUND_MS=2000
 FD_SLACK=8
 RSS_SLACK_KB=$((8 * 1024))
 ID=$$
-NS1=rmft-srv-$ID
-NS2=rmft-cli-$ID
-VETH1=rmf$((ID % 100000))a # interface names: at most 15 bytes
-VETH2=rmf$((ID % 100000))b
-OCTET=$((ID % 250 + 1))
-ADDR1=10.232.$OCTET.1
-ADDR2=10.232.$OCTET.2
+. "$(dirname "$0")/netns_lib.sh"
 # Below the kernel's ephemeral range (32768..), so no UCX listener or client
 # socket in the namespace can already hold them.
 PORT_SERVE=27101
@@ -72,33 +66,16 @@ cleanup() {
         kill -KILL "$p" 2>/dev/null
     done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    ip netns del "$NS1" 2>/dev/null
-    ip netns del "$NS2" 2>/dev/null
-    ip link del "$VETH1" 2>/dev/null
+    netns_pair_del
     if [ "$FAILED" = 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no 'ip' command (iproute2)"
 command -v perl >/dev/null 2>&1 || skip "no perl (line time stamps)"
 [ -x "$REMORA" ] || { echo "FAIL: $REMORA is not executable"; exit 1; }
 
-ip netns add "$NS1" 2>"$TMP/err" || skip "cannot create a network namespace: $(cat "$TMP/err")"
-ip netns add "$NS2" 2>"$TMP/err" || skip "cannot create a network namespace: $(cat "$TMP/err")"
-ip link add "$VETH1" type veth peer name "$VETH2" 2>"$TMP/err" ||
-    skip "cannot create a veth pair: $(cat "$TMP/err")"
-set -e
-ip link set "$VETH1" netns "$NS1"
-ip link set "$VETH2" netns "$NS2"
-ip -n "$NS1" addr add "$ADDR1/30" dev "$VETH1"
-ip -n "$NS2" addr add "$ADDR2/30" dev "$VETH2"
-ip -n "$NS1" link set lo up
-ip -n "$NS2" link set lo up
-ip -n "$NS1" link set "$VETH1" up
-ip -n "$NS2" link set "$VETH2" up
-set +e
+netns_pair ft 10.232
 
 # Each line of stdin, prefixed with the wall clock in microseconds (perl:
 # a bash read loop reads a pipe byte by byte and lags under load).

@@ -13,13 +13,7 @@
 set -u
 PROBE=${1:?usage: $0 PATH/TO/keepalive_probe}
 ID=$$
-NS1=rmka-srv-$ID
-NS2=rmka-cli-$ID
-VETH1=rmk$((ID % 100000))a
-VETH2=rmk$((ID % 100000))b
-OCTET=$((ID % 250 + 1))
-ADDR1=10.233.$OCTET.1
-ADDR2=10.233.$OCTET.2
+. "$(dirname "$0")/netns_lib.sh"
 TMP=$(mktemp -d /tmp/remora-netns-ka-XXXXXX)
 PIDS=()
 FAILED=0
@@ -28,28 +22,13 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAIL: $*"; FAILED=1; }
 cleanup() {
     for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-    ip netns del "$NS1" 2>/dev/null
-    ip netns del "$NS2" 2>/dev/null
-    ip link del "$VETH1" 2>/dev/null
+    netns_pair_del
     if [ "$FAILED" = 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no 'ip' command (iproute2)"
-ip netns add "$NS1" 2>"$TMP/err" || skip "cannot create a network namespace: $(cat "$TMP/err")"
-ip netns add "$NS2" 2>"$TMP/err" || skip "cannot create a network namespace: $(cat "$TMP/err")"
-ip link add "$VETH1" type veth peer name "$VETH2" 2>"$TMP/err" ||
-    skip "cannot create a veth pair: $(cat "$TMP/err")"
-set -e
-ip link set "$VETH1" netns "$NS1"
-ip link set "$VETH2" netns "$NS2"
-ip -n "$NS1" addr add "$ADDR1/30" dev "$VETH1"
-ip -n "$NS2" addr add "$ADDR2/30" dev "$VETH2"
-ip -n "$NS1" link set "$VETH1" up
-ip -n "$NS2" link set "$VETH2" up
-set +e
+netns_pair ka 10.233
 
 # case NAME MS LIMIT_S: one connection; the link dies under its idle recv().
 # Prints the client's last line; returns 0 if recv() failed within LIMIT_S.
