@@ -120,7 +120,7 @@ static unsigned attack(const targets_t *t, const char *src)
     int fd;
 
     for (unsigned i = 0; i < t->n; i++) {
-        if (!reach(&t->sa[i], src, 700, &fd))
+        if (!reach(&t->sa[i], src, 300, &fd))
             continue;
         reached++;
         send_put(fd);
