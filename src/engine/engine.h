@@ -364,8 +364,9 @@ remora_status_t rm_peer_wireup_wait(rm_peer_t *peer, uint64_t deadline);
 
 /* Let the peer's host (its bootstrap socket's address) and the TCP
  * interfaces of its UCX worker address (ucx_addr, may be NULL) through to
- * this context's UCX ports, until the peer is closed (gate.h). Call before
- * UCX may connect: a server when CONNECT passed its checks, a client before
+ * this context's UCX ports, until the peer is closed (gate.h); on one host
+ * also the interfaces of our own address. Call before UCX may connect: a
+ * server at CONNECT, a client before
  * sending CONNECT and again with the server's address. REMORA_ERR_BUSY when
  * the gate is full. */
 remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t len);

@@ -3,7 +3,6 @@
 #include "engine/engine.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,43 +312,28 @@ static void force_close(ucp_ep_h ep)
         ucp_request_free(req);
 }
 
-/* Whether the bootstrap socket joins two processes of one host: its peer is
- * a loopback address or the very address it reached us at. */
-static int sock_same_host(const struct sockaddr_storage *peer, const struct sockaddr_storage *own)
-{
-    if (peer->ss_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)peer)->sin_addr.s_addr) >> 24) == 127 ||
-               (own->ss_family == AF_INET &&
-                ((const struct sockaddr_in *)peer)->sin_addr.s_addr ==
-                    ((const struct sockaddr_in *)own)->sin_addr.s_addr);
-    if (peer->ss_family == AF_INET6)
-        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)peer)->sin6_addr) ||
-               (own->ss_family == AF_INET6 &&
-                memcmp(&((const struct sockaddr_in6 *)peer)->sin6_addr,
-                       &((const struct sockaddr_in6 *)own)->sin6_addr, 16) == 0);
-    return 0;
-}
-
 remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t len)
 {
-    rm_gate_t *g = rm_engine_gate(peer->ctx);
     struct sockaddr_storage ss, own;
     socklen_t sl = sizeof(ss), ol = sizeof(own);
-    remora_status_t st;
+    const void *ucx[2];
+    size_t lens[2];
+    unsigned n = 0;
 
     if (getpeername(peer->sock.fd, (struct sockaddr *)&ss, &sl) != 0 ||
         getsockname(peer->sock.fd, (struct sockaddr *)&own, &ol) != 0)
         return REMORA_ERR_IO;
-    st = rm_gate_open(g, &peer->gate, (struct sockaddr *)&ss, ucx_addr, len);
+    if (ucx_addr != NULL)
+        ucx[n] = ucx_addr, lens[n++] = len;
     /* A peer on this host connects to UCX from whichever of this host's
      * addresses routes to the interface it picked (our 10.x, not the
      * 127.0.0.1 it dialled), maybe before its address is known here (its
      * endpoint connects at creation; a SYN dropped until then costs a
      * second): every interface of our own address is one of its too. */
-    if (st == REMORA_OK && sock_same_host(&ss, &own))
-        st = rm_gate_open(g, &peer->gate, (struct sockaddr *)&ss, peer->ctx->worker_addr,
-                          peer->ctx->worker_addr_len);
-    return st;
+    if (rm_gate_same_host((struct sockaddr *)&ss, (struct sockaddr *)&own))
+        ucx[n] = peer->ctx->worker_addr, lens[n++] = peer->ctx->worker_addr_len;
+    return rm_gate_open(rm_engine_gate(peer->ctx), &peer->gate, (struct sockaddr *)&ss, ucx, lens,
+                        n);
 }
 
 /* Everything but the endpoint: the bootstrap socket, heartbeats, keys, the

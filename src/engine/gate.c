@@ -121,23 +121,23 @@ static void emit(rm_gate_t *g, uint16_t code, uint32_t k, uint8_t jt, uint8_t jf
     g->prog[g->prog_len++] = (struct sock_filter){code, jt, jf, k};
 }
 
-/* The v4 block: its length is needed before it is written (the jump over it). */
-static unsigned v4_len(const rm_gate_t *g)
+static void count(const rm_gate_t *g, unsigned *n4, unsigned *n6)
 {
-    unsigned n = 2; /* ld, ret drop */
-
+    *n4 = *n6 = 0;
     for (unsigned i = 0; i < g->nhosts; i++)
-        n += g->hosts[i].host.family == AF_INET ? 2 : 0;
-    return n;
+        ++*(g->hosts[i].host.family == AF_INET ? n4 : n6);
 }
 
 static void compile(rm_gate_t *g)
 {
+    unsigned n4, n6;
+
+    count(g, &n4, &n6);
     g->prog_len = 0;
     emit(g, BPF_LD | BPF_B | BPF_ABS, NET(0), 0, 0);
     emit(g, BPF_ALU | BPF_RSH | BPF_K, 4, 0, 0);
     emit(g, BPF_JMP | BPF_JEQ | BPF_K, 4, 1, 0);
-    emit(g, BPF_JMP | BPF_JA, v4_len(g), 0, 0);
+    emit(g, BPF_JMP | BPF_JA, 2 + 2 * n4, 0, 0); /* over the v4 block: ld, pairs, ret */
 
     emit(g, BPF_LD | BPF_W | BPF_ABS, NET(12), 0, 0);
     for (unsigned i = 0; i < g->nhosts; i++) {
@@ -178,13 +178,6 @@ static void compile(rm_gate_t *g)
 static size_t cost(unsigned n4, unsigned n6)
 {
     return COST_BASE + (size_t)n4 * COST_V4 + (size_t)n6 * COST_V6;
-}
-
-static void count(const rm_gate_t *g, unsigned *n4, unsigned *n6)
-{
-    *n4 = *n6 = 0;
-    for (unsigned i = 0; i < g->nhosts; i++)
-        ++*(g->hosts[i].host.family == AF_INET ? n4 : n6);
 }
 
 /* Whether a program for n4 IPv4 and n6 IPv6 hosts can be attached. */
@@ -289,8 +282,7 @@ static int guard_fd(rm_gate_t *g, const void *owner, int fd, const struct sockad
             return -1;
         s = &g->socks[g->nsocks++];
     }
-    *s = (guarded_t){.fd = fd, .owner = owner, .sa = *sa};
-    compile(g);
+    *s = (guarded_t){.fd = fd, .owner = owner, .sa = *sa}; /* g->prog is current */
     if (attach(g, s) == 0)
         return 0;
     *s = g->socks[--g->nsocks]; /* gone, or refused: not guarded */
@@ -316,11 +308,7 @@ static void want(wanted_t *w, const struct sockaddr *sa)
         w->sa[w->n++] = ss;
 }
 
-static void want_cb(void *arg, const struct sockaddr *sa)
-{
-    if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
-        want(arg, sa);
-}
+static void want_cb(void *arg, const struct sockaddr *sa) { want(arg, sa); }
 
 /* Guard every open listening socket that matches one of w; how many. */
 static int guard_wanted(rm_gate_t *g, const void *owner, const wanted_t *w)
@@ -492,7 +480,7 @@ static void open_cb(void *arg, const struct sockaddr *sa)
 }
 
 remora_status_t rm_gate_open(rm_gate_t *g, rm_gate_pass_t *pass, const struct sockaddr *sa,
-                             const void *ucx_addr, size_t ucx_len)
+                             const void *const ucx[], const size_t ucx_len[], unsigned n)
 {
     open_t o = {g, pass, 0, 0};
     rm_gate_host_t h;
@@ -507,8 +495,8 @@ remora_status_t rm_gate_open(rm_gate_t *g, rm_gate_pass_t *pass, const struct so
     rc        = pass_add(g, pass, &h);
     o.changed = rc == 0;
     o.full    = rc < 0;
-    if (ucx_addr != NULL)
-        rm_ucx_addr_tcp(ucx_addr, ucx_len, open_cb, &o);
+    for (unsigned i = 0; i < n; i++)
+        rm_ucx_addr_tcp(ucx[i], ucx_len[i], open_cb, &o);
     /* All of them or none: a host left out would be a connection that
      * hangs, where one refused is told why. */
     if (!o.full && o.changed && apply(g) != 0)
@@ -524,6 +512,19 @@ remora_status_t rm_gate_open(rm_gate_t *g, rm_gate_pass_t *pass, const struct so
         return REMORA_ERR_BUSY;
     }
     return REMORA_OK;
+}
+
+int rm_gate_same_host(const struct sockaddr *peer, const struct sockaddr *own)
+{
+    static const uint8_t v6_loopback[16] = {[15] = 1};
+    rm_gate_host_t p, o;
+
+    if (host_of(peer, &p) != 0)
+        return 0;
+    if ((p.family == AF_INET && p.addr[0] == 127) ||
+        (p.family == AF_INET6 && memcmp(p.addr, v6_loopback, 16) == 0))
+        return 1;
+    return host_of(own, &o) == 0 && host_eq(&p, &o);
 }
 
 void rm_gate_close(rm_gate_t *g, rm_gate_pass_t *pass)

@@ -73,11 +73,16 @@ int rm_gate_guard_listener(rm_gate_t *g, const void *owner, const struct sockadd
 /* Stop guarding owner's sockets (before they close). */
 void rm_gate_forget(rm_gate_t *g, const void *owner);
 
-/* Add sa's host (and, when ucx_addr is given, every TCP interface host it
- * names) to pass and allow them, all or none: REMORA_ERR_BUSY when they do
- * not all fit (the hosts pass held before stay). With g NULL, nothing. */
+/* Add sa's host and every TCP interface host that the n UCX worker
+ * addresses ucx[i] (of ucx_len[i] bytes) name to pass and allow them, all or
+ * none: REMORA_ERR_BUSY when they do not all fit (the hosts pass held before
+ * stay). One swap of the program however many. With g NULL, nothing. */
 remora_status_t rm_gate_open(rm_gate_t *g, rm_gate_pass_t *pass, const struct sockaddr *sa,
-                             const void *ucx_addr, size_t ucx_len);
+                             const void *const ucx[], const size_t ucx_len[], unsigned n);
+/* Whether a socket whose peer is peer and whose own end is own joins two
+ * processes of one host: peer is a loopback address or own's very address
+ * (v4-mapped IPv6 counted as IPv4). */
+int rm_gate_same_host(const struct sockaddr *peer, const struct sockaddr *own);
 /* Give back every host of pass; pass is empty afterwards. */
 void rm_gate_close(rm_gate_t *g, rm_gate_pass_t *pass);
 

@@ -1079,9 +1079,9 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
     uint16_t port;
 
     /* From here the client's host may reach UCX's ports (gate.h), from any
-     * of the interfaces its worker address names (read with bounds: UCX
-     * does not see it on this path). */
-    if ((flags & RM_BOOT_CM) && (st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK)
+     * of the interfaces its worker address names: read with bounds, before
+     * the check below, which a connection-manager client's address skips. */
+    if ((st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK)
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
     if ((flags & RM_BOOT_CM) && conn_open_cm(c, &port) == 0) {
         uint8_t reply[RM_CM_REPLY_LEN] = {(uint8_t)port, (uint8_t)(port >> 8)};
@@ -1096,8 +1096,6 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
         rm_warn_peer("client %s sent a worker address this UCX cannot use: %s", c->peer_host, why);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
-    if ((st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK)
-        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
     if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {
         rm_warn("could not set up a connection for client %s", c->peer_host);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_TRANSPORT);

@@ -308,7 +308,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
      * worker for minutes (docs/security.md 3.5, not fixed). */
     static rm_gate_pass_t decoy_pass;
     struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (rm_gate_open(rm_engine_gate(g.dctx), &decoy_pass, (struct sockaddr *)&lo, NULL, 0) !=
+    if (rm_gate_open(rm_engine_gate(g.dctx), &decoy_pass, (struct sockaddr *)&lo, NULL, NULL, 0) !=
         REMORA_OK)
         die("decoy gate", REMORA_ERR_BUSY);
     if ((st = remora_mem_create(g.sctx, &mp, &g.mem)) != REMORA_OK)

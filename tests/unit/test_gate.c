@@ -90,15 +90,15 @@ static void test_ipv4(void **state)
 
     sockaddr_of(AF_INET, "127.0.0.1", &lo);
     sockaddr_of(AF_INET, "127.0.0.2", &other);
-    assert_int_equal(rm_gate_open(g, &a, (struct sockaddr *)&lo, NULL, 0), REMORA_OK);
+    assert_int_equal(rm_gate_open(g, &a, (struct sockaddr *)&lo, NULL, NULL, 0), REMORA_OK);
     assert_true(reaches(&sa, "127.0.0.1", 500));
     assert_false(reaches(&sa, "127.0.0.2", 300));
     assert_true(rm_gate_allows(g, (struct sockaddr *)&lo));
     assert_false(rm_gate_allows(g, (struct sockaddr *)&other));
 
     /* Counted per host: a second pass for it, the first given back. */
-    assert_int_equal(rm_gate_open(g, &b, (struct sockaddr *)&lo, NULL, 0), REMORA_OK);
-    assert_int_equal(rm_gate_open(g, &b, (struct sockaddr *)&lo, NULL, 0), REMORA_OK); /* no-op */
+    assert_int_equal(rm_gate_open(g, &b, (struct sockaddr *)&lo, NULL, NULL, 0), REMORA_OK);
+    assert_int_equal(rm_gate_open(g, &b, (struct sockaddr *)&lo, NULL, NULL, 0), REMORA_OK); /* no-op */
     assert_int_equal(b.n, 1);
     rm_gate_close(g, &a);
     assert_int_equal(a.n, 0);
@@ -140,10 +140,10 @@ static void test_ipv6(void **state)
     struct sockaddr_storage o;
     for (unsigned i = 0; i < 7; i++) {
         sockaddr_of(strchr(others[i], ':') ? AF_INET6 : AF_INET, others[i], &o);
-        assert_int_equal(rm_gate_open(g, &op[i], (struct sockaddr *)&o, NULL, 0), REMORA_OK);
+        assert_int_equal(rm_gate_open(g, &op[i], (struct sockaddr *)&o, NULL, NULL, 0), REMORA_OK);
     }
     assert_false(reaches(&sa, "::1", 300));
-    assert_int_equal(rm_gate_open(g, &a, (struct sockaddr *)&v6, NULL, 0), REMORA_OK);
+    assert_int_equal(rm_gate_open(g, &a, (struct sockaddr *)&v6, NULL, NULL, 0), REMORA_OK);
     assert_true(reaches(&sa, "::1", 500));
     rm_gate_close(g, &a);
     assert_false(reaches(&sa, "::1", 300));
@@ -152,7 +152,7 @@ static void test_ipv6(void **state)
 
     sockaddr_of(AF_INET6, "::ffff:127.0.0.1", &mapped);
     sockaddr_of(AF_INET, "127.0.0.1", &v4);
-    assert_int_equal(rm_gate_open(g, &m, (struct sockaddr *)&mapped, NULL, 0), REMORA_OK);
+    assert_int_equal(rm_gate_open(g, &m, (struct sockaddr *)&mapped, NULL, NULL, 0), REMORA_OK);
     assert_true(rm_gate_allows(g, (struct sockaddr *)&v4));
     rm_gate_close(g, &m);
 
@@ -184,11 +184,11 @@ static void test_full(void **state)
         if (i == n - 1)
             snprintf(ip, sizeof(ip), "127.0.0.1");
         sockaddr_of(AF_INET, ip, &h);
-        assert_int_equal(rm_gate_open(g, &pass[i], (struct sockaddr *)&h, NULL, 0), REMORA_OK);
+        assert_int_equal(rm_gate_open(g, &pass[i], (struct sockaddr *)&h, NULL, NULL, 0), REMORA_OK);
     }
     assert_int_equal(rm_gate_room(g, AF_INET), 0);
     sockaddr_of(AF_INET, "127.0.0.2", &h);
-    assert_int_equal(rm_gate_open(g, &pass[n], (struct sockaddr *)&h, NULL, 0), REMORA_ERR_BUSY);
+    assert_int_equal(rm_gate_open(g, &pass[n], (struct sockaddr *)&h, NULL, NULL, 0), REMORA_ERR_BUSY);
     assert_int_equal(pass[n].n, 0);
     assert_true(reaches(&sa, "127.0.0.1", 500));
     assert_true(reaches(&sa, "127.0.3.7", 500));
@@ -196,7 +196,7 @@ static void test_full(void **state)
     /* A host already in the set takes no room. */
     rm_gate_pass_t two = {0};
     sockaddr_of(AF_INET, "127.0.3.7", &h);
-    assert_int_equal(rm_gate_open(g, &two, (struct sockaddr *)&h, NULL, 0), REMORA_OK);
+    assert_int_equal(rm_gate_open(g, &two, (struct sockaddr *)&h, NULL, NULL, 0), REMORA_OK);
     assert_int_equal(two.n, 1);
     rm_gate_close(g, &pass[0]);
     for (unsigned i = 1; i < n; i++)
@@ -224,7 +224,7 @@ static void test_closed_listener(void **state)
     close(fd);
     fd2 = listener(AF_INET, "127.0.0.1", &sb); /* most likely the same number */
     sockaddr_of(AF_INET, "127.0.0.9", &lo);
-    assert_int_equal(rm_gate_open(g, &a, (struct sockaddr *)&lo, NULL, 0), REMORA_OK);
+    assert_int_equal(rm_gate_open(g, &a, (struct sockaddr *)&lo, NULL, NULL, 0), REMORA_OK);
     assert_true(reaches(&sb, "127.0.0.1", 500));
     rm_gate_close(g, &a);
     assert_true(reaches(&sb, "127.0.0.1", 500));
@@ -258,6 +258,27 @@ static void test_same_port_other_address(void **state)
     rm_gate_destroy(g);
 }
 
+/* Which bootstrap sockets join two processes of one host. */
+static void test_same_host(void **state)
+{
+    struct sockaddr_storage p, o;
+    (void)state;
+
+    sockaddr_of(AF_INET, "127.0.0.2", &p);
+    sockaddr_of(AF_INET, "10.0.0.5", &o);
+    assert_true(rm_gate_same_host((struct sockaddr *)&p, (struct sockaddr *)&o));
+    sockaddr_of(AF_INET, "10.0.0.5", &p);
+    assert_true(rm_gate_same_host((struct sockaddr *)&p, (struct sockaddr *)&o));
+    sockaddr_of(AF_INET6, "::ffff:10.0.0.5", &p); /* v4-mapped, on a dual-stack socket */
+    assert_true(rm_gate_same_host((struct sockaddr *)&p, (struct sockaddr *)&o));
+    sockaddr_of(AF_INET, "10.0.0.6", &p);
+    assert_false(rm_gate_same_host((struct sockaddr *)&p, (struct sockaddr *)&o));
+    sockaddr_of(AF_INET6, "::1", &p);
+    assert_true(rm_gate_same_host((struct sockaddr *)&p, (struct sockaddr *)&o));
+    sockaddr_of(AF_INET6, "fd00::1", &p);
+    assert_false(rm_gate_same_host((struct sockaddr *)&p, (struct sockaddr *)&o));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_closed_listener),
         cmocka_unit_test(test_same_port_other_address),
+        cmocka_unit_test(test_same_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
