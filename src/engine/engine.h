@@ -371,6 +371,14 @@ remora_status_t rm_peer_wireup_wait(rm_peer_t *peer, uint64_t deadline);
  * the gate is full. */
 remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t len);
 
+/* Start probing the TCP interfaces of the peer's UCX worker address before
+ * UCX connects to them (reach.h: UCX's blocking connect to a silent one holds
+ * the thread for minutes); loopback ones only when the bootstrap socket joins
+ * two processes of this host. As rm_reach_start. */
+struct rm_reach;
+remora_status_t rm_peer_reach_start(rm_peer_t *peer, const void *ucx_addr, size_t len,
+                                    struct rm_reach **out);
+
 /* Create the peer's endpoint to a UCX worker address (from the bootstrap)
  * and attach it. UCX pairs it with the endpoint the other side creates. */
 remora_status_t rm_peer_create_ep(rm_peer_t *peer, const void *worker_addr);

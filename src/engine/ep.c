@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/reach.h"
 #include "engine/seal.h"
 #include "mem/cuda.h"
 #include "util/fault.h"
@@ -334,6 +335,23 @@ remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t 
         ucx[n] = peer->ctx->worker_addr, lens[n++] = peer->ctx->worker_addr_len;
     return rm_gate_open(rm_engine_gate(peer->ctx), &peer->gate, (struct sockaddr *)&ss, ucx, lens,
                         n);
+}
+
+/* Whether the bootstrap socket joins two processes of this host. */
+static int peer_same_host(const rm_peer_t *peer)
+{
+    struct sockaddr_storage ss, own;
+    socklen_t sl = sizeof(ss), ol = sizeof(own);
+
+    return getpeername(peer->sock.fd, (struct sockaddr *)&ss, &sl) == 0 &&
+           getsockname(peer->sock.fd, (struct sockaddr *)&own, &ol) == 0 &&
+           rm_gate_same_host((struct sockaddr *)&ss, (struct sockaddr *)&own);
+}
+
+remora_status_t rm_peer_reach_start(rm_peer_t *peer, const void *ucx_addr, size_t len,
+                                    rm_reach_t **out)
+{
+    return rm_reach_start(ucx_addr, len, peer_same_host(peer), out);
 }
 
 /* Everything but the endpoint: the bootstrap socket, heartbeats, keys, the

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/reach.h"
 #include "mem/stage.h"
 #include "remote/auth.h"
 #include "remote/client.h"
@@ -678,7 +679,7 @@ static remora_status_t client_connect_cm(remora_client_h c, int fd,
 }
 
 static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame_t *reply,
-                                          const uint8_t *addr, uint32_t len);
+                                          const uint8_t *addr, uint32_t len, uint64_t deadline);
 
 /* A connection is made (lock held, in the section that created the endpoint):
  * the client is connected from here on. A reconnect also drops what was
@@ -731,10 +732,13 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
                        sealed ? sealed : ctx->worker_addr, sealed ? slen : ctx->worker_addr_len,
                        RM_BOOT_CONNECT_REPLY, &f, &addr, &len);
     free(sealed);
+    if (st == REMORA_ERR_TIMED_OUT && rm_now_ns() < deadline) /* the server's answer */
+        rm_error("the server could not reach this process's UCX interfaces within %u ms "
+                 "(UCX_NET_DEVICES here can leave a silent one out)", RM_REACH_LIMIT_MS);
     if (st == REMORA_OK)
         st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
     if (st == REMORA_OK)
-        st = handshake_endpoint(c, &f, addr, len);
+        st = handshake_endpoint(c, &f, addr, len, deadline);
     /* A mitigation only (engine.h): a broken endpoint reports itself through
      * its error callback like any other. */
     if (st == REMORA_OK && rm_peer_wireup_wait(&c->peer, deadline) != REMORA_OK)
@@ -743,9 +747,31 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
     return st;
 }
 
+/* UCX connects to the server's interfaces blocking this thread, without a
+ * deadline: only once each has answered us (engine/reach.h). */
+static remora_status_t reach_server(remora_client_h c, const uint8_t *addr, uint32_t len,
+                                    uint64_t deadline)
+{
+    uint64_t limit = rm_now_ns() + (uint64_t)RM_REACH_LIMIT_MS * 1000000u;
+    rm_reach_t *r;
+    remora_status_t st = rm_peer_reach_start(&c->peer, addr, len, &r);
+    char silent[64];
+
+    if (st != REMORA_OK || r == NULL)
+        return st;
+    if ((st = rm_reach_wait(r, deadline < limit ? deadline : limit)) == REMORA_ERR_TIMED_OUT) {
+        rm_reach_silent(r, silent, sizeof(silent));
+        rm_error("the server's UCX worker address names %s, which did not answer within %u ms "
+                 "(UCX_NET_DEVICES on the server can leave that interface out)",
+                 silent, RM_REACH_LIMIT_MS);
+    }
+    rm_reach_free(r);
+    return st;
+}
+
 /* The endpoint, the way the server's CONNECT_REPLY said. */
 static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame_t *reply,
-                                          const uint8_t *addr, uint32_t len)
+                                          const uint8_t *addr, uint32_t len, uint64_t deadline)
 {
     remora_context_h ctx = c->ctx;
     rm_boot_frame_t f    = *reply;
@@ -769,7 +795,8 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
         return REMORA_ERR_UNSUPPORTED;
     }
     /* ... and its other interfaces, as its worker address names them. */
-    if (!(f.flags & RM_BOOT_CM) && (st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK)
+    if (!(f.flags & RM_BOOT_CM) && ((st = rm_peer_gate_open(&c->peer, addr, len)) != REMORA_OK ||
+                                    (st = reach_server(c, addr, len, deadline)) != REMORA_OK))
         return st;
     rm_engine_lock(ctx);
     st = (f.flags & RM_BOOT_CM) ? client_connect_cm(c, c->peer.sock.fd, addr)

@@ -39,6 +39,7 @@
 #include "mem/stage.h"
 #include "remote/server.h"
 #include "remote/auth.h"
+#include "engine/reach.h"
 #include "engine/seal.h"
 #include "remote/signals.h"
 #include "remote/sock.h"
@@ -209,6 +210,18 @@ static void cm_slots_sweep(remora_server_h s, int all)
     }
 }
 
+/* Stop probing the client's interfaces, if we were. */
+static void conn_reach_stop(rm_conn_t *c)
+{
+    if (c->reach == NULL)
+        return;
+    rm_engine_unwatch(c->server->ctx, &c->reach_watch);
+    rm_reach_free(c->reach);
+    c->reach = NULL;
+    free(c->reach_addr);
+    c->reach_addr = NULL;
+}
+
 /* Close and unlink a connection; frees it unless callbacks are still due. */
 static void conn_kill(rm_conn_t *c)
 {
@@ -223,6 +236,7 @@ static void conn_kill(rm_conn_t *c)
     rm_list_del(&c->link);
     rm_server_ring_conn_gone(c);
     rm_sock_peer_gone(&c->peer);
+    conn_reach_stop(c);
     conn_close_cm_listener(c);
     /* Replies in flight are let through before the endpoint closes (UCX
      * 1.13 can crash closing it under them); they hold their own memory.
@@ -921,12 +935,15 @@ static void conn_cm_prove(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
 /*
  * Open a UCX listener for this one client on the address it reached us at.
  * UCX's connection manager gives the endpoint zero-copy rendezvous lanes over
- * TCP that a worker-address endpoint with peer-failure handling lacks (about
- * 1.2x the bandwidth of one connection, docs/performance.md). IPv4 only: UCX mishandles IPv6
- * there. Opt-in (REMORA_CM=1) and only after a valid bootstrap: UCX's
- * connection manager aborts the process on garbage from its peer, in either
- * role, so a reachable server could die of one crafted connection
- * (docs/protocol.md).
+ * TCP that a worker-address endpoint with peer-failure handling lacks (one
+ * connection's 1 MiB reads 1.4x, 4 lanes 1.8x on UCX 1.16; the ring's
+ * subscribers gain nothing and their tail grew: docs/performance.md).
+ * IPv4 only: UCX mishandles IPv6 there. Opt-in (REMORA_CM=1): UCX 1.13's
+ * manager crashed the server in about one test run in six when a client was
+ * killed while connecting (1.16 survived 600 kills in a row). Only after a
+ * valid bootstrap, and only the client's host gets through (the gate): the
+ * manager aborts the process on garbage from its peer (docs/protocol.md),
+ * as UCX's TCP transport does on its own ports.
  */
 static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
 {
@@ -1072,6 +1089,54 @@ static int connect_reply(rm_conn_t *c, unsigned flags, const void *payload, size
     return rc;
 }
 
+/* The endpoint to a worker address whose interfaces answer, and the reply. */
+static int conn_endpoint(rm_conn_t *c, const uint8_t *addr)
+{
+    remora_context_h ctx = c->server->ctx;
+
+    if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {
+        rm_warn("could not set up a connection for client %s", c->peer_host);
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_TRANSPORT);
+    }
+    if (connect_reply(c, 0, ctx->worker_addr, ctx->worker_addr_len) != 0)
+        return -1;
+    conn_ready(c);
+    return 0;
+}
+
+/* CONN_REACH ends: every interface answered (st REMORA_OK), or one stayed
+ * silent past the deadline. */
+static void conn_reach_end(rm_conn_t *c, remora_status_t st)
+{
+    uint8_t *addr = c->reach_addr;
+    char silent[64];
+    int rc;
+
+    rm_reach_silent(c->reach, silent, sizeof(silent));
+    c->reach_addr = NULL;
+    conn_reach_stop(c);
+    if (st == REMORA_OK) {
+        rc = conn_endpoint(c, addr);
+    } else {
+        rm_warn_peer("client %s: its worker address names %s, which did not answer within %u ms: "
+                     "refused (its UCX would hold this worker for minutes)",
+                     c->peer_host, silent, RM_REACH_LIMIT_MS);
+        rc = conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
+    }
+    free(addr);
+    if (rc != 0)
+        conn_kill(c);
+}
+
+static void conn_reach_cb(rm_watch_t *w, uint32_t events)
+{
+    rm_conn_t *c = rm_container_of(w, rm_conn_t, reach_watch);
+
+    (void)events;
+    if (rm_reach_step(c->reach))
+        conn_reach_end(c, REMORA_OK);
+}
+
 static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, size_t len)
 {
     remora_context_h ctx = c->server->ctx;
@@ -1096,13 +1161,27 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
         rm_warn_peer("client %s sent a worker address this UCX cannot use: %s", c->peer_host, why);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
-    if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {
-        rm_warn("could not set up a connection for client %s", c->peer_host);
-        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_TRANSPORT);
+    /* UCX connects to those interfaces blocking this worker: only once each
+     * has answered us (engine/reach.h). */
+    if ((st = rm_peer_reach_start(&c->peer, addr, len, &c->reach)) != REMORA_OK) {
+        rm_warn_peer("client %s: its worker address could not be probed: %s", c->peer_host,
+                     remora_status_string(st));
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
     }
-    if (connect_reply(c, 0, ctx->worker_addr, ctx->worker_addr_len) != 0)
+    if (c->reach == NULL)
+        return conn_endpoint(c, addr);
+    c->reach_watch.fd = rm_reach_fd(c->reach);
+    c->reach_watch.cb = conn_reach_cb;
+    c->reach_addr     = malloc(len);
+    if (c->reach_addr == NULL || rm_engine_watch(ctx, &c->reach_watch, EPOLLIN) != REMORA_OK) {
+        rm_reach_free(c->reach);
+        c->reach = NULL;
         return -1;
-    conn_ready(c);
+    }
+    memcpy(c->reach_addr, addr, len);
+    c->reach_len      = len;
+    c->reach_deadline = rm_now_ns() + (uint64_t)RM_REACH_LIMIT_MS * 1000000u;
+    c->state          = CONN_REACH;
     return 0;
 }
 
@@ -1320,6 +1399,10 @@ static void server_tick(rm_ticker_t *t)
         rm_conn_t *c = rm_container_of(pos, rm_conn_t, link);
         if (c->state > CONN_CM_WAIT)
             conn_close_cm_listener(c); /* its one client is in */
+        if (c->state == CONN_REACH && now >= c->reach_deadline) {
+            conn_reach_end(c, rm_reach_step(c->reach) ? REMORA_OK : REMORA_ERR_TIMED_OUT);
+            continue; /* c may be gone */
+        }
         if (c->state != CONN_READY && now - c->born_ns > RM_BOOT_TIMEOUT_NS) {
             rm_info_peer("dropping a connection from %s that did not finish its handshake",
                     c->peer_host);

@@ -55,6 +55,7 @@ typedef enum {
     CONN_HELLO,
     CONN_AUTH,
     CONN_CONNECT,
+    CONN_REACH,    /* its worker address's interfaces are probed (engine/reach.h) */
     CONN_CM_WAIT,  /* a listener waits for this client's UCX connection */
     CONN_CM_PROVE, /* connected through it: the first message must be the ticket */
     CONN_READY
@@ -73,6 +74,11 @@ typedef struct rm_conn {
     uint64_t        born_ns;
     char            peer_host[64]; /* the client's address, for logs and caps */
     int             rma_ok;     /* may be given remote keys (server.c: conn_ready) */
+    struct rm_reach *reach;     /* CONN_REACH: the probes, watched by reach_watch, */
+    rm_watch_t      reach_watch;
+    uint8_t        *reach_addr; /* ... of this worker address (malloc'd), */
+    size_t          reach_len;
+    uint64_t        reach_deadline; /* ... silent past this: refused */
     struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
     uint8_t         cm_ticket[RM_CM_TICKET_LEN]; /* ... and what proves it is that client */
     unsigned        nwaits;     /* ring waits armed (server_ring.c) */

@@ -19,6 +19,9 @@
  *   g. socket backlog: a raw peer sends far past the window of sockets a
  *      library server has not accepted: each holds one message (the small
  *      window its SOCK_CONNECT_REPLY gave), the rest is dropped.
+ *   h. a silent worker address: CONNECT naming UCX ports that drop SYNs (a
+ *      context whose gate is closed to this host) is refused within the
+ *      server's reach limit, and the one worker goes on serving meanwhile.
  * Each ends with the server alive and serving a real client byte-exact.
  */
 #include <errno.h>
@@ -961,6 +964,82 @@ static void test_sock_credit_lie(void **state)
     free(buf);
 }
 
+/* ---------------------------------------------------------------- h */
+
+/*
+ * UCX's TCP transport connects with a blocking connect() inside
+ * ucp_ep_create: a CONNECT whose worker address names ports that drop SYNs
+ * froze the worker handling it for TCP's SYN retries (127 s; docs/security.md
+ * 3.5). The ports here are a live context's whose gate lets no host in. With
+ * one worker, a real client connecting and reading meanwhile shows the
+ * worker is not held; the CONNECT is refused within the reach limit.
+ */
+static void test_silent_worker_address(void **state)
+{
+    remora_context_h ctx, decoy;
+    remora_server_h srv;
+    remora_mem_h mem;
+    char addr[IT_ADDR_MAX];
+    remora_server_params_t sp = {.field_mask  = REMORA_SERVER_FIELD_LISTEN_ADDR |
+                                                REMORA_SERVER_FIELD_LANES,
+                                 .listen_addr = "127.0.0.1:0", .lanes = 1};
+    remora_mem_params_t mp = {.field_mask = REMORA_MEM_FIELD_LENGTH, .length = A_SIZE};
+    rb_sock_t b;
+    rb_frame_t f;
+    it_client_t c;
+    uint8_t buf[256];
+    (void)state;
+
+    it_assert_ok(remora_context_create(NULL, &ctx));
+    it_assert_ok(remora_server_create(ctx, &sp, &srv));
+    it_assert_ok(remora_server_address(srv, addr, sizeof(addr)));
+    it_assert_ok(remora_mem_create(ctx, &mp, &mem));
+    remora_pattern_fill(remora_mem_address(mem), 0, A_SIZE);
+    it_assert_ok(remora_server_expose(srv, "a", mem, NULL));
+    it_assert_ok(remora_context_create(NULL, &decoy));
+
+    assert_int_equal(rb_dial(&b, addr), 0);
+    it_assert_ok(rb_hello_auth(&b, NULL, 0));
+    double t0 = rb_now_ms();
+    assert_int_equal(rb_send_frame(&b, RM_BOOT_CONNECT, 0, decoy->worker_addr,
+                                   (uint32_t)decoy->worker_addr_len), 0);
+    it_sleep_ms(100); /* the server is in that CONNECT now */
+
+    double t1 = rb_now_ms();
+    it_assert_ok(it_client_open(&c, addr, NULL));
+    it_assert_ok(remora_client_read(c.client, "a", 1000, buf, sizeof(buf)));
+    it_assert_pattern(buf, 1000, sizeof(buf));
+    double served_ms = rb_now_ms() - t1;
+    print_message("  a client connected and read in %.1f ms beside the silent CONNECT\n",
+                  served_ms);
+    assert_true(served_ms < 1500);
+
+    int r = rb_recv(&b, 8000, true, &f);
+    double refused_ms = rb_now_ms() - t0;
+    if (r != 0)
+        fail_msg("no CONNECT_REPLY for the silent address (%d) after %.0f ms", r, refused_ms);
+    rm_boot_frame_t bf = {.type = (uint8_t)f.type, .payload = f.payload, .len = f.len};
+    remora_status_t st;
+    const uint8_t *rest;
+    uint32_t rest_len;
+    assert_int_equal(f.type, RM_BOOT_CONNECT_REPLY);
+    assert_int_equal(rm_boot_reply_split(&bf, &st, &rest, &rest_len), 0);
+    print_message("  the silent address was refused (%s) after %.0f ms\n",
+                  remora_status_string(st), refused_ms);
+    assert_int_equal(st, REMORA_ERR_TIMED_OUT);
+    assert_true(refused_ms < 4000);
+    rb_frame_free(&f);
+    rb_close(&b);
+
+    it_assert_ok(remora_client_read(c.client, "a", 2000, buf, sizeof(buf)));
+    it_assert_pattern(buf, 2000, sizeof(buf));
+    it_client_close(&c);
+    remora_server_destroy(srv);
+    remora_mem_destroy(mem);
+    remora_context_destroy(decoy);
+    remora_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -974,6 +1053,7 @@ int main(void)
         cmocka_unit_test_teardown(test_out_of_fds, it_teardown_reap),
         cmocka_unit_test_teardown(test_sock_backlog_flood, it_teardown_reap),
         cmocka_unit_test_teardown(test_sock_credit_lie, it_teardown_reap),
+        cmocka_unit_test_teardown(test_silent_worker_address, it_teardown_reap),
     };
 
     it_init("attack");

@@ -4,8 +4,11 @@
  * real UCX worker's own address (TCP on loopback, so the TCP rules are in
  * play), and against addresses built here byte by byte in UCX's v1 layout:
  * each of the malformations that crashed UCX in fuzzing is refused, and
- * well-formed addresses from peers with other interfaces are not.
+ * well-formed addresses from peers with other interfaces are not. Then the
+ * probes made before UCX connects (src/engine/reach.c) against real
+ * listening sockets: one that answers, a closed port, one that drops SYNs.
  */
+#include <linux/filter.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,12 +20,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <ucp/api/ucp.h>
 
+#include "engine/reach.h"
 #include "engine/ucx_addr.h"
+#include "util/time.h"
 
 static struct {
     ucp_context_h       ucp;
@@ -190,7 +196,7 @@ static void test_v2_figures_refused(void **state)
 /* ------------------------------------------- synthetic v1 addresses */
 
 typedef struct {
-    uint8_t b[256];
+    uint8_t b[8192];
     size_t  n;
 } abuf_t;
 
@@ -458,6 +464,137 @@ static void test_tcp_checksum_is_ucx(void **state)
     assert_int_not_equal(rm_ucx_tl_csum("tcp"), rm_ucx_tl_csum("self"));
 }
 
+/* ------------------------------------------------ reach (engine/reach.c) */
+
+/* An address of n TCP devices on 127.0.0.2 (not UCX's loopback flag: any
+ * host's address), listening at ports[i] (host order), in synth's layout. */
+static void synth_tcp_devs(abuf_t *a, const uint16_t *ports, unsigned n)
+{
+    static const uint8_t dev[] = {0, AF_INET, 127, 0, 0, 2};
+    synth_t s = tcp_ipv4();
+
+    a->n = 0;
+    put8(a, (uint8_t)((g.own[0] & 0x0f) | (1u << 1) << 4));
+    put(a, "uuid-uid", 8);
+    for (unsigned i = 0; i < n; i++) {
+        put8(a, 0x60);
+        put8(a, (uint8_t)((i + 1 == n ? 0x80 : 0) | sizeof(dev)));
+        put(a, dev, sizeof(dev));
+        put8(a, (uint8_t)s.csum);
+        put8(a, (uint8_t)(s.csum >> 8));
+        put_f32(a, s.ovh);
+        put_f32(a, s.bw);
+        put_f32(a, s.lat);
+        for (int k = 0; k < 4; k++)
+            put8(a, (uint8_t)(((s.caps << 8) | 5u) >> (8 * k)));
+        put8(a, 0x80 | 2);
+        put8(a, (uint8_t)(ports[i] >> 8));
+        put8(a, (uint8_t)ports[i]);
+    }
+}
+
+/* A socket listening on 127.0.0.2; with drop, a filter drops every packet
+ * that reaches it, SYNs included (as a closed gate does). Its port in *port. */
+static int listener(int drop, uint16_t *port)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+    socklen_t len = sizeof(in);
+    struct sock_filter none[] = {BPF_STMT(BPF_RET | BPF_K, 0)};
+    struct sock_fprog prog = {.len = 1, .filter = none};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    if (drop)
+        assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)), 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&in, len), 0);
+    assert_int_equal(listen(fd, 8), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&in, &len), 0);
+    *port = ntohs(in.sin_port);
+    return fd;
+}
+
+/* Probe addr to the end (a deadline of ms): the status. */
+static remora_status_t reach(const void *addr, size_t len, int same_host, int ms)
+{
+    rm_reach_t *r;
+    remora_status_t st = rm_reach_start(addr, len, same_host, &r);
+
+    if (st != REMORA_OK || r == NULL)
+        return st;
+    st = rm_reach_wait(r, rm_now_ns() + (uint64_t)ms * 1000000u);
+    rm_reach_free(r);
+    return st;
+}
+
+/* Our own worker's loopback interface answers; for a peer of another host
+ * it is not probed at all (UCX connects to loopback on one host only). */
+static void test_reach_own_address(void **state)
+{
+    rm_reach_t *r = (rm_reach_t *)&r;
+
+    (void)state;
+    assert_int_equal(reach(g.own, g.own_len, 1, 2000), REMORA_OK);
+    assert_int_equal(rm_reach_start(g.own, g.own_len, 0, &r), REMORA_OK);
+    assert_null(r);
+}
+
+/* A listener and a closed port answer; a listener that drops SYNs does not,
+ * and is the one named. */
+static void test_reach_silent_interface(void **state)
+{
+    uint16_t ports[3];
+    int fds[3];
+    char silent[64];
+    abuf_t a;
+    rm_reach_t *r;
+
+    (void)state;
+    fds[0] = listener(0, &ports[0]);
+    fds[1] = listener(0, &ports[1]);
+    close(fds[1]); /* nothing there now: a reset */
+    synth_tcp_devs(&a, ports, 2);
+    assert_int_equal(reach(a.b, a.n, 0, 2000), REMORA_OK);
+
+    fds[2] = listener(1, &ports[2]);
+    synth_tcp_devs(&a, ports, 3);
+    assert_int_equal(rm_reach_start(a.b, a.n, 0, &r), REMORA_OK);
+    assert_non_null(r);
+    uint64_t t0 = rm_now_ns();
+    assert_int_equal(rm_reach_wait(r, t0 + 300000000u), REMORA_ERR_TIMED_OUT);
+    assert_true(rm_now_ns() - t0 >= 290000000u);
+    assert_int_equal(rm_reach_step(r), 0);
+    rm_reach_silent(r, silent, sizeof(silent));
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.2:%u", ports[2]);
+    assert_string_equal(silent, want);
+    rm_reach_free(r);
+    close(fds[0]);
+    close(fds[2]);
+}
+
+/* An address listing one interface twice is probed as usual; one naming more
+ * interfaces than are probed is refused. */
+static void test_reach_bounds(void **state)
+{
+    uint16_t ports[RM_REACH_MAX + 1];
+    int fd;
+    abuf_t a;
+
+    (void)state;
+    fd = listener(0, &ports[0]);
+    ports[1] = ports[0];
+    synth_tcp_devs(&a, ports, 2);
+    assert_int_equal(reach(a.b, a.n, 0, 2000), REMORA_OK);
+    for (unsigned i = 0; i <= RM_REACH_MAX; i++)
+        ports[i] = (uint16_t)(ports[0] + i);
+    synth_tcp_devs(&a, ports, RM_REACH_MAX + 1);
+    rm_reach_t *r = NULL;
+    assert_int_equal(rm_reach_start(a.b, a.n, 0, &r), REMORA_ERR_PROTOCOL);
+    assert_null(r);
+    assert_int_equal(rm_reach_start(a.b, a.n - 1, 0, &r), REMORA_ERR_PROTOCOL);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +611,9 @@ int main(void)
         cmocka_unit_test(test_tcp_checksum_is_ucx),
         cmocka_unit_test(test_tcp_interfaces_of_own_address),
         cmocka_unit_test(test_tcp_interfaces_of_peers),
+        cmocka_unit_test(test_reach_own_address),
+        cmocka_unit_test(test_reach_silent_interface),
+        cmocka_unit_test(test_reach_bounds),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

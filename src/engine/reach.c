@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Probing a peer's UCX TCP interfaces before UCX connects to them (reach.h). */
+#include "engine/reach.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/engine.h" /* rm_format_addr */
+#include "engine/ucx_addr.h"
+#include "util/time.h"
+
+typedef struct {
+    int                     fd; /* -1 once it answered */
+    struct sockaddr_storage sa;
+} probe_t;
+
+struct rm_reach {
+    int      epfd;
+    unsigned n, silent;
+    probe_t  p[];
+};
+
+typedef struct {
+    struct sockaddr_storage sa[RM_REACH_MAX];
+    unsigned                n;
+    int                     same_host, over;
+} collect_t;
+
+static int is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr ==
+               htonl(INADDR_LOOPBACK);
+    return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
+}
+
+static socklen_t sa_len(const struct sockaddr_storage *ss)
+{
+    return ss->ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
+/* rm_ucx_addr_tcp's callback: each interface once (an address may list one
+ * twice), loopback ones only for a peer on this host. */
+static void collect(void *arg, const struct sockaddr *sa)
+{
+    collect_t *c = arg;
+    struct sockaddr_storage ss = {0};
+
+    if (is_loopback(sa) && !c->same_host)
+        return;
+    memcpy(&ss, sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                             : sizeof(struct sockaddr_in6));
+    for (unsigned i = 0; i < c->n; i++)
+        if (memcmp(&c->sa[i], &ss, sizeof(ss)) == 0)
+            return;
+    if (c->n == RM_REACH_MAX)
+        c->over = 1;
+    else
+        c->sa[c->n++] = ss;
+}
+
+/* Connect without blocking: 1 while the handshake runs (watched on epfd), 0
+ * when it ended at once (connected or failed: an answer either way), -1 when
+ * no socket could be made. */
+static int probe_open(probe_t *p, int epfd, unsigned idx)
+{
+    int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = idx};
+
+    p->fd = -1;
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (const struct sockaddr *)&p->sa, sa_len(&p->sa)) == 0 || errno != EINPROGRESS) {
+        close(fd);
+        return 0;
+    }
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        close(fd);
+        return -1;
+    }
+    p->fd = fd;
+    return 1;
+}
+
+remora_status_t rm_reach_start(const void *addr, size_t len, int same_host, rm_reach_t **out)
+{
+    collect_t *c = calloc(1, sizeof(*c));
+    rm_reach_t *r = NULL;
+    remora_status_t st = REMORA_ERR_NO_MEMORY;
+
+    *out = NULL;
+    if (c == NULL)
+        return st;
+    c->same_host = same_host;
+    if (rm_ucx_addr_tcp(addr, len, collect, c) != 0 || c->over) {
+        st = REMORA_ERR_PROTOCOL;
+        goto done;
+    }
+    if (c->n == 0) {
+        st = REMORA_OK;
+        goto done;
+    }
+    if ((r = calloc(1, sizeof(*r) + c->n * sizeof(r->p[0]))) == NULL)
+        goto done;
+    st = REMORA_ERR_IO;
+    if ((r->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        free(r);
+        r = NULL;
+        goto done;
+    }
+    for (unsigned i = 0; i < c->n; i++) {
+        r->p[i].sa = c->sa[i];
+        int rc = probe_open(&r->p[i], r->epfd, i);
+        if (rc < 0)
+            goto done;
+        r->silent += (unsigned)rc;
+        r->n++;
+    }
+    st = REMORA_OK;
+done:
+    free(c);
+    if (st != REMORA_OK || (r && r->silent == 0)) {
+        rm_reach_free(r);
+        r = NULL;
+    }
+    *out = r;
+    return st;
+}
+
+int rm_reach_fd(const rm_reach_t *r) { return r->epfd; }
+
+int rm_reach_step(rm_reach_t *r)
+{
+    struct epoll_event ev[8];
+    int n;
+
+    while (r->silent > 0 && (n = epoll_wait(r->epfd, ev, 8, 0)) > 0) {
+        for (int i = 0; i < n; i++) {
+            probe_t *p = &r->p[ev[i].data.u32];
+            if (p->fd < 0)
+                continue;
+            close(p->fd); /* connected or refused: it answered; a FIN, no data */
+            p->fd = -1;
+            r->silent--;
+        }
+    }
+    return r->silent == 0;
+}
+
+remora_status_t rm_reach_wait(rm_reach_t *r, uint64_t deadline_ns)
+{
+    while (!rm_reach_step(r)) {
+        uint64_t now = rm_now_ns();
+        struct epoll_event ev;
+
+        if (now >= deadline_ns)
+            return REMORA_ERR_TIMED_OUT;
+        uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
+        if (epoll_wait(r->epfd, &ev, 1, ms > 60000 ? 60000 : (int)ms) < 0 && errno != EINTR)
+            return REMORA_ERR_IO;
+    }
+    return REMORA_OK;
+}
+
+void rm_reach_silent(const rm_reach_t *r, char *buf, size_t len)
+{
+    if (len)
+        buf[0] = '\0';
+    for (unsigned i = 0; r && i < r->n; i++) {
+        if (r->p[i].fd >= 0) {
+            rm_format_addr((const struct sockaddr *)&r->p[i].sa, buf, len);
+            return;
+        }
+    }
+}
+
+void rm_reach_free(rm_reach_t *r)
+{
+    if (r == NULL)
+        return;
+    for (unsigned i = 0; i < r->n; i++)
+        if (r->p[i].fd >= 0)
+            close(r->p[i].fd);
+    close(r->epfd);
+    free(r);
+}
