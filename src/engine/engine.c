@@ -842,6 +842,14 @@ static void config_memtype_cache(void)
         rm_debug("cannot turn UCX's memory type cache off");
 }
 
+int rm_ucx_at_least(unsigned major, unsigned minor)
+{
+    unsigned ma, mi, rel;
+
+    ucp_get_version(&ma, &mi, &rel);
+    return ma > major || (ma == major && mi >= minor);
+}
+
 static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const char *bind_host)
 {
     ucp_config_t *config;
@@ -882,6 +890,14 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
      * before the next epoll_wait. */
     if (getenv("UCX_TCP_MAX_POLL") == NULL)
         ucp_config_modify(config, "MAX_POLL", "1");
+    /* UCX's TCP transport connects inside ucp_ep_create with a blocking
+     * connect(): an interface of the peer's that drops SYNs holds the
+     * thread for minutes (reach.h probes first, which a peer that answers
+     * the probe only can still beat). UCX 1.16 connects without blocking
+     * and passes our suite so; 1.13 then aborts in ucp_worker_destroy on a
+     * wire-up reply left pending (docs/security.md 3.5). */
+    if (getenv("UCX_TCP_CONN_NB") == NULL && rm_ucx_at_least(1, 16))
+        ucp_config_modify(config, "CONN_NB", "y");
     ucp_params_t params = {
         .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                              UCP_PARAM_FIELD_NAME,

@@ -273,6 +273,8 @@ ucs_status_ptr_t rm_engine_am_recv_data(remora_context_h ctx, void *data_desc, v
 void rm_engine_serving_add(remora_context_h ctx, uint64_t instance);
 void rm_engine_serving_remove(remora_context_h ctx, uint64_t instance);
 int rm_engine_serving(remora_context_h ctx, uint64_t instance);
+/* Whether the UCX loaded at run time is major.minor or later. */
+int rm_ucx_at_least(unsigned major, unsigned minor);
 /*
  * A GPU copy that takes no thread while it runs (staged transfers): it goes
  * on the context's own CUDA stream, and done(copy, status) runs with the lock
