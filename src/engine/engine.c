@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
@@ -850,6 +851,13 @@ int rm_ucx_at_least(unsigned major, unsigned minor)
     return ma > major || (ma == major && mi >= minor);
 }
 
+/* A UCX boolean setting's value, as UCX reads it. */
+static int ucx_yes(const char *v)
+{
+    return strcasecmp(v, "y") == 0 || strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0 ||
+           strcmp(v, "1") == 0;
+}
+
 static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const char *bind_host)
 {
     ucp_config_t *config;
@@ -892,12 +900,14 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
         ucp_config_modify(config, "MAX_POLL", "1");
     /* UCX's TCP transport connects inside ucp_ep_create with a blocking
      * connect(): an interface of the peer's that drops SYNs holds the
-     * thread for minutes (reach.h probes first, which a peer that answers
-     * the probe only can still beat). UCX 1.16 connects without blocking
-     * and passes our suite so; 1.13 then aborts in ucp_worker_destroy on a
-     * wire-up reply left pending (docs/security.md 3.5). */
-    if (getenv("UCX_TCP_CONN_NB") == NULL && rm_ucx_at_least(1, 16))
+     * thread for minutes. UCX 1.16 connects without blocking and passes our
+     * suite so; 1.13 then aborts in ucp_worker_destroy on a wire-up reply
+     * left pending (docs/security.md 3.5). Where connects block, peers'
+     * interfaces are probed first (reach.h). */
+    const char *nb = getenv("UCX_TCP_CONN_NB");
+    if (nb == NULL && rm_ucx_at_least(1, 16))
         ucp_config_modify(config, "CONN_NB", "y");
+    ctx->connect_blocks = nb ? !ucx_yes(nb) : !rm_ucx_at_least(1, 16);
     ucp_params_t params = {
         .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                              UCP_PARAM_FIELD_NAME,
@@ -1043,6 +1053,7 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     ctx->rma     = parent->rma;
     ctx->shm_ok  = parent->shm_ok;
     ctx->ucx_cuda = parent->ucx_cuda;
+    ctx->connect_blocks = parent->connect_blocks;
     ctx->hb_interval_ns  = parent->hb_interval_ns;
     ctx->peer_timeout_ns = parent->peer_timeout_ns;
     memcpy(ctx->host_id, parent->host_id, RM_HOST_ID_LEN);

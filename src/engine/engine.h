@@ -184,6 +184,7 @@ struct remora_context {
     int             rma;             /* RMA enabled: 0 no, 1 verbs only, 2 any transport */
     int             shm_ok;          /* same-host mappings allowed (UCX may use shared memory) */
     int             ucx_cuda;        /* UCX handles CUDA memory (threads get a CUDA context) */
+    int             connect_blocks;  /* UCX's TCP connect() blocks: peers are probed first */
 
     /* Stream-ordered operations (src/gpu/stream.c), an upper layer: it sets
      * these on first use (under its own lock); the lower layers call them. */
@@ -376,7 +377,8 @@ remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t 
 /* Start probing the TCP interfaces of the peer's UCX worker address before
  * UCX connects to them (reach.h: UCX's blocking connect to a silent one holds
  * the thread for minutes); loopback ones only when the bootstrap socket joins
- * two processes of this host. As rm_reach_start. */
+ * two processes of this host. As rm_reach_start; nothing to probe (*out
+ * NULL) where UCX's connects do not block (ctx->connect_blocks). */
 struct rm_reach;
 remora_status_t rm_peer_reach_start(rm_peer_t *peer, const void *ucx_addr, size_t len,
                                     struct rm_reach **out);

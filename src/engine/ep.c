@@ -351,6 +351,11 @@ static int peer_same_host(const rm_peer_t *peer)
 remora_status_t rm_peer_reach_start(rm_peer_t *peer, const void *ucx_addr, size_t len,
                                     rm_reach_t **out)
 {
+    *out = NULL;
+    /* Non-blocking connects hold nothing, and a probe would only meet the
+     * peer's gate before that peer knows our interfaces (gate.h). */
+    if (!peer->ctx->connect_blocks)
+        return REMORA_OK;
     return rm_reach_start(ucx_addr, len, peer_same_host(peer), out);
 }
 

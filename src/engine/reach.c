@@ -3,6 +3,7 @@
 #include "engine/reach.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,12 @@ typedef struct {
     struct sockaddr_storage sa;
 } probe_t;
 
+static atomic_uint fds_open; /* probes open in this process (RM_REACH_FDS_MAX) */
+
 struct rm_reach {
-    int      epfd;
+    int      epfd;     /* the probes' */
     unsigned n, silent;
+    unsigned reserved; /* of fds_open */
     probe_t  p[];
 };
 
@@ -97,22 +101,29 @@ remora_status_t rm_reach_start(const void *addr, size_t len, int same_host, rm_r
     if (c == NULL)
         return st;
     c->same_host = same_host;
-    if (rm_ucx_addr_tcp(addr, len, collect, c) != 0 || c->over) {
-        st = REMORA_ERR_PROTOCOL;
-        goto done;
-    }
-    if (c->n == 0) {
+    /* An address this code cannot read (rm_boot_addr_plausible let it
+     * through on its length alone) is not probed. */
+    if (rm_ucx_addr_tcp(addr, len, collect, c) != 0 || c->n == 0) {
         st = REMORA_OK;
         goto done;
     }
-    if ((r = calloc(1, sizeof(*r) + c->n * sizeof(r->p[0]))) == NULL)
-        goto done;
-    st = REMORA_ERR_IO;
-    if ((r->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
-        free(r);
-        r = NULL;
+    if (c->over) {
+        st = REMORA_ERR_PROTOCOL;
         goto done;
     }
+    if (atomic_fetch_add(&fds_open, c->n) + c->n > RM_REACH_FDS_MAX) {
+        atomic_fetch_sub(&fds_open, c->n);
+        st = REMORA_ERR_BUSY;
+        goto done;
+    }
+    if ((r = calloc(1, sizeof(*r) + c->n * sizeof(r->p[0]))) == NULL) {
+        atomic_fetch_sub(&fds_open, c->n);
+        goto done;
+    }
+    r->reserved = c->n; /* given back by rm_reach_free */
+    st = REMORA_ERR_IO;
+    if ((r->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        goto done;
     for (unsigned i = 0; i < c->n; i++) {
         r->p[i].sa = c->sa[i];
         int rc = probe_open(&r->p[i], r->epfd, i);
@@ -121,6 +132,7 @@ remora_status_t rm_reach_start(const void *addr, size_t len, int same_host, rm_r
         r->silent += (unsigned)rc;
         r->n++;
     }
+    rm_reach_step(r); /* on loopback the handshakes are usually done by now */
     st = REMORA_OK;
 done:
     free(c);
@@ -186,6 +198,8 @@ void rm_reach_free(rm_reach_t *r)
     for (unsigned i = 0; i < r->n; i++)
         if (r->p[i].fd >= 0)
             close(r->p[i].fd);
-    close(r->epfd);
+    if (r->epfd >= 0)
+        close(r->epfd);
+    atomic_fetch_sub(&fds_open, r->reserved);
     free(r);
 }

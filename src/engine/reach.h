@@ -20,7 +20,9 @@
  *   namespace id), so those are probed only when the caller says the peer
  *   is on this host: elsewhere 127.0.0.1 is some other process.
  * - This narrows the hole, it does not close it: a peer that answers the
- *   probe and drops UCX's SYN a moment later still holds the thread.
+ *   probe and drops UCX's SYN a moment later still holds the thread. And it
+ *   is all or nothing: one silent interface refuses the peer, even one UCX
+ *   might not have picked (UCX_NET_DEVICES leaves it out).
  * - The probes share one epoll fd: a server watches it from its progress
  *   loop (rm_reach_fd, rm_reach_step), a client blocks on it
  *   (rm_reach_wait). No locks, no UCX calls.
@@ -37,15 +39,20 @@
  * one second, so one loss is survived. */
 #define RM_REACH_LIMIT_MS 2000u
 /* Interfaces probed at most; an address naming more is refused. */
-#define RM_REACH_MAX 64u
+#define RM_REACH_MAX 32u
+/* Probes open at once in this process: each holds a socket for up to the
+ * limit, and a peer past AUTH (anyone, without a token) chooses how many. */
+#define RM_REACH_FDS_MAX 1024u
 
 typedef struct rm_reach rm_reach_t;
 
 /* Start probing every TCP interface addr (a UCX worker address of len
  * bytes) names; loopback ones only when same_host. REMORA_OK with *out, NULL
- * when every interface answered at once or there is none;
- * REMORA_ERR_PROTOCOL when addr names more than RM_REACH_MAX or does not
- * parse; REMORA_ERR_NO_MEMORY, REMORA_ERR_IO. */
+ * when every interface answered at once or there is none to probe (also an
+ * address whose format this code does not read: ucx_addr.h);
+ * REMORA_ERR_PROTOCOL when addr names more than RM_REACH_MAX;
+ * REMORA_ERR_BUSY when RM_REACH_FDS_MAX probes are open;
+ * REMORA_ERR_NO_MEMORY, REMORA_ERR_IO. */
 remora_status_t rm_reach_start(const void *addr, size_t len, int same_host, rm_reach_t **out);
 
 /* Readable when a probe has ended: then call rm_reach_step. */

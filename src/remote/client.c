@@ -747,8 +747,8 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
     return st;
 }
 
-/* UCX connects to the server's interfaces blocking this thread, without a
- * deadline: only once each has answered us (engine/reach.h). */
+/* Where UCX connects to the server's interfaces blocking this thread,
+ * without a deadline, only once each has answered us (engine/reach.h). */
 static remora_status_t reach_server(remora_client_h c, const uint8_t *addr, uint32_t len,
                                     uint64_t deadline)
 {

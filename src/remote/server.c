@@ -1161,8 +1161,8 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
         rm_warn_peer("client %s sent a worker address this UCX cannot use: %s", c->peer_host, why);
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_PROTOCOL);
     }
-    /* UCX connects to those interfaces blocking this worker: only once each
-     * has answered us (engine/reach.h). */
+    /* Where UCX connects to those interfaces blocking this worker, only
+     * once each has answered us (engine/reach.h). */
     if ((st = rm_peer_reach_start(&c->peer, addr, len, &c->reach)) != REMORA_OK) {
         rm_warn_peer("client %s: its worker address could not be probed: %s", c->peer_host,
                      remora_status_string(st));
@@ -1172,14 +1172,15 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
         return conn_endpoint(c, addr);
     c->reach_watch.fd = rm_reach_fd(c->reach);
     c->reach_watch.cb = conn_reach_cb;
-    c->reach_addr     = malloc(len);
-    if (c->reach_addr == NULL || rm_engine_watch(ctx, &c->reach_watch, EPOLLIN) != REMORA_OK) {
+    if ((c->reach_addr = malloc(len)) == NULL ||
+        rm_engine_watch(ctx, &c->reach_watch, EPOLLIN) != REMORA_OK) {
+        free(c->reach_addr);
+        c->reach_addr = NULL;
         rm_reach_free(c->reach);
         c->reach = NULL;
-        return -1;
+        return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_IO);
     }
     memcpy(c->reach_addr, addr, len);
-    c->reach_len      = len;
     c->reach_deadline = rm_now_ns() + (uint64_t)RM_REACH_LIMIT_MS * 1000000u;
     c->state          = CONN_REACH;
     return 0;

@@ -77,7 +77,6 @@ typedef struct rm_conn {
     struct rm_reach *reach;     /* CONN_REACH: the probes, watched by reach_watch, */
     rm_watch_t      reach_watch;
     uint8_t        *reach_addr; /* ... of this worker address (malloc'd), */
-    size_t          reach_len;
     uint64_t        reach_deadline; /* ... silent past this: refused */
     struct rm_cm_slot *cm;      /* CONN_CM_WAIT: a listener for this client alone */
     uint8_t         cm_ticket[RM_CM_TICKET_LEN]; /* ... and what proves it is that client */

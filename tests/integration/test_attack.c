@@ -20,8 +20,9 @@
  *      library server has not accepted: each holds one message (the small
  *      window its SOCK_CONNECT_REPLY gave), the rest is dropped.
  *   h. a silent worker address: CONNECT naming UCX ports that drop SYNs (a
- *      context whose gate is closed to this host) is refused within the
- *      server's reach limit, and the one worker goes on serving meanwhile.
+ *      context whose gate is closed to this host): the one worker goes on
+ *      serving meanwhile; where UCX's connects block, the CONNECT is refused
+ *      within the server's reach limit.
  * Each ends with the server alive and serving a real client byte-exact.
  */
 #include <errno.h>
@@ -757,9 +758,10 @@ static void test_unread_replies(void **state)
            (it_now_ms() - t0) / 1000);
     assert_true(closed);
     /* Bounded, not small: UCX 1.13 on the 2-core VM held 8 MB at the limit,
-     * UCX 1.16 on the 16-core H200 host 75 MB (its requests and send
-     * buffers are bigger); without the limit, 1.1 GB in 8 s. */
-    assert_true(peak - rss0 < 128 * 1024);
+     * UCX 1.16 on 16-core H200 hosts 75 MB and, on another day, 142 MB in
+     * three runs out of three (its requests and send buffers are bigger);
+     * without the limit, 1.1 GB in 8 s. */
+    assert_true(peak - rss0 < 256 * 1024);
     raw_close(&r);
     assert_serves(s.addr, NULL);
     assert_int_equal(it_server_stop(&s), 0);
@@ -968,11 +970,13 @@ static void test_sock_credit_lie(void **state)
 
 /*
  * UCX's TCP transport connects with a blocking connect() inside
- * ucp_ep_create: a CONNECT whose worker address names ports that drop SYNs
- * froze the worker handling it for TCP's SYN retries (127 s; docs/security.md
- * 3.5). The ports here are a live context's whose gate lets no host in. With
- * one worker, a real client connecting and reading meanwhile shows the
- * worker is not held; the CONNECT is refused within the reach limit.
+ * ucp_ep_create (UCX 1.13; remora has it connect without blocking from 1.16
+ * on): a CONNECT whose worker address names ports that drop SYNs froze the
+ * worker handling it for TCP's SYN retries (127 s; docs/security.md 3.5).
+ * The ports here are a live context's whose gate lets no host in. With one
+ * worker, a real client connecting and reading meanwhile shows the worker is
+ * not held. Where connects block, the probe refuses the CONNECT within the
+ * reach limit; where they do not, the server answers it at once.
  */
 static void test_silent_worker_address(void **state)
 {
@@ -1024,9 +1028,10 @@ static void test_silent_worker_address(void **state)
     uint32_t rest_len;
     assert_int_equal(f.type, RM_BOOT_CONNECT_REPLY);
     assert_int_equal(rm_boot_reply_split(&bf, &st, &rest, &rest_len), 0);
-    print_message("  the silent address was refused (%s) after %.0f ms\n",
-                  remora_status_string(st), refused_ms);
-    assert_int_equal(st, REMORA_ERR_TIMED_OUT);
+    print_message("  CONNECT with the silent address answered %s after %.0f ms (connects %s)\n",
+                  remora_status_string(st), refused_ms,
+                  ctx->connect_blocks ? "block: probed" : "do not block");
+    assert_int_equal(st, ctx->connect_blocks ? REMORA_ERR_TIMED_OUT : REMORA_OK);
     assert_true(refused_ms < 4000);
     rb_frame_free(&f);
     rb_close(&b);

@@ -591,7 +591,37 @@ static void test_reach_bounds(void **state)
     rm_reach_t *r = NULL;
     assert_int_equal(rm_reach_start(a.b, a.n, 0, &r), REMORA_ERR_PROTOCOL);
     assert_null(r);
-    assert_int_equal(rm_reach_start(a.b, a.n - 1, 0, &r), REMORA_ERR_PROTOCOL);
+    /* One this code cannot read is not probed (ucx_addr.h's fallback). */
+    assert_int_equal(rm_reach_start(a.b, a.n - 1, 0, &r), REMORA_OK);
+    assert_null(r);
+    close(fd);
+}
+
+/* Probes open at once are bounded: a peer chooses how many interfaces its
+ * address names, and each probe holds a socket for up to the limit. */
+static void test_reach_fd_budget(void **state)
+{
+    enum { N = RM_REACH_FDS_MAX / RM_REACH_MAX };
+    uint16_t ports[RM_REACH_MAX];
+    rm_reach_t *r[N + 1];
+    int fd;
+    abuf_t a;
+
+    (void)state;
+    fd = listener(1, &ports[0]); /* silent: every probe set stays open */
+    for (unsigned i = 1; i < RM_REACH_MAX; i++)
+        ports[i] = (uint16_t)(ports[0] + i);
+    synth_tcp_devs(&a, ports, RM_REACH_MAX);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rm_reach_start(a.b, a.n, 0, &r[i]), REMORA_OK);
+        assert_non_null(r[i]);
+    }
+    assert_int_equal(rm_reach_start(a.b, a.n, 0, &r[N]), REMORA_ERR_BUSY);
+    assert_null(r[N]);
+    rm_reach_free(r[0]);
+    assert_int_equal(rm_reach_start(a.b, a.n, 0, &r[0]), REMORA_OK);
+    for (int i = 0; i < N; i++)
+        rm_reach_free(r[i]);
     close(fd);
 }
 
@@ -614,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_reach_own_address),
         cmocka_unit_test(test_reach_silent_interface),
         cmocka_unit_test(test_reach_bounds),
+        cmocka_unit_test(test_reach_fd_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
