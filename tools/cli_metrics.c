@@ -42,6 +42,10 @@
 #include "cli_stats.h"
 
 #define CLI_METRICS_CONNS     16
+/* Connections the kernel completes before we accept them. A full queue drops
+ * SYNs, and a scraper behind a burst then waits for TCP's resend, a second
+ * (cli_obs_metricsslow's 40 idle sockets on a loaded 2-core CI host). */
+#define CLI_METRICS_BACKLOG   128
 #define CLI_METRICS_FIRST_MS  500
 #define CLI_METRICS_REQ_MS    2000
 #define CLI_METRICS_IO_MS     2000
@@ -430,7 +434,8 @@ int cli_metrics_start(const char *cmd, const char *addr, remora_server_h server,
     if (fd < 0) {
         err = errno;
     } else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-               bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+               bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+               listen(fd, CLI_METRICS_BACKLOG) != 0) {
         err = errno;
         close(fd);
         fd = -1;
