@@ -91,50 +91,60 @@ static int probe_open(probe_t *p, int epfd, unsigned idx)
     return 1;
 }
 
-remora_status_t rm_reach_start(const void *addr, size_t len, int same_host, rm_reach_t **out)
+/* Take n of the process's probe sockets: 0, or -1 when they are not there. */
+static int fds_reserve(unsigned n)
 {
-    collect_t *c = calloc(1, sizeof(*c));
-    rm_reach_t *r = NULL;
-    remora_status_t st = REMORA_ERR_NO_MEMORY;
+    if (atomic_fetch_add(&fds_open, n) + n <= RM_REACH_FDS_MAX)
+        return 0;
+    atomic_fetch_sub(&fds_open, n);
+    return -1;
+}
 
-    *out = NULL;
-    if (c == NULL)
-        return st;
-    c->same_host = same_host;
-    /* An address this code cannot read (rm_boot_addr_plausible let it
-     * through on its length alone) is not probed. */
-    if (rm_ucx_addr_tcp(addr, len, collect, c) != 0 || c->n == 0) {
-        st = REMORA_OK;
-        goto done;
-    }
-    if (c->over) {
-        st = REMORA_ERR_PROTOCOL;
-        goto done;
-    }
-    if (atomic_fetch_add(&fds_open, c->n) + c->n > RM_REACH_FDS_MAX) {
+/* A probe set for the n interfaces collected, its sockets reserved. */
+static remora_status_t probes_open(const collect_t *c, rm_reach_t **out)
+{
+    rm_reach_t *r = calloc(1, sizeof(*r) + c->n * sizeof(r->p[0]));
+
+    if (r == NULL) {
         atomic_fetch_sub(&fds_open, c->n);
-        st = REMORA_ERR_BUSY;
-        goto done;
+        return REMORA_ERR_NO_MEMORY;
     }
-    if ((r = calloc(1, sizeof(*r) + c->n * sizeof(r->p[0]))) == NULL) {
-        atomic_fetch_sub(&fds_open, c->n);
-        goto done;
-    }
+    *out        = r;
     r->reserved = c->n; /* given back by rm_reach_free */
-    st = REMORA_ERR_IO;
     if ((r->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
-        goto done;
+        return REMORA_ERR_IO;
     for (unsigned i = 0; i < c->n; i++) {
         r->p[i].sa = c->sa[i];
         int rc = probe_open(&r->p[i], r->epfd, i);
         if (rc < 0)
-            goto done;
+            return REMORA_ERR_IO;
         r->silent += (unsigned)rc;
         r->n++;
     }
     rm_reach_step(r); /* on loopback the handshakes are usually done by now */
-    st = REMORA_OK;
-done:
+    return REMORA_OK;
+}
+
+remora_status_t rm_reach_start(const void *addr, size_t len, int same_host, rm_reach_t **out)
+{
+    collect_t *c = calloc(1, sizeof(*c));
+    rm_reach_t *r = NULL;
+    remora_status_t st = REMORA_OK;
+
+    *out = NULL;
+    if (c == NULL)
+        return REMORA_ERR_NO_MEMORY;
+    c->same_host = same_host;
+    /* An address this code cannot read (rm_boot_addr_plausible let it
+     * through on its length alone) is not probed. */
+    if (rm_ucx_addr_tcp(addr, len, collect, c) != 0 || c->n == 0)
+        st = REMORA_OK;
+    else if (c->over)
+        st = REMORA_ERR_PROTOCOL;
+    else if (fds_reserve(c->n) != 0)
+        st = REMORA_ERR_BUSY;
+    else
+        st = probes_open(c, &r);
     free(c);
     if (st != REMORA_OK || (r && r->silent == 0)) {
         rm_reach_free(r);
