@@ -905,9 +905,9 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
      * left pending (docs/security.md 3.5). Where connects block, peers'
      * interfaces are probed first (reach.h). */
     const char *nb = getenv("UCX_TCP_CONN_NB");
-    if (nb == NULL && rm_ucx_at_least(1, 16))
-        ucp_config_modify(config, "CONN_NB", "y");
     ctx->connect_blocks = nb ? !ucx_yes(nb) : !rm_ucx_at_least(1, 16);
+    if (nb == NULL && !ctx->connect_blocks)
+        ucp_config_modify(config, "CONN_NB", "y");
     ucp_params_t params = {
         .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                              UCP_PARAM_FIELD_NAME,

@@ -313,16 +313,26 @@ static void force_close(ucp_ep_h ep)
         ucp_request_free(req);
 }
 
+/* The bootstrap socket's two ends: 0, or -1. */
+static int sock_ends(const rm_peer_t *peer, struct sockaddr_storage *ss,
+                     struct sockaddr_storage *own)
+{
+    socklen_t sl = sizeof(*ss), ol = sizeof(*own);
+
+    return getpeername(peer->sock.fd, (struct sockaddr *)ss, &sl) == 0 &&
+                   getsockname(peer->sock.fd, (struct sockaddr *)own, &ol) == 0
+               ? 0
+               : -1;
+}
+
 remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t len)
 {
     struct sockaddr_storage ss, own;
-    socklen_t sl = sizeof(ss), ol = sizeof(own);
     const void *ucx[2];
     size_t lens[2];
     unsigned n = 0;
 
-    if (getpeername(peer->sock.fd, (struct sockaddr *)&ss, &sl) != 0 ||
-        getsockname(peer->sock.fd, (struct sockaddr *)&own, &ol) != 0)
+    if (sock_ends(peer, &ss, &own) != 0)
         return REMORA_ERR_IO;
     if (ucx_addr != NULL)
         ucx[n] = ucx_addr, lens[n++] = len;
@@ -337,26 +347,20 @@ remora_status_t rm_peer_gate_open(rm_peer_t *peer, const void *ucx_addr, size_t 
                         n);
 }
 
-/* Whether the bootstrap socket joins two processes of this host. */
-static int peer_same_host(const rm_peer_t *peer)
-{
-    struct sockaddr_storage ss, own;
-    socklen_t sl = sizeof(ss), ol = sizeof(own);
-
-    return getpeername(peer->sock.fd, (struct sockaddr *)&ss, &sl) == 0 &&
-           getsockname(peer->sock.fd, (struct sockaddr *)&own, &ol) == 0 &&
-           rm_gate_same_host((struct sockaddr *)&ss, (struct sockaddr *)&own);
-}
-
 remora_status_t rm_peer_reach_start(rm_peer_t *peer, const void *ucx_addr, size_t len,
                                     rm_reach_t **out)
 {
+    struct sockaddr_storage ss, own;
+
     *out = NULL;
     /* Non-blocking connects hold nothing, and a probe would only meet the
      * peer's gate before that peer knows our interfaces (gate.h). */
     if (!peer->ctx->connect_blocks)
         return REMORA_OK;
-    return rm_reach_start(ucx_addr, len, peer_same_host(peer), out);
+    return rm_reach_start(ucx_addr, len,
+                          sock_ends(peer, &ss, &own) == 0 &&
+                              rm_gate_same_host((struct sockaddr *)&ss, (struct sockaddr *)&own),
+                          out);
 }
 
 /* Everything but the endpoint: the bootstrap socket, heartbeats, keys, the

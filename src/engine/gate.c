@@ -294,16 +294,13 @@ typedef struct {
     unsigned n;
 } wanted_t;
 
+/* One socket address to guard (rm_ucx_addr_tcp reports each once). */
 static void want(wanted_t *w, const struct sockaddr *sa)
 {
     struct sockaddr_storage ss = {0};
 
     memcpy(&ss, sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
                                              : sizeof(struct sockaddr_in6));
-    for (unsigned i = 0; i < w->n; i++)
-        if (w->sa[i].ss_family == ss.ss_family && port_of(&w->sa[i]) == port_of(&ss) &&
-            addr_matches(&w->sa[i], &ss))
-            return;
     if (w->n < sizeof(w->sa) / sizeof(w->sa[0]))
         w->sa[w->n++] = ss;
 }

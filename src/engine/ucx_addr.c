@@ -444,10 +444,23 @@ int rm_ucx_addr_check(const rm_ucx_addr_shape_t *shape, const void *addr, size_t
 /* ------------------------------------------------------------ tcp */
 
 typedef struct {
-    rm_ucx_tcp_fn fn;
-    void         *arg;
-    uint16_t      tcp;
+    rm_ucx_tcp_fn           fn;
+    void                   *arg;
+    uint16_t                tcp;
+    unsigned                nseen;
+    struct sockaddr_storage seen[RM_UCX_TCP_SEEN]; /* reported, to report each once */
 } tcp_walk_t;
+
+/* Whether ss was reported already; if not, it is from now on. */
+static int tcp_seen(tcp_walk_t *w, const struct sockaddr_storage *ss)
+{
+    for (unsigned i = 0; i < w->nseen; i++)
+        if (memcmp(&w->seen[i], ss, sizeof(*ss)) == 0)
+            return 1;
+    if (w->nseen < RM_UCX_TCP_SEEN)
+        w->seen[w->nseen++] = *ss;
+    return 0;
+}
 
 /* A TCP entry: device address (flags, family, IPv4/IPv6 address or a
  * loopback namespace id), interface address (the port, network order). */
@@ -482,13 +495,14 @@ static int tcp_entry(void *arg, const entry_t *e, const char **why)
     } else {
         return 0;
     }
-    w->fn(w->arg, (const struct sockaddr *)&ss);
+    if (!tcp_seen(w, &ss))
+        w->fn(w->arg, (const struct sockaddr *)&ss);
     return 0;
 }
 
 int rm_ucx_addr_tcp(const void *addr, size_t len, rm_ucx_tcp_fn fn, void *arg)
 {
-    tcp_walk_t w = {fn, arg, rm_ucx_tl_csum("tcp")};
+    tcp_walk_t w = {.fn = fn, .arg = arg, .tcp = rm_ucx_tl_csum("tcp")};
     const char *why;
 
     return len == 0 ? -1 : walk(addr, len, tcp_entry, &w, &why);

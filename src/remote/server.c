@@ -1110,19 +1110,16 @@ static void conn_reach_end(rm_conn_t *c, remora_status_t st)
 {
     uint8_t *addr = c->reach_addr;
     char silent[64];
-    int rc;
 
-    rm_reach_silent(c->reach, silent, sizeof(silent));
-    c->reach_addr = NULL;
-    conn_reach_stop(c);
-    if (st == REMORA_OK) {
-        rc = conn_endpoint(c, addr);
-    } else {
+    if (st != REMORA_OK) {
+        rm_reach_silent(c->reach, silent, sizeof(silent));
         rm_warn_peer("client %s: its worker address names %s, which did not answer within %u ms: "
                      "refused (its UCX would hold this worker for minutes)",
                      c->peer_host, silent, RM_REACH_LIMIT_MS);
-        rc = conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
     }
+    c->reach_addr = NULL; /* ours now: conn_reach_stop would free it */
+    conn_reach_stop(c);
+    int rc = st == REMORA_OK ? conn_endpoint(c, addr) : conn_refuse(c, RM_BOOT_CONNECT_REPLY, st);
     free(addr);
     if (rc != 0)
         conn_kill(c);
@@ -1174,10 +1171,7 @@ static int boot_connect_addr(rm_conn_t *c, unsigned flags, const uint8_t *addr, 
     c->reach_watch.cb = conn_reach_cb;
     if ((c->reach_addr = malloc(len)) == NULL ||
         rm_engine_watch(ctx, &c->reach_watch, EPOLLIN) != REMORA_OK) {
-        free(c->reach_addr);
-        c->reach_addr = NULL;
-        rm_reach_free(c->reach);
-        c->reach = NULL;
+        conn_reach_stop(c); /* unwatching what is not watched does nothing */
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_IO);
     }
     memcpy(c->reach_addr, addr, len);

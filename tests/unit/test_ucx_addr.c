@@ -231,15 +231,19 @@ typedef struct {
 } synth_t;
 
 /* A one-device, one-transport v1 address with a uuid and no name. */
-static void synth(abuf_t *a, const synth_t *s)
+static void synth_head(abuf_t *a)
 {
-    uint8_t port[64] = {0x12, 0x34};
-
     a->n = 0;
     put8(a, (uint8_t)((g.own[0] & 0x0f) | (1u << 1) << 4)); /* v1, WORKER_UUID */
     put(a, "uuid-uid", 8);
+}
+
+/* One device of s's shape with its one transport, at interface address
+ * port (s->iface_len bytes); last: the address's last device. */
+static void synth_dev(abuf_t *a, const synth_t *s, int last, const uint8_t *port)
+{
     put8(a, 0x60);                                /* md 0, ALLOC|REG */
-    put8(a, (uint8_t)(0x80 | s->dev_flags | s->dev_len));
+    put8(a, (uint8_t)((last ? 0x80 : 0) | s->dev_flags | s->dev_len));
     if (s->dev_flags & 0x40)
         put8(a, s->num_paths);
     if (s->dev_flags & 0x20)
@@ -254,6 +258,14 @@ static void synth(abuf_t *a, const synth_t *s)
         put8(a, (uint8_t)(((s->caps << 8) | 5u) >> (8 * i)));
     put8(a, (uint8_t)(0x80 | s->if_flags | s->iface_len));
     put(a, port, s->iface_len);
+}
+
+static void synth(abuf_t *a, const synth_t *s)
+{
+    static const uint8_t port[64] = {0x12, 0x34};
+
+    synth_head(a);
+    synth_dev(a, s, 1, port);
 }
 
 static const uint8_t ipv4[] = {0, AF_INET, 10, 0, 0, 7};
@@ -473,23 +485,11 @@ static void synth_tcp_devs(abuf_t *a, const uint16_t *ports, unsigned n)
     static const uint8_t dev[] = {0, AF_INET, 127, 0, 0, 2};
     synth_t s = tcp_ipv4();
 
-    a->n = 0;
-    put8(a, (uint8_t)((g.own[0] & 0x0f) | (1u << 1) << 4));
-    put(a, "uuid-uid", 8);
+    s.dev = dev, s.dev_len = sizeof(dev);
+    synth_head(a);
     for (unsigned i = 0; i < n; i++) {
-        put8(a, 0x60);
-        put8(a, (uint8_t)((i + 1 == n ? 0x80 : 0) | sizeof(dev)));
-        put(a, dev, sizeof(dev));
-        put8(a, (uint8_t)s.csum);
-        put8(a, (uint8_t)(s.csum >> 8));
-        put_f32(a, s.ovh);
-        put_f32(a, s.bw);
-        put_f32(a, s.lat);
-        for (int k = 0; k < 4; k++)
-            put8(a, (uint8_t)(((s.caps << 8) | 5u) >> (8 * k)));
-        put8(a, 0x80 | 2);
-        put8(a, (uint8_t)(ports[i] >> 8));
-        put8(a, (uint8_t)ports[i]);
+        const uint8_t port[2] = {(uint8_t)(ports[i] >> 8), (uint8_t)ports[i]};
+        synth_dev(a, &s, i + 1 == n, port);
     }
 }
 
