@@ -28,8 +28,9 @@ static const cli_config_var_t cli_config_vars[] = {
      "force the client's data path: auto, am, rma, map, ipc or staging"},
     {"REMORA_RMA", "0",
      "one-sided RMA: 0 off, 1 on verbs fabrics only, unsafe everywhere (docs/security.md)"},
-    {"REMORA_CM", "0",
-     "1: a server lets clients connect through UCX's connection manager (docs/protocol.md)"},
+    {"REMORA_CM", "auto",
+     "1: a server's clients connect through UCX's connection manager, 0: by worker "
+     "addresses (auto: 1 from UCX 1.16 on; docs/protocol.md)"},
     {"REMORA_UCX_GATE", "1",
      "0: UCX's own TCP ports answer every host, not only connected ones (docs/security.md)"},
     {"REMORA_CHUNK_SIZE", "4194304", "client chunk size in bytes (4096 .. 2^30)"},

@@ -935,12 +935,8 @@ static void conn_cm_prove(rm_conn_t *c, const rm_hdr_t *hdr, const void *body, s
 /*
  * Open a UCX listener for this one client on the address it reached us at.
  * UCX's connection manager gives the endpoint zero-copy rendezvous lanes over
- * TCP that a worker-address endpoint with peer-failure handling lacks (one
- * connection's 1 MiB reads 1.4x, 4 lanes 1.8x on UCX 1.16; the ring's
- * subscribers gain nothing and their tail grew: docs/performance.md).
- * IPv4 only: UCX mishandles IPv6 there. Opt-in (REMORA_CM=1): UCX 1.13's
- * manager crashed the server in about one test run in six when a client was
- * killed while connecting (1.16 survived 600 kills in a row). Only after a
+ * TCP that a worker-address endpoint with peer-failure handling lacks
+ * (docs/performance.md). IPv4 only: UCX mishandles IPv6 there. Only after a
  * valid bootstrap, and only the client's host gets through (the gate): the
  * manager aborts the process on garbage from its peer (docs/protocol.md),
  * as UCX's TCP transport does on its own ports.
@@ -950,9 +946,8 @@ static int conn_open_cm(rm_conn_t *c, uint16_t *port_p)
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     rm_cm_slot_t *slot;
-    const char *opt = getenv("REMORA_CM");
 
-    if (opt == NULL || strcmp(opt, "1") != 0)
+    if (!c->server->cm)
         return -1;
     if (getsockname(c->peer.sock.fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET ||
         (slot = calloc(1, sizeof(*slot))) == NULL)
@@ -1587,6 +1582,17 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     return server_create(ctx, params, NULL, server_p);
 }
 
+/* Connection-manager endpoints (conn_open_cm) by default from UCX 1.16 on;
+ * REMORA_CM=1 or 0 decides otherwise. UCX 1.13's manager crashed the server
+ * in about one test run in six when a client was killed while connecting
+ * (1.16 survived 600 kills in a row: docs/performance.md, session 28). */
+static int server_wants_cm(void)
+{
+    const char *opt = getenv("REMORA_CM");
+
+    return opt ? strcmp(opt, "1") == 0 : rm_ucx_at_least(1, 16);
+}
+
 static remora_status_t server_create(remora_context_h ctx, const remora_server_params_t *params,
                                      remora_server_h main, remora_server_h *server_p)
 {
@@ -1604,6 +1610,7 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
     s->main           = main;
     s->instance       = main ? main->instance : rm_auth_random_u64(); /* one server to clients */
     s->born_ns        = rm_now_ns();
+    s->cm             = server_wants_cm();
     if (params && (params->field_mask & REMORA_SERVER_FIELD_CONN_CB)) {
         s->conn_cb  = params->conn_cb;
         s->conn_arg = params->conn_arg;

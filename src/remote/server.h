@@ -109,6 +109,7 @@ struct remora_server {
     uint8_t         *token;
     size_t           token_len;
     int              encrypt;  /* every connection sealed (engine/seal.h) */
+    int              cm;       /* clients connect through UCX's connection manager */
     rm_registry_t   *reg;    /* the region table, shared by every worker */
     remora_server_h  main;   /* a worker server: the server on the first worker; else NULL */
     rm_list_t        conns, retired, cm_slots;
