@@ -165,8 +165,8 @@ int cli_opt_seconds(const cli_command_t *cmd, const char *name, const char *arg,
 
 /** Parse --gpu N (a CUDA device ordinal, 0..1023) into *gpu. */
 int cli_opt_gpu(const cli_command_t *cmd, const char *arg, int *gpu);
-/** Parse --lanes N (1..8). */
-int cli_opt_lanes(const cli_command_t *cmd, const char *arg, unsigned *lanes);
+/** Parse a worker or lane count N (1..8) given as option NAME. */
+int cli_opt_lanes(const cli_command_t *cmd, const char *name, const char *arg, unsigned *lanes);
 
 /** Read a token file: its bytes, one trailing newline ("\n" or "\r\n") stripped;
  *  CLI_TOKEN_MIN to REMORA_TOKEN_MAX bytes, else a usage error. */

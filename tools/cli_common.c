@@ -174,7 +174,7 @@ static int cli_client_option(const cli_command_t *cmd, int opt, const char *arg,
         client->path_set = true;
         return cli_parse_path(cmd, arg, &client->path);
     case CLI_OPT_LANES_CLIENT:
-        return cli_opt_lanes(cmd, arg, &client->lanes);
+        return cli_opt_lanes(cmd, "--lanes", arg, &client->lanes);
     case CLI_OPT_ENCRYPT:
         client->encrypt = true;
         return CLI_CONTINUE;
@@ -442,10 +442,10 @@ int cli_request_finish(const cli_session_t *s, remora_request_h *req, bool write
 
 /* ---------------------------------------------------------------- buffers */
 
-int cli_opt_lanes(const cli_command_t *cmd, const char *arg, unsigned *lanes)
+int cli_opt_lanes(const cli_command_t *cmd, const char *name, const char *arg, unsigned *lanes)
 {
     uint64_t v = 0;
-    int rc = cli_opt_number(cmd, "--lanes", arg, 1, 8, &v);
+    int rc = cli_opt_number(cmd, name, arg, 1, 8, &v);
 
     if (rc == CLI_CONTINUE) {
         *lanes = (unsigned)v;

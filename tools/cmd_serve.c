@@ -235,7 +235,7 @@ static int cli_serve_option(const cli_command_t *cmd, int opt, const char *arg, 
     case CLI_OPT_GPU:
         return cli_opt_gpu(cmd, arg, &o->gpu);
     case CLI_OPT_LANES:
-        return cli_opt_lanes(cmd, arg, &o->lanes);
+        return cli_opt_lanes(cmd, "--workers", arg, &o->lanes);
     case CLI_OPT_METRICS:
         o->metrics = arg;
         return CLI_CONTINUE;

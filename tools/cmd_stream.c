@@ -32,6 +32,9 @@
 #define CLI_STREAM_DEFAULT_LISTEN "127.0.0.1:60010"
 #define CLI_STREAM_MAX_RINGS      8
 #define CLI_STREAM_DEFAULT_RING   "stream=1Mx64"
+/* The largest element the library carries inside a notification by default
+ * (REMORA_RING_INLINE). */
+#define CLI_STREAM_SMALL_ELEM     32768u
 #define CLI_HIST_BUCKETS          2800 /* 1.01^2800 ns > 1e12 ns */
 #define CLI_PROGRESS_S            0.5
 
@@ -50,6 +53,7 @@ enum {
     CLI_OPT_GPU,
     CLI_OPT_NO_RECONNECT,
     CLI_OPT_RECONNECT_FOR,
+    CLI_OPT_WORKERS,
 };
 
 static uint64_t cli_realtime_ns(void)
@@ -104,6 +108,7 @@ typedef struct cli_stream_serve_opts {
     atomic_int       stop;
     atomic_int       failed;    /* a producer gave up: serve exits non-zero */
     bool             json;      /* --json: the ready line as a JSON object */
+    unsigned         workers;   /* --workers; 0: cli_stream_workers */
 } cli_stream_serve_opts_t;
 
 /* NAME=ELEMSIZExCOUNT, e.g. "frames=1Mx64". */
@@ -169,9 +174,35 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
     case CLI_OPT_JSON:
         o->json = true;
         return CLI_CONTINUE;
+    case CLI_OPT_WORKERS:
+        return cli_opt_lanes(cmd, "--workers", arg, &o->workers);
     default:
         return CLI_EXIT_USAGE;
     }
+}
+
+/*
+ * Workers when neither --workers nor REMORA_WORKERS says (0: the library's
+ * choice, one per 2 cores up to 8). Rings of small elements only (carried
+ * inside notifications) get one per 4 cores: each commit wakes every worker
+ * holding a subscriber's wait, and with many subscribers those wake-ups are
+ * what the subscribers' latency waits for. On 16 cores, 64 subscribers of
+ * 64 B at 10 kHz: p99 326-375 us with 4 workers in four rounds of five
+ * (1,383 in the fifth), 776-1,122 us with 8 in four of four; 16 subscribers
+ * lose by it (423-516 us against 219-235). Large elements are bytes to move,
+ * which more workers share (16 subscribers of 1 MiB: 29 GB/s with 8, 19
+ * with 4; docs/performance.md, session 29).
+ */
+static unsigned cli_stream_workers(const cli_stream_serve_opts_t *o)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (o->workers || getenv("REMORA_WORKERS") || cores <= 4)
+        return o->workers;
+    for (size_t i = 0; i < o->nrings; i++)
+        if (o->rings[i].elem_size > CLI_STREAM_SMALL_ELEM)
+            return 0;
+    return cores / 4 < 8 ? (unsigned)(cores / 4) : 8u;
 }
 
 /* Load a ring image file: every element it holds becomes a payload to replay. */
@@ -415,6 +446,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
         {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},
         {"encrypt", no_argument, NULL, CLI_OPT_ENCRYPT},
         {"gpu", required_argument, NULL, CLI_OPT_GPU},
+        {"workers", required_argument, NULL, CLI_OPT_WORKERS},
         CLI_HELP_LONGOPT, {NULL, 0, NULL, 0},
     };
     static cli_stream_serve_opts_t o; /* large; one per process */
@@ -456,6 +488,8 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     sp.field_mask |= REMORA_SERVER_FIELD_CONN_CB;
     sp.conn_cb  = cli_stats_conn_log;
     sp.conn_arg = (void *)"stream serve";
+    if ((sp.lanes = cli_stream_workers(&o)) != 0)
+        sp.field_mask |= REMORA_SERVER_FIELD_LANES;
     if ((rc = cli_create_rings(&s, &o)) != 0)
         goto out;
     if ((st = remora_server_create(s.context, &sp, &server)) != REMORA_OK) {
@@ -967,7 +1001,7 @@ static const cli_command_t cli_stream_serve_cmd = {
     .usage =
         "usage: remora stream serve [--listen HOST:PORT] [--ring NAME=ELEMSIZExCOUNT]...\n"
         "                           [--rate HZ|max] [--source pattern|fixed|FILE] [--token-file F]\n"
-        "                           [--encrypt] [--gpu N] [--json]\n"
+        "                           [--encrypt] [--gpu N] [--workers N] [--json]\n"
         "\n"
         "Produce stamped frames (sequence number, timestamp, checksum) into rings and\n"
         "serve them. Prints 'listening HOST:PORT' when ready; runs until SIGINT/SIGTERM.\n"
@@ -990,6 +1024,10 @@ static const cli_command_t cli_stream_serve_cmd = {
         "                      is built on the host and pushed there)\n"
         "  --encrypt           encrypt every connection, keyed from the token (off by\n"
         "                      default; readers must use --encrypt too)\n"
+        "  --workers N         serve on N UCX workers (1..8; default $REMORA_WORKERS,\n"
+        "                      else as 'remora serve', but one per 4 cores when every\n"
+        "                      ring's elements are 32 KiB or less: a commit wakes each\n"
+        "                      worker that holds a subscriber's wait)\n"
         "  --json              print the ready line as {\"listening\": \"HOST:PORT\"}\n"
         "  -h, --help          show this help\n",
     .run = cli_stream_serve,

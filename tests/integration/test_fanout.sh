@@ -24,6 +24,9 @@
 #              a new one, 60 times: each new one gets its elements (a
 #              connection dying in a push's verdict send was counted out
 #              twice, and the ring pushed to no one again)
+#   workers    --workers N: N workers serve (the server's threads grow with
+#              N), 16 subscribers spread over 3 get every element exactly;
+#              0 and 9 are refused as usage errors
 #   killmany   16 subscribers of pushed 256 KiB elements from an unpaced
 #              producer killed at once, 40 times: the server lives and serves
 #              a new one (UCX 1.13 aborted the server in 3 of 8 such runs,
@@ -277,6 +280,23 @@ killmany)
   "$remora" stream read "$addr/f" --count 5 --verify --timeout 5000 >/dev/null 2>"$tmp/e.c" ||
     fail "after the kills: $(cat "$tmp/e.c")"
   echo "PASS: 640 subscribers of pushed elements killed 16 at a time, the server lived"
+  ;;
+workers)
+  for bad in 0 9; do
+    rc=0; "$remora" stream serve --listen 127.0.0.1:0 --workers $bad >/dev/null 2>"$tmp/e.c" || rc=$?
+    [ "$rc" = 2 ] || fail "--workers $bad: exit $rc (want 2, a usage error): $(cat "$tmp/e.c")"
+  done
+  threads() { ls "/proc/$srv/task" | wc -l; }
+  serve --workers 1 --ring l=64x1024 --rate 1000
+  t1=$(threads); kill "$srv"; wait "$srv" 2>/dev/null || true
+  serve --workers 3 --ring l=64x1024 --rate 1000
+  t3=$(threads)
+  echo "server threads: $t1 with 1 worker, $t3 with 3"
+  [ "$t3" -ge $((t1 + 2)) ] || fail "3 workers: $t3 threads, 1 worker: $t1"
+  readers 16 "$addr/l" --count 300 --timeout 10000
+  wait_readers || fail "a subscriber of a 3-worker server failed"
+  check_exact 16
+  echo "PASS: --workers sets the server's workers; 16 subscribers over 3 exact"
   ;;
 *)
   fail "unknown case $case_"

@@ -89,7 +89,7 @@ _remora()
                     COMPREPLY=($(compgen -W "$stream_commands --help" -- "$cur"))
                     return ;;
                 serve)
-                    opts="--listen --ring --rate --source --token-file --encrypt --gpu --json
+                    opts="--listen --ring --rate --source --token-file --encrypt --gpu --workers --json
                           --help -h" ;;
                 read)
                     opts="--mode --count --seconds --warmup --verify --progress --gpu --no-reconnect
