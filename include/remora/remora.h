@@ -746,8 +746,9 @@ typedef struct remora_client_params {
 } remora_client_params_t;
 
 /** Connect to "HOST:PORT", say hello and (if needed) authenticate.
- *  A server of the same context cannot be connected to (REMORA_ERR_UNSUPPORTED):
- *  use a second context for an in-process client. */
+ *  A server of the same context can be connected to only through UCX's connection
+ *  manager (the server's default from UCX 1.16 on; REMORA_CM): over worker addresses
+ *  it fails with REMORA_ERR_UNSUPPORTED. A second context works either way. */
 REMORA_API remora_status_t remora_client_connect(remora_context_h context, const char *addr,
                                                  const remora_client_params_t *params,
                                                  remora_client_h *client_p);

@@ -91,7 +91,8 @@ def spawn(tmp_path):
 
 @pytest.fixture
 def ctxs():
-    """(server context, client context): a client cannot use its server's context."""
+    """(server context, client context): over worker addresses a client cannot use its
+    server's context (test_own_servers_context)."""
     s, c = remora.Context(name="test-server"), remora.Context(name="test-client")
     yield s, c
     c.close()

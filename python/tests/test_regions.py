@@ -258,10 +258,25 @@ def test_connect_failures(ctxs, server):
         remora.Client(ctxs[1], "127.0.0.1:1", timeout=3)
     with pytest.raises(remora.AddressError):
         remora.Client(ctxs[1], "not an address", timeout=3)
-    with pytest.raises(remora.Unsupported):
-        remora.Client(ctxs[0], server.address, timeout=3)  # its own server's context
     with pytest.raises(TypeError):
         remora.Client("ctx", server.address)
+
+
+@pytest.mark.parametrize("cm", ["0", "1"])
+def test_own_servers_context(ctxs, monkeypatch, cm):
+    """A client in its own server's context: over worker addresses UCX cannot pair a
+    worker with itself (Unsupported, cleanly); through UCX's connection manager (the
+    server's default from UCX 1.16 on) it connects and reads."""
+    monkeypatch.setenv("REMORA_CM", cm)  # read when the server is made
+    with remora.Server(ctxs[0]) as srv:
+        data = bytearray(b"same context")
+        srv.expose("s", data)
+        if cm == "0":
+            with pytest.raises(remora.Unsupported):
+                remora.Client(ctxs[0], srv.address, timeout=3)
+        else:
+            with remora.Client(ctxs[0], srv.address, timeout=3) as cli:
+                assert cli.read("s") == bytes(data)
 
 
 def test_closed_objects(ctxs):

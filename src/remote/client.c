@@ -791,7 +791,8 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
                own) {
         /* UCX cannot pair two endpoints of one worker to itself; the
          * server's other workers could, but the rule is the same for all. */
-        rm_error("a client cannot connect to a server of its own context; use another context");
+        rm_error("a client cannot connect to a server of its own context by worker addresses; "
+                 "use another context (or REMORA_CM=1 at the server)");
         return REMORA_ERR_UNSUPPORTED;
     }
     /* ... and its other interfaces, as its worker address names them. */
