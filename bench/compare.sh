@@ -3,7 +3,8 @@
 # remora side by side with ucx_perftest and memcpy, in one run on one machine,
 # alternating the two for REPS rounds and comparing medians.
 #   bench/compare.sh [BUILD_DIR] [REPS]        (defaults: build, 5)
-# REMORA_CM=1 runs the TCP server with connection-manager endpoints.
+# REMORA_CM=0 or 1 sets how the TCP server connects clients (worker addresses or
+# UCX's connection manager; by default the manager from UCX 1.16 on).
 # LANES (default 4): the TCP server serves that many lanes; TCP reads are
 # measured on one connection and again spread over LANES (docs/protocol.md 9.6).
 # Prints a table of ratios against the targets; JSON lines go to $RESULTS
