@@ -555,7 +555,8 @@ static remora_request_h request_new(remora_client_h c, void *buf, uint64_t offse
  * smaller than two parts take turns. Every part uses the region as this
  * client's one cache has it (r, copied here under the lock): the server's
  * workers share one region table, so its id names the same region through
- * each of them. Called with the lock held; returns without it. The parts
+ * each of them. Called with the lock held; returns without it, after which
+ * r may be freed by a region event (no reference is taken). The parts
  * complete the whole through one counter (part_done); a part whose lane
  * fails finishes with that lane's error, so the whole fails, never hangs.
  */
@@ -584,7 +585,7 @@ static remora_status_t split_start(remora_client_h c, const rm_rregion_t *r, uin
     rm_engine_unlock(c->ctx);
     parts           = parts > lanes ? lanes : parts;
     req->path       = REMORA_PATH_AM;
-    req->generation = r->generation;
+    req->generation = req->view.generation; /* r may be gone: the lock is released */
     atomic_init(&req->parts_left, (int)parts);
     atomic_init(&req->parts_status, REMORA_OK);
     size_t each = length / parts;
