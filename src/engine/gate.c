@@ -294,18 +294,23 @@ typedef struct {
     unsigned n;
 } wanted_t;
 
-/* One socket address to guard (rm_ucx_addr_tcp reports each once). */
+/* One socket address to guard; rm_ucx_addr_tcp's callback (each once). */
+static void want_cb(void *arg, const struct sockaddr_storage *ss)
+{
+    wanted_t *w = arg;
+
+    if (w->n < sizeof(w->sa) / sizeof(w->sa[0]))
+        w->sa[w->n++] = *ss;
+}
+
 static void want(wanted_t *w, const struct sockaddr *sa)
 {
     struct sockaddr_storage ss = {0};
 
     memcpy(&ss, sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
                                              : sizeof(struct sockaddr_in6));
-    if (w->n < sizeof(w->sa) / sizeof(w->sa[0]))
-        w->sa[w->n++] = ss;
+    want_cb(w, &ss);
 }
-
-static void want_cb(void *arg, const struct sockaddr *sa) { want(arg, sa); }
 
 /* Guard every open listening socket that matches one of w; how many. */
 static int guard_wanted(rm_gate_t *g, const void *owner, const wanted_t *w)
@@ -463,13 +468,13 @@ typedef struct {
     int             changed, full;
 } open_t;
 
-static void open_cb(void *arg, const struct sockaddr *sa)
+static void open_cb(void *arg, const struct sockaddr_storage *ss)
 {
     open_t *o = arg;
     rm_gate_host_t h;
     int rc;
 
-    if (o->full || host_of(sa, &h) != 0)
+    if (o->full || host_of((const struct sockaddr *)ss, &h) != 0)
         return;
     rc = pass_add(o->g, o->pass, &h);
     o->changed |= rc == 0;

@@ -43,24 +43,23 @@ static int is_loopback(const struct sockaddr *sa)
     return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
 }
 
-static socklen_t sa_len(int family)
+static socklen_t sa_len(const struct sockaddr_storage *ss)
 {
-    return family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    return ss->ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 }
 
 /* rm_ucx_addr_tcp's callback (each interface once): loopback ones only for
  * a peer on this host. */
-static void collect(void *arg, const struct sockaddr *sa)
+static void collect(void *arg, const struct sockaddr_storage *ss)
 {
     collect_t *c = arg;
 
-    if (is_loopback(sa) && !c->same_host)
+    if (is_loopback((const struct sockaddr *)ss) && !c->same_host)
         return;
-    if (c->n == RM_REACH_MAX) {
+    if (c->n == RM_REACH_MAX)
         c->over = 1;
-        return;
-    }
-    memcpy(&c->sa[c->n++], sa, sa_len(sa->sa_family));
+    else
+        c->sa[c->n++] = *ss;
 }
 
 /* Connect without blocking: 1 while the handshake runs (watched on epfd), 0
@@ -74,7 +73,7 @@ static int probe_open(probe_t *p, int epfd, unsigned idx)
     p->fd = -1;
     if (fd < 0)
         return -1;
-    if (connect(fd, (const struct sockaddr *)&p->sa, sa_len(p->sa.ss_family)) == 0 ||
+    if (connect(fd, (const struct sockaddr *)&p->sa, sa_len(&p->sa)) == 0 ||
         errno != EINPROGRESS) {
         close(fd);
         return 0;

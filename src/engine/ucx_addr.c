@@ -496,7 +496,7 @@ static int tcp_entry(void *arg, const entry_t *e, const char **why)
         return 0;
     }
     if (!tcp_seen(w, &ss))
-        w->fn(w->arg, (const struct sockaddr *)&ss);
+        w->fn(w->arg, &ss);
     return 0;
 }
 

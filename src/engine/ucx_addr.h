@@ -59,12 +59,13 @@ int rm_ucx_addr_check(const rm_ucx_addr_shape_t *shape, const void *addr, size_t
 
 /* Every TCP interface an address names, as the socket address UCX connects
  * to (a loopback device: 127.0.0.1 or ::1) with the interface's listening
- * port, each once (an address may list one under several memory domains;
- * past RM_UCX_TCP_SEEN different ones, repeats are not looked for). Returns
- * 0, or -1 when the address does not parse (fn may have been called before). */
+ * port, zero-filled past it (copy it whole, compare it with memcmp). Each
+ * once: an address may list one under several memory domains; past
+ * RM_UCX_TCP_SEEN different ones, repeats are not looked for. Returns 0, or
+ * -1 when the address does not parse (fn may have been called before). */
 #define RM_UCX_TCP_SEEN 64
-struct sockaddr;
-typedef void (*rm_ucx_tcp_fn)(void *arg, const struct sockaddr *sa);
+struct sockaddr_storage;
+typedef void (*rm_ucx_tcp_fn)(void *arg, const struct sockaddr_storage *ss);
 int rm_ucx_addr_tcp(const void *addr, size_t len, rm_ucx_tcp_fn fn, void *arg);
 
 /* UCX's checksum of a transport name (CRC-16, polynomial 0x8408, as UCX). */

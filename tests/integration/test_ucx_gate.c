@@ -43,12 +43,12 @@ typedef struct {
     unsigned n;
 } targets_t;
 
-static void add_target(void *arg, const struct sockaddr *sa)
+static void add_target(void *arg, const struct sockaddr_storage *ss)
 {
     targets_t *t = arg;
 
-    if (sa->sa_family == AF_INET && t->n < 32)
-        memcpy(&t->sa[t->n++], sa, sizeof(struct sockaddr_in));
+    if (ss->ss_family == AF_INET && t->n < 32)
+        t->sa[t->n++] = *ss;
 }
 
 /* The IPv4 TCP interfaces (address and UCX's listening port) of ctx's worker. */

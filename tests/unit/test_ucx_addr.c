@@ -315,13 +315,12 @@ typedef struct {
     unsigned n;
 } seen_t;
 
-static void seen_cb(void *arg, const struct sockaddr *sa)
+static void seen_cb(void *arg, const struct sockaddr_storage *ss)
 {
     seen_t *s = arg;
 
     if (s->n < 8)
-        memcpy(&s->sa[s->n++], sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                            : sizeof(struct sockaddr_in6));
+        s->sa[s->n++] = *ss;
 }
 
 /* Our own worker (tcp on lo): one loopback interface, its listening port. */
