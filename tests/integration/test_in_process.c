@@ -14,9 +14,10 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <ucp/api/ucp.h>
 
 #include <remora/remora.h>
+
+#include "remote/server.h"
 
 typedef struct {
     remora_context_h ctx;
@@ -68,25 +69,13 @@ static void test_second_context_reads_exact_bytes(void **state)
     remora_context_destroy(ctx);
 }
 
-/* The server's rule (server.c: server_wants_cm). */
-static int server_uses_cm(void)
-{
-    const char *cm = getenv("REMORA_CM");
-    unsigned major, minor, release;
-
-    if (cm != NULL)
-        return strcmp(cm, "1") == 0;
-    ucp_get_version(&major, &minor, &release);
-    return major > 1 || (major == 1 && minor >= 16);
-}
-
 static void test_same_context(void **state)
 {
     fixture_t *f = *state;
     remora_client_h c = NULL;
     static uint8_t buf[4096];
 
-    if (!server_uses_cm()) {
+    if (!f->server->cm) { /* as the server decided (REMORA_CM, the UCX version) */
         assert_int_equal(remora_client_connect(f->ctx, f->addr, NULL, &c),
                          REMORA_ERR_UNSUPPORTED);
         assert_null(c);
