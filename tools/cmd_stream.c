@@ -195,14 +195,14 @@ static int cli_stream_serve_option(const cli_command_t *cmd, int opt, const char
  */
 static unsigned cli_stream_workers(const cli_stream_serve_opts_t *o)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long quarter = sysconf(_SC_NPROCESSORS_ONLN) / 4;
 
-    if (o->workers || getenv("REMORA_WORKERS") || cores <= 4)
+    if (o->workers || getenv("REMORA_WORKERS"))
         return o->workers;
     for (size_t i = 0; i < o->nrings; i++)
         if (o->rings[i].elem_size > CLI_STREAM_SMALL_ELEM)
             return 0;
-    return cores / 4 < 8 ? (unsigned)(cores / 4) : 8u;
+    return quarter < 1 ? 1u : quarter > 8 ? 8u : (unsigned)quarter;
 }
 
 /* Load a ring image file: every element it holds becomes a payload to replay. */

@@ -1610,7 +1610,7 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
     s->main           = main;
     s->instance       = main ? main->instance : rm_auth_random_u64(); /* one server to clients */
     s->born_ns        = rm_now_ns();
-    s->cm             = server_wants_cm();
+    s->cm             = main ? main->cm : server_wants_cm(); /* one server to clients */
     if (params && (params->field_mask & REMORA_SERVER_FIELD_CONN_CB)) {
         s->conn_cb  = params->conn_cb;
         s->conn_arg = params->conn_arg;
