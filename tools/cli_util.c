@@ -386,14 +386,36 @@ static uint64_t cli_frame_sum(const uint8_t *p, size_t len)
     return cli_frame_fold(h, len);
 }
 
-/* Generate and sum in one pass: the producer's cost per byte is one store. */
+/* The pattern's word j of a frame. */
+static inline uint64_t cli_frame_word(uint64_t x, size_t j) { return x ^ (j * CLI_FRAME_K2); }
+
+/*
+ * Generate and sum in one pass: the producer's cost per byte is one store.
+ * Four words a step, a lane each: one word a step with the lane picked by
+ * j & 3 generated 8 GB/s on the build VM, this 15, and on the 16-core host
+ * an unpaced 1 MiB producer made fewer frames than one plain reader reads.
+ */
 static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
 {
     uint64_t x = (seq + 1) * CLI_FRAME_K1, h[4] = {1, 2, 3, 4};
+    uint64_t h0 = 1, h1 = 2, h2 = 3, h3 = 4;
     size_t i = 0, j = 0;
 
+    for (; i + 32 <= len; i += 32, j += 4) {
+        uint64_t w[4] = {cli_frame_word(x, j), cli_frame_word(x, j + 1),
+                         cli_frame_word(x, j + 2), cli_frame_word(x, j + 3)};
+        memcpy(p + i, w, sizeof(w));
+        h0 = cli_rotl(h0 ^ w[0], 29) * CLI_FRAME_P;
+        h1 = cli_rotl(h1 ^ w[1], 29) * CLI_FRAME_P;
+        h2 = cli_rotl(h2 ^ w[2], 29) * CLI_FRAME_P;
+        h3 = cli_rotl(h3 ^ w[3], 29) * CLI_FRAME_P;
+    }
+    h[0] = h0;
+    h[1] = h1;
+    h[2] = h2;
+    h[3] = h3;
     for (; i + 8 <= len; i += 8, j++) {
-        uint64_t w = x ^ (j * CLI_FRAME_K2);
+        uint64_t w = cli_frame_word(x, j);
         memcpy(p + i, &w, 8);
         h[j & 3] = cli_rotl(h[j & 3] ^ w, 29) * CLI_FRAME_P;
     }
