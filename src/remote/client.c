@@ -80,6 +80,7 @@ void rm_client_op_free(rm_op_t *op)
     if (op->abandoned)
         c->nabandoned--;
     free(op->reply);
+    free(op->follow_buf);
     free(op);
     /* A subscription's own wait does not hold up a disconnect. */
     if (--c->nops == c->nsubops)
@@ -128,6 +129,10 @@ rm_op_t *rm_client_op_send(remora_client_h c, rm_hdr_t *hdr, uint8_t reply_type,
 
 void rm_client_op_abandon(rm_op_t *op)
 {
+    if (op->follow != NULL) {
+        rm_client_op_abandon(op->follow);
+        op->follow = NULL;
+    }
     if (atomic_load(&op->done))
         rm_client_op_free(op); /* finished: nobody else will */
     else
@@ -267,6 +272,13 @@ static int op_reply_fit(rm_op_t *op, size_t len)
     return (op->reply = malloc(len)) != NULL ? 0 : -1;
 }
 
+/* A push is coming: its wait's owner may send the next wait now. */
+static void push_started(rm_op_t *op, const rm_hdr_t *hdr)
+{
+    if (op->on_push != NULL && !atomic_load(&op->done))
+        op->on_push(op, hdr);
+}
+
 static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_t *hdr,
                                    void *body, size_t len)
 {
@@ -301,6 +313,9 @@ static ucs_status_t ring_push_recv(remora_client_h c, rm_op_t *op, const rm_hdr_
     ucs_status_ptr_t ret = ucp_am_recv_data_nbx(c->ctx->worker, body, op->reply, len, &p);
     if (!UCS_PTR_IS_PTR(ret))
         ring_push_landed(NULL, UCS_PTR_STATUS(ret), len, op);
+    /* Last: a send that fails the connection finishes the op (not freed:
+     * its owner needs the lock we hold). */
+    push_started(op, hdr);
     return UCS_OK;
 }
 
@@ -434,6 +449,7 @@ static ucs_status_t client_on_message(rm_peer_t *peer, const rm_hdr_t *hdr, void
         op->reply_hdr    = *hdr;
         op->status       = REMORA_OK;
         op->push_verdict = 1;
+        push_started(op, hdr);
         return UCS_OK;
     }
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && hdr->type == RM_MSG_RING_NOTIFY &&

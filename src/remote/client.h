@@ -192,6 +192,14 @@ struct rm_op {
     size_t           push_cap;     /* ... its credit: the most bytes a push may bring */
     int              push_verdict; /* a ring push landed; its verdict is due (sub.c) */
     uint64_t         push_claimed; /* the verdict: the ring's `claimed` once it was sent */
+    /* A push wait may send the next wait the moment its push starts to
+     * arrive (sub.c): on_push (lock held; never for an abandoned op) sends
+     * it as `follow`, lent follow_buf for its push. The owner takes follow
+     * with the answer; abandoning the op abandons follow too. */
+    void           (*on_push)(rm_op_t *op, const rm_hdr_t *hdr);
+    void            *push_arg;
+    uint8_t         *follow_buf;   /* owned by the op until on_push lends it */
+    rm_op_t         *follow;
 };
 
 struct remora_request {

@@ -17,8 +17,11 @@
  *   whole slots sent from the ring (rendezvous into a buffer the wait op
  *   owns, lent by the subscription and reused) and then a verdict, the
  *   ring's `claimed` once the push was out; batch_check discards what the
- *   producer may have touched, as for a fetch. The next wait goes out before
- *   the pushed elements are delivered (docs/ring.md, "Fan-out").
+ *   producer may have touched, as for a fetch. In `every` mode the next
+ *   wait goes out as soon as a push starts to arrive (push_follow, on the
+ *   progress thread), so two pushes per subscription are in flight: the
+ *   next one travels while this one's verdict comes and its elements are
+ *   delivered (docs/ring.md, "Fan-out").
  * - A paced stream keeps a second wait armed. While answers bring one
  *   element each (the subscriber has caught up), a wait for the element
  *   after the awaited one goes out too, so the server holds a wait when the
@@ -82,10 +85,11 @@ struct remora_sub {
     uint64_t          inline_max;  /* bytes the server may send with an answer */
     int               use_inline;  /* elements come with the server's answers */
     int               use_push;    /* larger ones too, as whole slots (RM_RING_BULK) */
+    int               push_follow; /* ... two in flight (push_follow), not one */
     uint8_t          *push_body;   /* a push's slots, awaiting their check */
     int               inline_push; /* inline_body is a push buffer (push_cap bytes) */
     int               push_body_full; /* push_body holds push_cap bytes */
-    uint8_t          *spare;       /* a push buffer to lend the next wait (push_cap bytes) */
+    uint8_t          *spare[2];    /* push buffers to lend the next waits (push_cap bytes) */
     size_t            push_cap;    /* bytes a push may bring: the credit */
     uint64_t          discarded;   /* copies that arrived overwritten (remora_sub_discarded) */
     uint64_t          wait_avg_ns; /* how long answers keep us waiting (moving average) */
@@ -135,11 +139,34 @@ static int ms_left(uint64_t deadline)
 static void fetch_cancel(remora_sub_h sub);
 static void batch_check(remora_sub_h sub, uint64_t claimed);
 
+/* A push buffer for a wait to lend: a spare one, or a new one. */
+static uint8_t *spare_take(remora_sub_h sub)
+{
+    for (int i = 0; i < 2; i++)
+        if (sub->spare[i] != NULL) {
+            uint8_t *b = sub->spare[i];
+            sub->spare[i] = NULL;
+            return b;
+        }
+    return malloc(sub->push_cap);
+}
+
+/* Keep a push buffer (push_cap bytes) for the next waits, or free it. */
+static void spare_put(remora_sub_h sub, uint8_t *buf)
+{
+    for (int i = 0; i < 2; i++)
+        if (sub->spare[i] == NULL) {
+            sub->spare[i] = buf;
+            return;
+        }
+    free(buf);
+}
+
 /* The batch in hand is done with: a push buffer is kept for the next wait. */
 static void sub_body_release(remora_sub_h sub)
 {
-    if (sub->inline_push && sub->spare == NULL)
-        sub->spare = sub->inline_body;
+    if (sub->inline_push)
+        spare_put(sub, sub->inline_body);
     else
         free(sub->inline_body);
     sub->inline_body = NULL;
@@ -147,6 +174,64 @@ static void sub_body_release(remora_sub_h sub)
 }
 
 /* ------------------------------------------------------------ waits */
+
+/* Send RING_WAIT h (lock held); a push wait is lent buf for the slots. The
+ * op is the subscription's: it frees it, and it never holds up a disconnect. */
+static rm_op_t *wait_op_send(remora_client_h c, rm_hdr_t *h, size_t push_cap, uint8_t *buf)
+{
+    rm_send_params_t sp = {0};
+    rm_op_t *op = rm_client_op_send(c, h, RM_MSG_RING_NOTIFY, &sp);
+
+    if (op == NULL) {
+        free(buf);
+        return NULL;
+    }
+    op->sub_owned = 1;
+    op->push_req  = push_cap != 0;
+    op->push_cap  = push_cap;
+    op->reply     = buf; /* faulted in once, not per push; the op owns it until taken */
+    op->reply_cap = buf ? push_cap : 0;
+    if (++c->nsubops == c->nops)
+        rm_engine_complete(c->ctx, &c->drained);
+    return op;
+}
+
+/*
+ * A push is arriving for op (progress thread, lock held): ask for what
+ * follows at once, so the next push travels while this one lands, its
+ * verdict comes and its elements are delivered; one wait after another
+ * left a lone subscriber of 1 MiB elements a round trip and a wake-up per
+ * element behind a plain reader (docs/ring.md). The wait goes out only with
+ * a buffer lent for it (at most two pushes in flight per subscription), and
+ * only for `every` subscriptions, whose next element is this push's end.
+ */
+static void push_follow(rm_op_t *op, const rm_hdr_t *hdr)
+{
+    remora_sub_h sub = op->push_arg; /* its waits go before it changes or goes */
+    remora_client_h c = op->client;
+
+    if (op->follow_buf == NULL || op->follow != NULL || c->disconnected || c->conn_gen != sub->gen)
+        return;
+    rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .region_id = sub->region_id,
+                  .kind = RM_RING_EVERY | RM_RING_BULK, .offset = hdr->offset + hdr->length,
+                  .length = sub->push_cap};
+    uint8_t *buf = op->follow_buf;
+    op->follow_buf = NULL;
+    op->follow = wait_op_send(c, &h, sub->push_cap, buf);
+}
+
+/* Let a push wait of an `every` subscription send the next one itself. */
+static rm_op_t *follow_arm(remora_sub_h sub, rm_op_t *op)
+{
+    if (op->push_req && sub->push_follow && sub->mode == REMORA_SUB_EVERY &&
+        op->follow_buf == NULL &&
+        !op->push_verdict && op->reply_type == RM_MSG_RING_NOTIFY) {
+        op->on_push    = push_follow;
+        op->push_arg   = sub;
+        op->follow_buf = spare_take(sub);
+    }
+    return op;
+}
 
 /* Send a RING_WAIT for element `want`; the op goes to *slot. */
 static remora_status_t wait_post(remora_sub_h sub, uint64_t want, rm_op_t **slot)
@@ -175,24 +260,12 @@ static remora_status_t wait_post(remora_sub_h sub, uint64_t want, rm_op_t **slot
             h.kind  |= RM_RING_BULK;
             h.length = sub->push_cap;
         }
-        rm_send_params_t sp = {0};
-        if ((op = rm_client_op_send(c, &h, RM_MSG_RING_NOTIFY, &sp)) == NULL) {
+        op = wait_op_send(c, &h, sub->use_push ? sub->push_cap : 0,
+                          sub->use_push ? spare_take(sub) : NULL);
+        if (op == NULL)
             st = REMORA_ERR_NO_MEMORY;
-        } else {
-            op->sub_owned = 1;
-            op->push_req  = sub->use_push;
-            op->push_cap  = sub->use_push ? sub->push_cap : 0;
-            if (sub->use_push) {
-                /* Lend the op a buffer for the slots (faulted in once, not
-                 * per push); the op owns it until the answer is taken. */
-                op->reply = sub->spare ? sub->spare : malloc(sub->push_cap);
-                op->reply_cap = op->reply ? sub->push_cap : 0;
-                sub->spare = NULL;
-            }
-            if (++c->nsubops == c->nops) /* it never holds up a disconnect */
-                rm_engine_complete(c->ctx, &c->drained);
-            *slot = op;
-        }
+        else
+            *slot = follow_arm(sub, op);
     }
     rm_engine_unlock(c->ctx);
     rm_engine_kick(c->ctx);
@@ -265,7 +338,9 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
     uint8_t *body = op->reply;
     size_t len = op->reply_len;
     int push_req = op->push_req;
-    op->reply = NULL;
+    rm_op_t *follow = op->follow; /* the wait its push sent, if any */
+    op->reply  = NULL;
+    op->follow = NULL;
     rm_client_op_free(op);
     rm_engine_unlock(c->ctx);
     sub->wait_op    = sub->wait_ahead; /* the one armed behind it, if any */
@@ -279,6 +354,11 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         st = REMORA_ERR_PROTOCOL;
     if (st != REMORA_OK) {
         free(body);
+        if (follow != NULL) {
+            rm_engine_lock(c->ctx);
+            rm_client_op_abandon(follow);
+            rm_engine_unlock(c->ctx);
+        }
         return st;
     }
     if (h.size > sub->known_head)
@@ -295,11 +375,23 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         sub->f_first   = h.offset;
         sub->f_count   = h.length;
         batch_check(sub, claimed);
-        if (wait_send(sub, h.offset + h.length) != REMORA_OK)
+        if (follow != NULL) { /* already asked for what follows (push_follow) */
+            rm_engine_lock(c->ctx);
+            sub->wait_op   = follow_arm(sub, follow); /* the pipe stays two deep */
+            sub->wait_want = h.offset + h.length;
+            rm_engine_unlock(c->ctx);
+            rm_engine_hand_off(c->ctx);
+        } else if (wait_send(sub, h.offset + h.length) != REMORA_OK) {
             sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
-        else
+        } else {
             rm_engine_hand_off(c->ctx); /* the next push lands while these are consumed */
+        }
         return REMORA_OK;
+    }
+    if (follow != NULL) { /* only a push sends one: a server out of step */
+        rm_engine_lock(c->ctx);
+        rm_client_op_abandon(follow);
+        rm_engine_unlock(c->ctx);
     }
     if (h.length) {
         sub_body_release(sub);
@@ -315,8 +407,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
             if (wait_send(sub, h.offset + h.length) != REMORA_OK)
                 sub->wait_op = NULL; /* the elements in hand go out first; the next call fails */
         }
-    } else if (sub->use_push && sub->spare == NULL && body && body_cap >= sub->push_cap) {
-        sub->spare = body; /* a lent buffer that came back empty */
+    } else if (sub->use_push && body && body_cap >= sub->push_cap) {
+        spare_put(sub, body); /* a lent buffer that came back empty */
     } else {
         free(body);
     }
@@ -904,17 +996,19 @@ static remora_status_t sub_apply_params(remora_sub_h sub, const remora_sub_param
  * in turn with the other subscribers, each chosen when its send starts)
  * where reads are active messages anyway: the `am` path, unencrypted.
  * Same-host mappings and one-sided lanes keep fetching (no server CPU).
- * REMORA_RING_PUSH=0 forces fetches (tests, comparisons).
+ * REMORA_RING_PUSH (pushes in flight per subscription, default 2; 1: one
+ * wait after another; 0: fetches) is for tests and comparisons.
  */
 static void sub_choose_push(remora_sub_h sub)
 {
     remora_client_h c = sub->client;
     remora_path_t path = REMORA_PATH_AUTO;
-    const char *env = getenv("REMORA_RING_PUSH");
+    uint64_t depth = rm_env_u64("REMORA_RING_PUSH", 2, 0, 2);
 
-    if (sub->use_inline || sub->shape.data_stride || (env && strcmp(env, "0") == 0) ||
+    if (sub->use_inline || sub->shape.data_stride || depth == 0 ||
         remora_client_region_path(c, sub->name, &path) != REMORA_OK || path != REMORA_PATH_AM)
         return;
+    sub->push_follow = depth > 1;
     rm_engine_lock(c->ctx);
     sub->use_push = c->peer.seal == NULL;
     rm_engine_unlock(c->ctx);
@@ -984,7 +1078,8 @@ void remora_sub_destroy(remora_sub_h sub)
         return; /* a read may still write into it: see fetch_cancel */
     free(sub->inline_body);
     free(sub->push_body);
-    free(sub->spare);
+    free(sub->spare[0]);
+    free(sub->spare[1]);
     free(sub->f_stamps);
     for (int i = 0; i < sub->pinned; i++)
         rm_cuda_host_unregister(sub->fbuf[i]);
