@@ -79,6 +79,19 @@ if not v: print("0 0 0 0 0"); sys.exit()
 print(sum(v), v[0], v[len(v)//2], v[-1], len(v))
 EOF
 }
+produced() { # ELEM_BYTES FILES...: GB/s the producer committed while the subscribers ran
+  python3 - "$@" <<'EOF'
+import json, sys
+es = float(sys.argv[1]); best = 0.0
+for p in sys.argv[2:]:
+    for l in open(p):
+        if l.startswith('{'):
+            j = json.loads(l)
+            if j.get("seconds", 0) > 0 and "seq_last" in j:
+                best = max(best, (j["seq_last"] - j["seq_first"] + 1) * es / j["seconds"] / 1e9)
+print(round(best, 3))
+EOF
+}
 put() { echo "$2" >>"$tmp/v.$1"; } # KEY VALUE
 med() { sort -g "$tmp/v.$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 all() { xargs printf '%.3g ' <"$tmp/v.$1"; }
@@ -115,9 +128,10 @@ for rnd in $(seq "$REPS"); do
     unserve
     read -r ragg rmin _ _ cnt < <(agg gbps "$tmp"/r.*)
     read -r disc _ _ _ _ < <(agg discarded "$tmp"/r.*)
+    prod=$(produced 1048576 "$tmp"/r.*)
     put "u$n.plain" "$pagg"; put "u$n.ring" "$ragg"; put "u$n.min" "$rmin"; put "u$n.subs" "$cnt"
-    put "u$n.disc" "$disc"
-    echo "  round $rnd: 1 MiB unpaced x $n: ring $ragg GB/s (slowest $rmin), plain $pagg GB/s, discarded $disc" >&2
+    put "u$n.disc" "$disc"; put "u$n.prod" "$prod"
+    echo "  round $rnd: 1 MiB unpaced x $n: ring $ragg GB/s (slowest $rmin), plain $pagg GB/s, discarded $disc, produced $prod GB/s" >&2
     if [ "$n" = 1 ]; then one=$pagg; fi
     rate=$(awk -v p="${one:-$pagg}" 'BEGIN { r = 0.8 * p * 1e9 / 1048576; printf "%d", r < 1 ? 1 : r }')
     serve --ring f=1Mx64 --rate "$rate"
