@@ -402,13 +402,18 @@ static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
     size_t i = 0, j = 0;
 
     for (; i + 32 <= len; i += 32, j += 4) {
-        uint64_t w[4] = {cli_frame_word(x, j), cli_frame_word(x, j + 1),
-                         cli_frame_word(x, j + 2), cli_frame_word(x, j + 3)};
-        memcpy(p + i, w, sizeof(w));
-        h0 = cli_rotl(h0 ^ w[0], 29) * CLI_FRAME_P;
-        h1 = cli_rotl(h1 ^ w[1], 29) * CLI_FRAME_P;
-        h2 = cli_rotl(h2 ^ w[2], 29) * CLI_FRAME_P;
-        h3 = cli_rotl(h3 ^ w[3], 29) * CLI_FRAME_P;
+        /* Four stores of a register each: one 32-byte copy of an array
+         * went through the stack, slower than the old loop on the H200 host. */
+        uint64_t w0 = cli_frame_word(x, j), w1 = cli_frame_word(x, j + 1);
+        uint64_t w2 = cli_frame_word(x, j + 2), w3 = cli_frame_word(x, j + 3);
+        memcpy(p + i, &w0, 8);
+        memcpy(p + i + 8, &w1, 8);
+        memcpy(p + i + 16, &w2, 8);
+        memcpy(p + i + 24, &w3, 8);
+        h0 = cli_rotl(h0 ^ w0, 29) * CLI_FRAME_P;
+        h1 = cli_rotl(h1 ^ w1, 29) * CLI_FRAME_P;
+        h2 = cli_rotl(h2 ^ w2, 29) * CLI_FRAME_P;
+        h3 = cli_rotl(h3 ^ w3, 29) * CLI_FRAME_P;
     }
     h[0] = h0;
     h[1] = h1;
