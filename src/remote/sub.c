@@ -210,7 +210,8 @@ static void push_follow(rm_op_t *op, const rm_hdr_t *hdr)
     remora_sub_h sub = op->push_arg; /* its waits go before it changes or goes */
     remora_client_h c = op->client;
 
-    if (op->follow_buf == NULL || op->follow != NULL || c->disconnected || c->conn_gen != sub->gen)
+    if (op->follow_buf == NULL || op->follow != NULL || op->status != REMORA_OK ||
+        c->disconnected || c->conn_gen != sub->gen)
         return;
     rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .region_id = sub->region_id,
                   .kind = RM_RING_EVERY | RM_RING_BULK, .offset = hdr->offset + hdr->length,
@@ -220,16 +221,19 @@ static void push_follow(rm_op_t *op, const rm_hdr_t *hdr)
     op->follow = wait_op_send(c, &h, sub->push_cap, buf);
 }
 
-/* Let a push wait of an `every` subscription send the next one itself. */
+/* Let a push wait of an `every` subscription send the next one itself (lock
+ * held). A wait whose push has started already (a follow-up taken late)
+ * sends it now: else every other push would go one deep. */
 static rm_op_t *follow_arm(remora_sub_h sub, rm_op_t *op)
 {
-    if (op->push_req && sub->push_follow && sub->mode == REMORA_SUB_EVERY &&
-        op->follow_buf == NULL &&
-        !op->push_verdict && op->reply_type == RM_MSG_RING_NOTIFY) {
-        op->on_push    = push_follow;
-        op->push_arg   = sub;
-        op->follow_buf = spare_take(sub);
-    }
+    if (!op->push_req || !sub->use_push || !sub->push_follow || sub->mode != REMORA_SUB_EVERY ||
+        op->on_push != NULL)
+        return op;
+    op->on_push    = push_follow;
+    op->push_arg   = sub;
+    op->follow_buf = spare_take(sub);
+    if (op->reply_hdr.length > 0) /* set when its push arrived (client.c) */
+        push_follow(op, &op->reply_hdr);
     return op;
 }
 
@@ -375,6 +379,12 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         sub->f_first   = h.offset;
         sub->f_count   = h.length;
         batch_check(sub, claimed);
+        if (follow != NULL && !sub->use_push) { /* a GPU consumer fetches from now on */
+            rm_engine_lock(c->ctx);
+            rm_client_op_abandon(follow);
+            rm_engine_unlock(c->ctx);
+            follow = NULL;
+        }
         if (follow != NULL) { /* already asked for what follows (push_follow) */
             rm_engine_lock(c->ctx);
             sub->wait_op   = follow_arm(sub, follow); /* the pipe stays two deep */
