@@ -196,6 +196,20 @@ static rm_op_t *wait_op_send(remora_client_h c, rm_hdr_t *h, size_t push_cap, ui
     return op;
 }
 
+/* The RING_WAIT for element `want` of the ring with this id; a push wait
+ * asks for whole slots up to the credit. Reads only what subscribe sets. */
+static rm_hdr_t wait_hdr(const remora_sub_h sub, uint32_t region_id, uint64_t want, int push)
+{
+    rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .region_id = region_id,
+                  .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
+                  .offset = want, .length = sub->use_inline ? sub->inline_max : 0};
+    if (push) {
+        h.kind  |= RM_RING_BULK;
+        h.length = sub->push_cap;
+    }
+    return h;
+}
+
 /*
  * A push is arriving for op (progress thread, lock held): ask for what
  * follows at once, so the next push travels while this one lands, its
@@ -213,9 +227,7 @@ static void push_follow(rm_op_t *op, const rm_hdr_t *hdr)
     if (op->follow_buf == NULL || op->follow != NULL || op->status != REMORA_OK ||
         c->disconnected || c->conn_gen != sub->gen)
         return;
-    rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .region_id = sub->region_id,
-                  .kind = RM_RING_EVERY | RM_RING_BULK, .offset = hdr->offset + hdr->length,
-                  .length = sub->push_cap};
+    rm_hdr_t h = wait_hdr(sub, sub->region_id, hdr->offset + hdr->length, 1);
     uint8_t *buf = op->follow_buf;
     op->follow_buf = NULL;
     op->follow = wait_op_send(c, &h, sub->push_cap, buf);
@@ -256,14 +268,7 @@ static remora_status_t wait_post(remora_sub_h sub, uint64_t want, rm_op_t **slot
     } else if (r->id != sub->region_id) {
         st = REMORA_ERR_NOT_FOUND; /* the ring went; another took its name */
     } else {
-        rm_hdr_t h = {.type = RM_MSG_RING_WAIT, .region_id = r->id,
-                      .kind = sub->mode == REMORA_SUB_LATEST ? RM_RING_LATEST : RM_RING_EVERY,
-                      .offset = want,
-                      .length = sub->use_inline ? sub->inline_max : 0};
-        if (sub->use_push) {
-            h.kind  |= RM_RING_BULK;
-            h.length = sub->push_cap;
-        }
+        rm_hdr_t h = wait_hdr(sub, r->id, want, sub->use_push);
         op = wait_op_send(c, &h, sub->use_push ? sub->push_cap : 0,
                           sub->use_push ? spare_take(sub) : NULL);
         if (op == NULL)
@@ -356,13 +361,16 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
                             (len != h.length * sub->shape.elem_size && !push) ||
                             h.offset > h.size || h.length > h.size - h.offset))
         st = REMORA_ERR_PROTOCOL;
+    /* The follow-up stays only behind a good push, for a consumer that is
+     * still pushed to (a GPU consumer fetches from its first element on). */
+    if (follow != NULL && (st != REMORA_OK || !push || !sub->use_push)) {
+        rm_engine_lock(c->ctx);
+        rm_client_op_abandon(follow);
+        rm_engine_unlock(c->ctx);
+        follow = NULL;
+    }
     if (st != REMORA_OK) {
         free(body);
-        if (follow != NULL) {
-            rm_engine_lock(c->ctx);
-            rm_client_op_abandon(follow);
-            rm_engine_unlock(c->ctx);
-        }
         return st;
     }
     if (h.size > sub->known_head)
@@ -379,12 +387,6 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         sub->f_first   = h.offset;
         sub->f_count   = h.length;
         batch_check(sub, claimed);
-        if (follow != NULL && !sub->use_push) { /* a GPU consumer fetches from now on */
-            rm_engine_lock(c->ctx);
-            rm_client_op_abandon(follow);
-            rm_engine_unlock(c->ctx);
-            follow = NULL;
-        }
         if (follow != NULL) { /* already asked for what follows (push_follow) */
             rm_engine_lock(c->ctx);
             sub->wait_op   = follow_arm(sub, follow); /* the pipe stays two deep */
@@ -397,11 +399,6 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
             rm_engine_hand_off(c->ctx); /* the next push lands while these are consumed */
         }
         return REMORA_OK;
-    }
-    if (follow != NULL) { /* only a push sends one: a server out of step */
-        rm_engine_lock(c->ctx);
-        rm_client_op_abandon(follow);
-        rm_engine_unlock(c->ctx);
     }
     if (h.length) {
         sub_body_release(sub);
