@@ -397,8 +397,7 @@ static inline uint64_t cli_frame_word(uint64_t x, size_t j) { return x ^ (j * CL
  */
 static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
 {
-    uint64_t x = (seq + 1) * CLI_FRAME_K1, h[4] = {1, 2, 3, 4};
-    uint64_t h0 = 1, h1 = 2, h2 = 3, h3 = 4;
+    uint64_t x = (seq + 1) * CLI_FRAME_K1, h0 = 1, h1 = 2, h2 = 3, h3 = 4;
     size_t i = 0, j = 0;
 
     for (; i + 32 <= len; i += 32, j += 4) {
@@ -415,10 +414,7 @@ static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
         h2 = cli_rotl(h2 ^ w2, 29) * CLI_FRAME_P;
         h3 = cli_rotl(h3 ^ w3, 29) * CLI_FRAME_P;
     }
-    h[0] = h0;
-    h[1] = h1;
-    h[2] = h2;
-    h[3] = h3;
+    uint64_t h[4] = {h0, h1, h2, h3}; /* the last words: a lane each, in turn */
     for (; i + 8 <= len; i += 8, j++) {
         uint64_t w = cli_frame_word(x, j);
         memcpy(p + i, &w, 8);
