@@ -5,6 +5,11 @@
  */
 #include "cli_util.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,13 +394,29 @@ static uint64_t cli_frame_sum(const uint8_t *p, size_t len)
 /* The pattern's word j of a frame. */
 static inline uint64_t cli_frame_word(uint64_t x, size_t j) { return x ^ (j * CLI_FRAME_K2); }
 
+/* One word of a frame's payload. A non-temporal store (x86-64's movnti)
+ * skips reading the line in first: a producer writing a ring far larger
+ * than its caches otherwise pays a memory read for every line it writes. */
+static inline void cli_frame_store(uint8_t *p, uint64_t w, bool stream)
+{
+#if defined(__x86_64__)
+    if (stream) {
+        _mm_stream_si64((long long *)(void *)p, (long long)w);
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(p, &w, 8);
+}
+
 /*
  * Generate and sum in one pass: the producer's cost per byte is one store.
  * Four words a step, a lane each: one word a step with the lane picked by
  * j & 3 generated 8 GB/s on the build VM, this 15, and on the 16-core host
  * an unpaced 1 MiB producer made fewer frames than one plain reader reads.
  */
-static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
+static inline __attribute__((always_inline)) uint64_t
+cli_frame_fill(uint8_t *p, size_t len, uint64_t seq, bool stream)
 {
     uint64_t x = (seq + 1) * CLI_FRAME_K1, h0 = 1, h1 = 2, h2 = 3, h3 = 4;
     size_t i = 0, j = 0;
@@ -405,15 +426,19 @@ static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
          * went through the stack, slower than the old loop on the H200 host. */
         uint64_t w0 = cli_frame_word(x, j), w1 = cli_frame_word(x, j + 1);
         uint64_t w2 = cli_frame_word(x, j + 2), w3 = cli_frame_word(x, j + 3);
-        memcpy(p + i, &w0, 8);
-        memcpy(p + i + 8, &w1, 8);
-        memcpy(p + i + 16, &w2, 8);
-        memcpy(p + i + 24, &w3, 8);
+        cli_frame_store(p + i, w0, stream);
+        cli_frame_store(p + i + 8, w1, stream);
+        cli_frame_store(p + i + 16, w2, stream);
+        cli_frame_store(p + i + 24, w3, stream);
         h0 = cli_rotl(h0 ^ w0, 29) * CLI_FRAME_P;
         h1 = cli_rotl(h1 ^ w1, 29) * CLI_FRAME_P;
         h2 = cli_rotl(h2 ^ w2, 29) * CLI_FRAME_P;
         h3 = cli_rotl(h3 ^ w3, 29) * CLI_FRAME_P;
     }
+#if defined(__x86_64__)
+    if (stream)
+        _mm_sfence(); /* the streamed lines are seen before the commit that publishes them */
+#endif
     uint64_t h[4] = {h0, h1, h2, h3}; /* the last words: a lane each, in turn */
     for (; i + 8 <= len; i += 8, j++) {
         uint64_t w = cli_frame_word(x, j);
@@ -429,6 +454,19 @@ static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
         h[j & 3] = cli_rotl(h[j & 3] ^ w, 29) * CLI_FRAME_P;
     }
     return cli_frame_fold(h, len);
+}
+
+/* A frame this large is read by the sender (a kernel copy, a NIC's DMA) after
+ * the producer has moved on: caching its lines only costs a read of each one
+ * first. Streamed, an unpaced 1 MiB producer on the H200 host made 9.1-11.9
+ * GB/s against 5.9-8.3 (docs/performance.md, session 31). */
+#define CLI_FRAME_STREAM_MIN (256u << 10)
+
+static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
+{
+    if (len >= CLI_FRAME_STREAM_MIN && ((uintptr_t)p & 7) == 0)
+        return cli_frame_fill(p, len, seq, true);
+    return cli_frame_fill(p, len, seq, false);
 }
 
 uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const void *src)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of tools/cli_util.c: the test pattern, size and address parsing,
- * size formatting, JSON strings and sample statistics.
+ * size formatting, JSON strings, sample statistics and stream frames.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -294,6 +294,35 @@ static void test_stats(void **state)
     assert_true(st.min == 0 && st.max == 0 && st.p99 == 0);
 }
 
+/* ---------------------------------------------------------------- frames */
+
+/* Frames on both sides of the size from which the payload is streamed past
+ * the caches, at aligned and unaligned addresses: each one checks, a frame
+ * of another sequence number is torn, one changed byte is corrupt. */
+static void test_frame_round_trip(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {8, 23, 24, 25, 64, 1000, (256u << 10) + 23,
+                                   (256u << 10) + 24, (256u << 10) + 31, (1u << 20) + 5};
+    uint8_t *mem = malloc((1u << 20) + 64);
+    assert_non_null(mem);
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        for (size_t off = 0; off < 2; off++) {
+            uint8_t *e = mem + off * 3;
+            size_t es = sizes[k];
+            uint64_t seq = 1000 + k;
+            remora_frame_seal(e, es, seq, 42, remora_frame_payload(e, es, seq, NULL));
+            assert_int_equal(remora_frame_check(e, es, seq), REMORA_FRAME_OK);
+            assert_int_equal(remora_frame_check(e, es, seq + 1), REMORA_FRAME_TORN);
+            if (es > 24) {
+                e[es - 1] ^= 1;
+                assert_int_equal(remora_frame_check(e, es, seq), REMORA_FRAME_CORRUPT);
+            }
+        }
+    }
+    free(mem);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_format_size),
         cmocka_unit_test(test_json_string),
         cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_frame_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
