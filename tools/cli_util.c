@@ -456,20 +456,14 @@ cli_frame_fill(uint8_t *p, size_t len, uint64_t seq, bool stream)
     return cli_frame_fold(h, len);
 }
 
-/* A frame this large is read by the sender (a kernel copy, a NIC's DMA) after
- * the producer has moved on: caching its lines only costs a read of each one
- * first. Streamed, an unpaced 1 MiB producer on the H200 host made 9.1-11.9
- * GB/s against 5.9-8.3 (docs/performance.md, session 31). */
+/* A ring slot this large is read by the sender (a kernel copy, a NIC's DMA)
+ * after the producer has moved on: caching its lines only costs a read of
+ * each one first. Streamed, an unpaced 1 MiB producer on the H200 host made
+ * 9.1-11.9 GB/s against 5.9-8.3 (docs/performance.md, session 31). */
 #define CLI_FRAME_STREAM_MIN (256u << 10)
 
-static uint64_t cli_frame_generate(uint8_t *p, size_t len, uint64_t seq)
-{
-    if (len >= CLI_FRAME_STREAM_MIN && ((uintptr_t)p & 7) == 0)
-        return cli_frame_fill(p, len, seq, true);
-    return cli_frame_fill(p, len, seq, false);
-}
-
-uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const void *src)
+static uint64_t cli_frame_payload(void *elem, size_t elem_size, uint64_t seq, const void *src,
+                                  bool streamed)
 {
     uint8_t *p = (uint8_t *)elem + REMORA_FRAME_HDR;
 
@@ -477,11 +471,24 @@ uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const 
         return 0;
     }
     size_t len = elem_size - REMORA_FRAME_HDR;
-    if (src == NULL) {
-        return cli_frame_generate(p, len, seq);
+    if (src != NULL) {
+        memcpy(p, src, len);
+        return cli_frame_sum(p, len);
     }
-    memcpy(p, src, len);
-    return cli_frame_sum(p, len);
+    if (streamed && len >= CLI_FRAME_STREAM_MIN && ((uintptr_t)p & 7) == 0)
+        return cli_frame_fill(p, len, seq, true);
+    return cli_frame_fill(p, len, seq, false);
+}
+
+uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const void *src)
+{
+    return cli_frame_payload(elem, elem_size, seq, src, false);
+}
+
+uint64_t remora_frame_payload_streamed(void *elem, size_t elem_size, uint64_t seq,
+                                       const void *src)
+{
+    return cli_frame_payload(elem, elem_size, seq, src, true);
 }
 
 static uint64_t cli_frame_final(uint64_t seq, uint64_t ts, uint64_t partial)

@@ -119,6 +119,11 @@ void remora_stats_compute(double *samples, size_t n, remora_stats_t *stats);
 /** Write the payload for seq (pattern source; src == NULL) or copy it from src
  *  (elem_size - REMORA_FRAME_HDR bytes); returns the payload's partial checksum. */
 uint64_t remora_frame_payload(void *elem, size_t elem_size, uint64_t seq, const void *src);
+/** The same for a frame read long after it is written (a host ring's slot): a
+ *  large generated payload goes past the CPU's caches (non-temporal stores).
+ *  Not for a buffer that is read again at once (a GPU ring's staging frame). */
+uint64_t remora_frame_payload_streamed(void *elem, size_t elem_size, uint64_t seq,
+                                       const void *src);
 /** Finish a frame: seq, timestamp and checksum (partial from remora_frame_payload). */
 void remora_frame_seal(void *elem, size_t elem_size, uint64_t seq, uint64_t ts_ns,
                        uint64_t partial);

@@ -302,7 +302,9 @@ static uint64_t cli_produce_payload(cli_stream_serve_opts_t *o, void *slot, size
     const uint8_t *src = NULL;
     if (o->src && payload)
         src = o->src + (n % o->src_count) * o->src_elem + REMORA_FRAME_HDR;
-    uint64_t partial = remora_frame_payload(slot, es, seq, src);
+    /* A host ring's slot is sent long after; a GPU ring's frame is copied at once. */
+    uint64_t partial = o->gpu < 0 ? remora_frame_payload_streamed(slot, es, seq, src)
+                                  : remora_frame_payload(slot, es, seq, src);
     if (sums)
         sums[seq % cap] = partial;
     return partial;

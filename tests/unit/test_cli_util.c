@@ -296,9 +296,10 @@ static void test_stats(void **state)
 
 /* ---------------------------------------------------------------- frames */
 
-/* Frames on both sides of the size from which the payload is streamed past
- * the caches, at aligned and unaligned addresses: each one checks, a frame
- * of another sequence number is torn, one changed byte is corrupt. */
+/* Frames on both sides of the size from which a streamed payload goes past
+ * the caches, at aligned and unaligned addresses, written either way: each
+ * one checks, a frame of another sequence number is torn, one changed byte
+ * is corrupt. */
 static void test_frame_round_trip(void **state)
 {
     (void)state;
@@ -311,12 +312,16 @@ static void test_frame_round_trip(void **state)
             uint8_t *e = mem + off * 3;
             size_t es = sizes[k];
             uint64_t seq = 1000 + k;
-            remora_frame_seal(e, es, seq, 42, remora_frame_payload(e, es, seq, NULL));
-            assert_int_equal(remora_frame_check(e, es, seq), REMORA_FRAME_OK);
-            assert_int_equal(remora_frame_check(e, es, seq + 1), REMORA_FRAME_TORN);
-            if (es > 24) {
-                e[es - 1] ^= 1;
-                assert_int_equal(remora_frame_check(e, es, seq), REMORA_FRAME_CORRUPT);
+            for (int streamed = 0; streamed < 2; streamed++) {
+                uint64_t partial = streamed ? remora_frame_payload_streamed(e, es, seq, NULL)
+                                            : remora_frame_payload(e, es, seq, NULL);
+                remora_frame_seal(e, es, seq, 42, partial);
+                assert_int_equal(remora_frame_check(e, es, seq), REMORA_FRAME_OK);
+                assert_int_equal(remora_frame_check(e, es, seq + 1), REMORA_FRAME_TORN);
+                if (es > 24) {
+                    e[es - 1] ^= 1;
+                    assert_int_equal(remora_frame_check(e, es, seq), REMORA_FRAME_CORRUPT);
+                }
             }
         }
     }
