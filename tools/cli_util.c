@@ -9,7 +9,6 @@
 #include <immintrin.h>
 #endif
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

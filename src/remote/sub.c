@@ -305,18 +305,22 @@ static void wait_ahead_send(remora_sub_h sub)
         sub->wait_ahead = NULL;
 }
 
+/* Give one outstanding wait back, if any (takes the lock). */
+static void wait_drop(remora_sub_h sub, rm_op_t **op)
+{
+    if (*op == NULL)
+        return;
+    rm_engine_lock(sub->client->ctx);
+    rm_client_op_abandon(*op);
+    rm_engine_unlock(sub->client->ctx);
+    *op = NULL;
+}
+
 /* Give the outstanding waits back (reattach, destroy). */
 static void waits_abandon(remora_sub_h sub)
 {
-    rm_op_t **ops[2] = {&sub->wait_op, &sub->wait_ahead};
-
-    for (int i = 0; i < 2; i++)
-        if (*ops[i]) {
-            rm_engine_lock(sub->client->ctx);
-            rm_client_op_abandon(*ops[i]);
-            rm_engine_unlock(sub->client->ctx);
-            *ops[i] = NULL;
-        }
+    wait_drop(sub, &sub->wait_op);
+    wait_drop(sub, &sub->wait_ahead);
 }
 
 /* Take the server's answer: the new head and any elements inline. */
@@ -363,12 +367,8 @@ static remora_status_t wait_finish(remora_sub_h sub, uint64_t deadline)
         st = REMORA_ERR_PROTOCOL;
     /* The follow-up stays only behind a good push, for a consumer that is
      * still pushed to (a GPU consumer fetches from its first element on). */
-    if (follow != NULL && (st != REMORA_OK || !push || !sub->use_push)) {
-        rm_engine_lock(c->ctx);
-        rm_client_op_abandon(follow);
-        rm_engine_unlock(c->ctx);
-        follow = NULL;
-    }
+    if (st != REMORA_OK || !push || !sub->use_push)
+        wait_drop(sub, &follow);
     if (st != REMORA_OK) {
         free(body);
         return st;
