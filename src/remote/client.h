@@ -212,7 +212,8 @@ struct remora_request {
     char            *buf;
     uint64_t         offset;
     size_t           length;
-    rm_rregion_t    *region;
+    rm_rregion_t    *region;     /* held until the request completes, then NULL */
+    uint32_t         region_id;  /* region->id, kept past completion */
     remora_path_t    path;
     int              dev_buf;    /* buf is GPU memory UCX cannot reach: stage every chunk */
     int              gpu_buf;    /* buf is GPU memory (UCX is told so when it moves it) */

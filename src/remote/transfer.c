@@ -78,6 +78,7 @@ static void request_complete(remora_request_h req)
     remora_status_t st     = req->status;
 
     rm_client_region_put(req->client, req->region);
+    req->region = NULL; /* maybe freed: rm_request_region_id reads region_id */
     rm_client_reg_put(req->reg);
     if (req->bulk)
         rm_engine_bulk_add(req->ctx, -1);
@@ -575,6 +576,7 @@ static remora_status_t split_start(remora_client_h c, const rm_rregion_t *r, uin
     /* Only what the active-message path needs: no key, mapping or handle. */
     rm_list_init(&req->view.link);
     req->view.id         = r->id;
+    req->region_id       = r->id;
     req->view.size       = r->size;
     req->view.generation = r->generation;
     req->view.access     = r->access;
@@ -690,6 +692,7 @@ static remora_status_t request_start(remora_client_h c, const char *name, uint64
     }
     req->whole      = whole;
     req->region     = r;
+    req->region_id  = r->id;
     req->path       = r->path;
     req->dev_buf    = dev_buf;
     req->gpu_buf    = gpu_buf;
@@ -810,7 +813,7 @@ void remora_request_release(remora_request_h req) { (void)rm_request_release_end
 
 uint32_t rm_request_region_id(remora_request_h req)
 {
-    return req->nparts ? req->view.id : req->region ? req->region->id : 0;
+    return req->region_id;
 }
 
 /* A blocking call's whole time, lookup included, is the client's timeout. */
