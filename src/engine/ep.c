@@ -112,16 +112,23 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     rm_debug("endpoint %p failed: %s", (void *)ep, ucs_status_string(status));
     peer->failed = 1; /* no more sends: they fail at once */
     rm_engine_peer_remove(peer->ctx, peer);
-    if (peer->ctx->in_send && peer->fail_later) {
-        /* Inside one of our sends: its caller may hold pointers into what
-         * on_error frees (a ring's waits, a connection's pushes). Two
-         * server crashes came from that (docs/security.md section 4); the
-         * peer now goes after the progress pass. */
-        fail_after_pass(peer, rm_status_from_ucs(status));
+    if (peer->ctx->in_send && !peer->fail_later) {
+        /* A client's own send: it learns of the disconnect at once, as its
+         * reconnect logic expects. */
+        fail_unlink(peer); /* listed by rm_peer_fail_lost: this is its one on_error */
+        peer->ops->on_error(peer, rm_status_from_ucs(status));
         return;
     }
-    fail_unlink(peer); /* listed by rm_peer_fail_lost: this is its one on_error */
-    peer->ops->on_error(peer, rm_status_from_ucs(status));
+    /* Anywhere else, on_error (which force-closes the endpoint) runs after
+     * the progress pass, outside UCX's callback:
+     * - inside one of a server's sends, the caller may hold pointers into
+     *   what on_error frees (a ring's waits, a connection's pushes); two
+     *   server crashes came from that (docs/security.md section 4);
+     * - inside ucp_worker_progress, UCX is still purging the endpoint, and a
+     *   close from its error callback has completed operations twice
+     *   (UCX 1.13's uct_iface.h "comp->count > 0" abort, docs/security.md
+     *   section 3.5). progress_once runs the failures right after. */
+    fail_after_pass(peer, rm_status_from_ucs(status));
 }
 
 int rm_peer_failing(const rm_peer_t *peer)
