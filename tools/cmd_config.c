@@ -41,7 +41,11 @@ static const cli_config_var_t cli_config_vars[] = {
     {"REMORA_HEARTBEAT_MS", "500", "heartbeat interval on the bootstrap socket (0: none)"},
     {"REMORA_PEER_TIMEOUT_MS", "2000", "a peer silent this long is taken for dead"},
     {"REMORA_SPIN_US", "50", "progress thread: busy-poll this long before sleeping"},
-    {"REMORA_SPIN_LOAD", "1", "no busy-polling while more threads are runnable than cores"},
+    {"REMORA_SPIN_LOAD", "1",
+     "no busy-polling while more threads are runnable than cores (plus spin slots)"},
+    {"REMORA_SPIN_SLOTS", "auto",
+     "threads of this user that may busy-poll at once, host-wide (auto: 2 under 8 cores, "
+     "else 0; 0: no limit)"},
     {"REMORA_RING_INLINE", "32768",
      "ring subscribers: largest element carried inline in notifications (0: never)"},
     {"REMORA_RING_PUSH", "2",

@@ -22,6 +22,7 @@
 #include <ucs/config/global_opts.h>
 
 #include "engine/seal.h"
+#include "engine/spin.h"
 #include "mem/cuda.h"
 #include "util/fields.h"
 #include "util/env.h"
@@ -202,13 +203,18 @@ void rm_engine_copy_drain(remora_context_h ctx) { rm_copyq_drain(ctx->copyq); }
 
 /*
  * Whether a spinning thread would take a core that another runnable thread
- * needs: more threads runnable than cores online (/proc/loadavg's running
- * count, looked at every RM_LOAD_CHECK_NS by one thread of the process).
- * Spinning saves a wake-up only while a core is free: 64 subscriber
- * processes spinning for their answers beside the server's spinning workers
- * on 16 cores made every wake-up wait for a time slice (docs/performance.md).
- * A look that finds the cores oversubscribed holds for RM_LOAD_BUSY_HOLD_NS:
- * a load that comes in bursts (64 subscribers woken by each commit) would
+ * needs: more threads runnable than cores online, beyond the spinners the
+ * spin slots allow (/proc/loadavg's running count, looked at every
+ * RM_LOAD_CHECK_NS by one thread of the process). Spinning saves a wake-up
+ * only while a core is free: 64 subscriber processes spinning for their
+ * answers beside the server's spinning workers on 16 cores made every
+ * wake-up wait for a time slice, and with 4 of them spinning (the slots
+ * alone) their p99 was 2.8 ms against 0.4 (docs/performance.md, session
+ * 33). The slots' own spinners are allowed for: on 2 cores a subscriber,
+ * the server thread it waits for and the producer sample as 3, and a rule
+ * of "more than the cores" forbade the one spinner that helps. A look that
+ * finds the cores oversubscribed holds for RM_LOAD_BUSY_HOLD_NS: a load
+ * that comes in bursts (64 subscribers woken by each commit) would
  * otherwise let every process that looked between two bursts spin for the
  * next 10 ms. Unreadable: never oversubscribed.
  */
@@ -230,16 +236,20 @@ static int cpus_oversubscribed(void)
         if (n > 0 && (buf[n] = '\0', sscanf(buf, "%*s %*s %*s %ld/", &running) != 1))
             running = 0;
     }
-    if (cores > 0 && running > cores)
+    if (cores > 0 && running > cores + (long)rm_spin_slots())
         atomic_store_explicit(&busy_until, now + RM_LOAD_BUSY_HOLD_NS, memory_order_relaxed);
     return now < atomic_load_explicit(&busy_until, memory_order_relaxed);
 }
 
 /* How long to spin for an event before sleeping: idle_ns, or nothing while
- * the cores are oversubscribed (unless the context says not to look). */
+ * the cores are oversubscribed or every spin slot is taken (unless the
+ * context says not to look). A slot taken here is the calling thread's until
+ * it sleeps (rm_spin_give). */
 static uint64_t spin_budget(remora_context_h ctx, uint64_t idle_ns)
 {
-    return ctx->spin_load && cpus_oversubscribed() ? 0 : idle_ns;
+    if (idle_ns == 0 || !ctx->spin_load)
+        return idle_ns;
+    return cpus_oversubscribed() || !rm_spin_take() ? 0 : idle_ns;
 }
 
 /* Progress as the driver until done, the deadline, or idle_ns of nothing
@@ -364,6 +374,7 @@ static void driver_sleep(remora_context_h ctx, const atomic_int *done, uint64_t 
     rm_engine_unlock(ctx);
     if (status != UCS_OK)
         return; /* events are pending (BUSY): drive again */
+    rm_spin_give();
     atomic_store(&ctx->driver_asleep, 1);
     if (!atomic_load(done) && !atomic_load(&ctx->stop)) {
         uint64_t ms = (deadline - now + 999999u) / 1000000u;
@@ -387,6 +398,7 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
                     driver_sleep(ctx, done, deadline);
             }
             atomic_store(&ctx->driver, 0);
+            rm_spin_give(); /* our caller works on, or we sleep as a waiter */
             if (atomic_load(done)) {
                 if (atomic_load(&ctx->bulk) > 0)
                     wake_progress_thread(ctx); /* they move while our caller works */
@@ -567,6 +579,7 @@ static void sleep_on_worker(remora_context_h ctx)
     rm_engine_unlock(ctx);
     if (status == UCS_ERR_BUSY)
         return; /* events are pending: progress again */
+    rm_spin_give();
     atomic_store(&ctx->thread_asleep, 1);
     if (atomic_load(&ctx->ndeferred) || atomic_load(&ctx->stop) ||
         atomic_load(&ctx->signaled)) {
@@ -593,6 +606,7 @@ static void stand_aside(remora_context_h ctx)
      * wake-ups a second for nothing. */
     uint64_t wait = atomic_load(&ctx->driver_asleep) ? RM_STAND_ASIDE_ASLEEP_NS : RM_STAND_ASIDE_NS;
 
+    rm_spin_give();
     timespec_from_ns(&ts, rm_now_ns() + wait);
     pthread_mutex_lock(&ctx->wait_mx);
     if (atomic_load(&ctx->driver) && !atomic_load(&ctx->stop) && atomic_load(&ctx->ndeferred) == 0 &&
@@ -631,6 +645,7 @@ static void *progress_thread(void *arg)
             rm_cpu_relax();
         }
     }
+    rm_spin_give();
     run_deferred(ctx);
     return NULL;
 }

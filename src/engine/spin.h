@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Spin slots: how many threads of one user may spin for events at once,
+ * across every remora process on the host.
+ *
+ * Design notes
+ * - Spinning saves a wake-up only while the spinner has a core to itself.
+ *   A look at the runnable count (engine.c) cannot tell a spinner's own
+ *   peers (the server thread it waits for, a producer) from competitors: on
+ *   2 cores it forbade the one spinner that helps (docs/performance.md,
+ *   session 33). A slot is asked for when a thread starts to spin and given
+ *   back when it sleeps, so the host never has more spinners than slots,
+ *   whoever they are. The runnable count still applies, beyond the
+ *   slots' own spinners: slots alone let 4 of 64 subscribers on 16 cores
+ *   spin, and their tail grew 7x.
+ * - The table is a POSIX shared-memory object per user
+ *   (/dev/shm/remora-spin-UID): a slot holds the pid of the process whose
+ *   thread has it. A process that died holding one (SIGKILL) is found by
+ *   kill(pid, 0) when no slot is free, at most every RM_SPIN_REAP_NS.
+ * - Where the table cannot be opened every thread may spin (the runnable
+ *   count still applies).
+ * - Threading: any thread; a thread holds at most one slot (thread-local).
+ */
+#ifndef RM_ENGINE_SPIN_H
+#define RM_ENGINE_SPIN_H
+
+#include <stdint.h>
+
+typedef struct rm_spin_table rm_spin_table_t;
+
+/* The table named name (a shared-memory object), nslots of it used (at most
+ * RM_SPIN_SLOTS_MAX); NULL if it cannot be opened or mapped. */
+#define RM_SPIN_SLOTS_MAX 64
+rm_spin_table_t *rm_spin_table_open(const char *name, unsigned nslots);
+void             rm_spin_table_close(rm_spin_table_t *t);
+/* A free slot for this process: its index, or -1 if every slot is held. */
+int              rm_spin_table_take(rm_spin_table_t *t);
+void             rm_spin_table_give(rm_spin_table_t *t, int slot);
+
+/* The process's table (REMORA_SPIN_SLOTS slots; by default 2 under 8
+ * cores, none from 8 on; 0: no table, no limit), for the calling thread: 1
+ * if it holds a slot (now or from before) or there is no table, 0 if all
+ * are taken. */
+int  rm_spin_take(void);
+/* The calling thread's slot back, if it holds one. */
+void rm_spin_give(void);
+/* How many slots the process's table has; 0: no table, no limit. */
+unsigned rm_spin_slots(void);
+
+#endif
