@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# One connection, 1 MiB reads at depth 4 over TCP, under UCX protocol
+# settings, each round beside a `ucp_am_bw` (issue 15: where one
+# connection's time goes). One server per setting, started once; the client
+# runs under the same environment. Also depth 8, and 1 MiB blocks of a
+# 256 MiB region (the source out of the caches), under the default.
+#   bench/one-connection.sh [BUILD_DIR] [REPS]      (defaults: build, 5)
+# Prints one line per round (GB/s), then each setting's median and its
+# ratio to the median `ucp_am_bw`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+REPS=${2:-5}
+remora=$B/tools/remora
+[ -x .gpu-deps/usr/bin/ucx_perftest ] && ! command -v ucx_perftest >/dev/null && PATH=$PWD/.gpu-deps/usr/bin:$PATH
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 1; }
+[ -x "$remora" ] || { echo "build first: scripts/build.sh $B" >&2; exit 1; }
+export UCX_TLS=tcp
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+names=(default rndv_am proto_n proto_y eager flush)
+declare -A envs=([default]="" [rndv_am]="UCX_RNDV_SCHEME=am" [proto_n]="UCX_PROTO_ENABLE=n"
+                 [proto_y]="UCX_PROTO_ENABLE=y" [eager]="UCX_RNDV_THRESH=inf"
+                 [flush]="UCX_RNDV_PUT_FORCE_FLUSH=y")
+declare -A addr
+for n in "${names[@]}"; do
+  # shellcheck disable=SC2086
+  env ${envs[$n]} "$remora" serve --listen 127.0.0.1:0 --region hot=1M --region a=256M \
+    >"$tmp/$n.out" 2>"$tmp/$n.err" &
+  pids+=($!)
+done
+for n in "${names[@]}"; do
+  for _ in $(seq 100); do grep -q listening "$tmp/$n.out" && break; sleep 0.1; done
+  addr[$n]=$(awk '/listening/ {print $2}' "$tmp/$n.out")
+  [ -n "${addr[$n]}" ] || { echo "server '$n' did not start:" >&2; cat "$tmp/$n.err" >&2; exit 1; }
+done
+
+port=$((20000 + RANDOM % 20000))
+am_bw() {
+  port=$((port + 1))
+  ucx_perftest -p $port >/dev/null 2>&1 &
+  local s=$!
+  for _ in $(seq 50); do grep -q ":$port " <<<"$(ss -ltn 2>/dev/null)" && break; sleep 0.05; done
+  ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n 2000 2>/dev/null |
+    awk '/Final/ {printf "%.3f\n", $6 * 1048576 / 1e9}'
+  wait $s 2>/dev/null || true
+}
+# read ENVNAME TARGET DEPTH: GB/s of one `remora bench` second
+rd() {
+  # shellcheck disable=SC2086
+  env ${envs[$1]} "$remora" bench "$2" --size 1M --depth "$3" --seconds 1 --json |
+    grep -o '"gbps":[0-9.]*' | cut -d: -f2
+}
+for r in $(seq "$REPS"); do
+  line="round $r am_bw $(am_bw | tee -a "$tmp/v.am_bw")"
+  for n in "${names[@]}"; do
+    g=$(rd "$n" "${addr[$n]}/hot" 4 || true)
+    echo "${g:-0}" >>"$tmp/v.$n"
+    line="$line $n ${g:-failed}"
+  done
+  g=$(rd default "${addr[default]}/hot" 8 || true); echo "$g" >>"$tmp/v.depth8"; line="$line depth8 $g"
+  g=$(rd default "${addr[default]}/a" 4 || true); echo "$g" >>"$tmp/v.cold"; line="$line cold $g"
+  echo "$line"
+done
+med() { sort -g "$tmp/v.$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+ref=$(med am_bw)
+printf '%-10s %8s %8s\n' setting GB/s "x am_bw"
+for n in am_bw "${names[@]}" depth8 cold; do
+  m=$(med "$n")
+  printf '%-10s %8.3f %7.2fx\n' "$n" "$m" "$(awk -v a="$m" -v b="$ref" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+done
