@@ -42,8 +42,12 @@ rm_spin_table_t *rm_spin_table_open(const char *name, unsigned nslots)
         free(t);
         return NULL;
     }
+    /* Only a table of our own that nobody else may write: another local
+     * user could have made one under our name first, to fill its slots or
+     * to truncate it under our mapping (SIGBUS). */
     struct stat st;
-    if (fstat(fd, &st) != 0 || ((size_t)st.st_size < len && ftruncate(fd, (off_t)len) != 0)) {
+    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
+        ((size_t)st.st_size < len && ftruncate(fd, (off_t)len) != 0)) {
         close(fd);
         free(t);
         return NULL;

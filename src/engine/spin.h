@@ -17,8 +17,9 @@
  *   (/dev/shm/remora-spin-UID): a slot holds the pid of the process whose
  *   thread has it. A process that died holding one (SIGKILL) is found by
  *   kill(pid, 0) when no slot is free, at most every RM_SPIN_REAP_NS.
- * - Where the table cannot be opened every thread may spin (the runnable
- *   count still applies).
+ * - Where the table cannot be opened, or is not the user's own with no
+ *   access for others (made by someone else first), every thread may spin
+ *   (the runnable count still applies).
  * - Threading: any thread; a thread holds at most one slot (thread-local).
  */
 #ifndef RM_ENGINE_SPIN_H

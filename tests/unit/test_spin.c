@@ -2,9 +2,11 @@
 /*
  * Spin slots (src/engine/spin.h): never more holders than slots, across
  * threads and processes; a slot given back is free again; a process that
- * died holding one loses it; the process's table honours REMORA_SPIN_SLOTS.
+ * died holding one loses it; a table others may write is refused; the
+ * process's table honours REMORA_SPIN_SLOTS.
  * Each test opens its own shared-memory object, removed at the end.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +79,24 @@ static void test_shared(void **state)
     rm_spin_table_give(t, a);
     assert_int_equal(rm_spin_table_take(u), a);
     rm_spin_table_give(u, a);
+    rm_spin_table_close(u);
+    close_fresh(t);
+}
+
+/* A table others may write (made first by another user, say) is not used. */
+static void test_foreign_table_refused(void **state)
+{
+    (void)state;
+    rm_spin_table_t *t = open_fresh(1);
+    int fd = shm_open(g_name, O_RDWR, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(fchmod(fd, 0666), 0);
+    assert_null(rm_spin_table_open(g_name, 1));
+    assert_int_equal(fchmod(fd, 0600), 0);
+    close(fd);
+    rm_spin_table_t *u = rm_spin_table_open(g_name, 1);
+    assert_non_null(u);
     rm_spin_table_close(u);
     close_fresh(t);
 }
@@ -166,6 +187,7 @@ int main(void)
         cmocka_unit_test(test_bad_sizes),
         cmocka_unit_test(test_take_give),
         cmocka_unit_test(test_shared),
+        cmocka_unit_test(test_foreign_table_refused),
         cmocka_unit_test(test_bound_under_churn),
         cmocka_unit_test(test_dead_holder_reaped),
         cmocka_unit_test(test_process_table_unlimited),
