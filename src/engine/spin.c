@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,36 +13,77 @@
 #include <unistd.h>
 
 #include "util/env.h"
-#include "util/time.h"
 
-#define RM_SPIN_REAP_NS 100000000ull /* how often a process looks for dead holders */
+#define RM_SPIN_READY_WAIT_MS 100 /* how long an opener waits for another to set the table up */
 
+/* A slot: a process-shared robust mutex, locked by the thread that spins.
+ * The kernel hands a dead owner's lock to the next taker (EOWNERDEAD),
+ * whatever pid namespace either lives in. A cache line each. */
 typedef struct {
-    _Atomic int32_t pid; /* 0: free */
-    char            pad[60]; /* a slot a cache line: spinners take and give often */
+    _Alignas(64) pthread_mutex_t m;
 } rm_spin_slot_t;
 
+/* The shared object. A new one is zeros; whoever moves state from 0 sets it
+ * up, and its slot count holds for every process. */
+typedef struct {
+    _Alignas(64) _Atomic uint32_t state; /* 0 new, 1 being set up, 2 ready */
+    uint32_t       nslots;
+    rm_spin_slot_t slot[RM_SPIN_SLOTS_MAX];
+} rm_spin_shared_t;
+
+enum { SPIN_NEW, SPIN_SETTING_UP, SPIN_READY };
+
 struct rm_spin_table {
-    rm_spin_slot_t  *slots; /* RM_SPIN_SLOTS_MAX of them, shared */
-    unsigned         nslots;
-    _Atomic uint64_t next_reap;
+    rm_spin_shared_t *sh;
+    unsigned          nslots;
 };
+
+static int set_up(rm_spin_shared_t *sh, unsigned nslots)
+{
+    pthread_mutexattr_t a;
+
+    if (pthread_mutexattr_init(&a) != 0)
+        return -1;
+    int rc = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) |
+             pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    for (unsigned i = 0; rc == 0 && i < RM_SPIN_SLOTS_MAX; i++)
+        rc = pthread_mutex_init(&sh->slot[i].m, &a);
+    pthread_mutexattr_destroy(&a);
+    if (rc != 0)
+        return -1;
+    sh->nslots = nslots;
+    atomic_store(&sh->state, SPIN_READY);
+    return 0;
+}
+
+/* Set the table up, or wait for whoever does. 0 once it is ready. */
+static int make_ready(rm_spin_shared_t *sh, unsigned nslots)
+{
+    uint32_t st = SPIN_NEW;
+
+    if (atomic_compare_exchange_strong(&sh->state, &st, SPIN_SETTING_UP))
+        return set_up(sh, nslots);
+    for (int ms = 0; st != SPIN_READY && ms < RM_SPIN_READY_WAIT_MS; ms++) {
+        usleep(1000);
+        st = atomic_load(&sh->state);
+    }
+    return st == SPIN_READY && sh->nslots >= 1 && sh->nslots <= RM_SPIN_SLOTS_MAX ? 0 : -1;
+}
 
 rm_spin_table_t *rm_spin_table_open(const char *name, unsigned nslots)
 {
-    const size_t len = RM_SPIN_SLOTS_MAX * sizeof(rm_spin_slot_t);
+    const size_t len = sizeof(rm_spin_shared_t);
     rm_spin_table_t *t;
     int fd;
 
     if (nslots == 0 || nslots > RM_SPIN_SLOTS_MAX || (t = calloc(1, sizeof(*t))) == NULL)
         return NULL;
-    /* Whoever creates it sizes it; a file of zeros is an empty table. */
     if ((fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
         free(t);
         return NULL;
     }
     /* Only a table of our own that nobody else may write: another local
-     * user could have made one under our name first, to fill its slots or
+     * user could have made one under our name first, to hold its slots or
      * to truncate it under our mapping (SIGBUS). */
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
@@ -52,13 +92,15 @@ rm_spin_table_t *rm_spin_table_open(const char *name, unsigned nslots)
         free(t);
         return NULL;
     }
-    t->slots = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    t->sh = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (t->slots == MAP_FAILED) {
+    if (t->sh == MAP_FAILED || make_ready(t->sh, nslots) != 0) {
+        if (t->sh != MAP_FAILED)
+            munmap(t->sh, len);
         free(t);
         return NULL;
     }
-    t->nslots = nslots;
+    t->nslots = t->sh->nslots;
     return t;
 }
 
@@ -66,38 +108,18 @@ void rm_spin_table_close(rm_spin_table_t *t)
 {
     if (t == NULL)
         return;
-    munmap(t->slots, RM_SPIN_SLOTS_MAX * sizeof(rm_spin_slot_t));
+    munmap(t->sh, sizeof(rm_spin_shared_t));
     free(t);
-}
-
-/* Slots held by processes that are gone, freed. */
-static void reap(rm_spin_table_t *t)
-{
-    uint64_t now = rm_now_ns();
-
-    if (now < atomic_load_explicit(&t->next_reap, memory_order_relaxed))
-        return;
-    atomic_store_explicit(&t->next_reap, now + RM_SPIN_REAP_NS, memory_order_relaxed);
-    for (unsigned i = 0; i < t->nslots; i++) {
-        int32_t pid = atomic_load(&t->slots[i].pid);
-        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
-            atomic_compare_exchange_strong(&t->slots[i].pid, &pid, 0);
-    }
 }
 
 int rm_spin_table_take(rm_spin_table_t *t)
 {
-    int32_t self = (int32_t)getpid();
-
-    for (int pass = 0; pass < 2; pass++) {
-        for (unsigned i = 0; i < t->nslots; i++) {
-            int32_t free_pid = 0;
-            if (atomic_load_explicit(&t->slots[i].pid, memory_order_relaxed) == 0 &&
-                atomic_compare_exchange_strong(&t->slots[i].pid, &free_pid, self))
-                return (int)i;
-        }
-        if (pass == 0)
-            reap(t);
+    for (unsigned i = 0; i < t->nslots; i++) {
+        int rc = pthread_mutex_trylock(&t->sh->slot[i].m);
+        if (rc == EOWNERDEAD) /* its holder died holding it: ours now */
+            rc = pthread_mutex_consistent(&t->sh->slot[i].m);
+        if (rc == 0)
+            return (int)i;
     }
     return -1;
 }
@@ -105,7 +127,7 @@ int rm_spin_table_take(rm_spin_table_t *t)
 void rm_spin_table_give(rm_spin_table_t *t, int slot)
 {
     if (slot >= 0 && (unsigned)slot < t->nslots)
-        atomic_store(&t->slots[slot].pid, 0);
+        pthread_mutex_unlock(&t->sh->slot[slot].m);
 }
 
 /* ------------------------------------------------------ the process's table */
@@ -135,7 +157,7 @@ static void proc_open(void)
     if (n == 0)
         return;
     pthread_atfork(NULL, NULL, forget_in_child);
-    snprintf(name, sizeof(name), "/remora-spin-%u", (unsigned)getuid());
+    snprintf(name, sizeof(name), "/remora-spin2-%u", (unsigned)geteuid());
     proc_table = rm_spin_table_open(name, n);
 }
 

@@ -14,13 +14,22 @@
  *   slots' own spinners: slots alone let 4 of 64 subscribers on 16 cores
  *   spin, and their tail grew 7x.
  * - The table is a POSIX shared-memory object per user
- *   (/dev/shm/remora-spin-UID): a slot holds the pid of the process whose
- *   thread has it. A process that died holding one (SIGKILL) is found by
- *   kill(pid, 0) when no slot is free, at most every RM_SPIN_REAP_NS.
+ *   (/dev/shm/remora-spin2-EUID) of process-shared robust mutexes, one a
+ *   slot: a thread holds a slot by holding its lock. The kernel hands the
+ *   lock of a thread or process that died holding it to the next taker
+ *   (EOWNERDEAD), whatever pid namespace either lives in. Whoever makes the
+ *   table sets its slot count; every process uses that one.
  * - Where the table cannot be opened, or is not the user's own with no
  *   access for others (made by someone else first), every thread may spin
  *   (the runnable count still applies).
- * - Threading: any thread; a thread holds at most one slot (thread-local).
+ * - Only the engine's progress threads and the threads driving it (a caller
+ *   waiting for its operation) take slots. The other busy loops keep their
+ *   own bounds: stream proxies, signal waits, GPU socket proxies, copy
+ *   queues.
+ * - Threading: any thread. A thread holds at most one slot (thread-local),
+ *   whichever context it spins for; it gives it back before it sleeps and
+ *   when it leaves a wait, so a wait on one context inside another's is not
+ *   supported (nothing does that).
  */
 #ifndef RM_ENGINE_SPIN_H
 #define RM_ENGINE_SPIN_H
@@ -29,12 +38,14 @@
 
 typedef struct rm_spin_table rm_spin_table_t;
 
-/* The table named name (a shared-memory object), nslots of it used (at most
- * RM_SPIN_SLOTS_MAX); NULL if it cannot be opened or mapped. */
+/* The table named name (a shared-memory object): made with nslots slots (1
+ * to RM_SPIN_SLOTS_MAX) if new, with its own count if not; NULL if it cannot
+ * be opened, is not ours alone, or is not set up within 100 ms. */
 #define RM_SPIN_SLOTS_MAX 64
 rm_spin_table_t *rm_spin_table_open(const char *name, unsigned nslots);
 void             rm_spin_table_close(rm_spin_table_t *t);
-/* A free slot for this process: its index, or -1 if every slot is held. */
+/* A free slot, now held by the calling thread: its index, or -1 if every
+ * slot is held. Given back by the same thread. */
 int              rm_spin_table_take(rm_spin_table_t *t);
 void             rm_spin_table_give(rm_spin_table_t *t, int slot);
 
