@@ -11,10 +11,10 @@
  *   arms the worker and sleeps on its event fd. No thread spins while more
  *   threads are runnable than there are cores, beyond the spinners the spin
  *   slots allow, or while every slot is taken (spin_load; spin.h). A thread
- *   blocked in a remora
- *   call becomes the "driver" and progresses the worker itself (no hand-off
- *   to another thread on the latency path); the progress thread stands aside
- *   while a driver exists. Only one driver at a time; other waiters sleep.
+ *   blocked in a remora call becomes the "driver" and progresses the worker
+ *   itself (no hand-off to another thread on the latency path); the progress
+ *   thread stands aside while a driver exists. Only one driver at a time;
+ *   other waiters sleep.
  * - Completions are published with rm_engine_complete(), which wakes sleepers.
  * - Work that must run without the lock (user event callbacks) is deferred to
  *   the progress thread with rm_engine_defer().

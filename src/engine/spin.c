@@ -35,7 +35,7 @@ enum { SPIN_NEW, SPIN_SETTING_UP, SPIN_READY };
 
 struct rm_spin_table {
     rm_spin_shared_t *sh;
-    unsigned          nslots;
+    unsigned          nslots; /* sh->nslots as checked when opened */
 };
 
 static int set_up(rm_spin_shared_t *sh, unsigned nslots)
@@ -73,34 +73,32 @@ static int make_ready(rm_spin_shared_t *sh, unsigned nslots)
 rm_spin_table_t *rm_spin_table_open(const char *name, unsigned nslots)
 {
     const size_t len = sizeof(rm_spin_shared_t);
+    rm_spin_shared_t *sh;
     rm_spin_table_t *t;
+    struct stat st;
     int fd;
 
-    if (nslots == 0 || nslots > RM_SPIN_SLOTS_MAX || (t = calloc(1, sizeof(*t))) == NULL)
+    if (nslots == 0 || nslots > RM_SPIN_SLOTS_MAX ||
+        (fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
         return NULL;
-    if ((fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
-        free(t);
-        return NULL;
-    }
     /* Only a table of our own that nobody else may write: another local
      * user could have made one under our name first, to hold its slots or
      * to truncate it under our mapping (SIGBUS). */
-    struct stat st;
     if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
         ((size_t)st.st_size < len && ftruncate(fd, (off_t)len) != 0)) {
         close(fd);
-        free(t);
         return NULL;
     }
-    t->sh = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    sh = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (t->sh == MAP_FAILED || make_ready(t->sh, nslots) != 0) {
-        if (t->sh != MAP_FAILED)
-            munmap(t->sh, len);
-        free(t);
+    if (sh == MAP_FAILED)
+        return NULL;
+    if (make_ready(sh, nslots) != 0 || (t = calloc(1, sizeof(*t))) == NULL) {
+        munmap(sh, len);
         return NULL;
     }
-    t->nslots = t->sh->nslots;
+    t->sh     = sh;
+    t->nslots = sh->nslots;
     return t;
 }
 
