@@ -38,6 +38,7 @@
 #define RM_STAND_ASIDE_ASLEEP_NS 10000000ull /* the same while the driver sleeps on the worker */
 #define RM_LOAD_CHECK_NS     10000000ull /* how often spinners look whether the cores are oversubscribed */
 #define RM_LOAD_BUSY_HOLD_NS 50000000ull /* how long one look that found them so holds */
+#define RM_SPIN_YIELD_NS     10000ull /* how often an idle spinner yields its core (spin_pause) */
 
 remora_status_t rm_status_from_ucs(ucs_status_t s)
 {
@@ -252,12 +253,31 @@ static uint64_t spin_budget(remora_context_h ctx, uint64_t idle_ns)
     return cpus_oversubscribed() || !rm_spin_take() ? 0 : idle_ns;
 }
 
+/* One idle turn of a spin loop; every RM_SPIN_YIELD_NS the core is offered
+ * to whatever else is runnable on it. A spinner that wakes a sleeping thread
+ * with a send (a client's request to its server's progress thread, a ring
+ * subscriber's next wait) often gets that thread queued behind it on its own
+ * core: Linux places a thread woken through a socket beside its waker,
+ * expecting the waker to sleep soon. A spinner does not, and the woken
+ * thread waited out its time slice while the other core sat idle: 150-250 us
+ * a wake-up on the 2-core VM, the ring subscriber's p99 (docs/performance.md,
+ * session 34). With nothing else runnable, a yield is one system call. */
+static void spin_pause(uint64_t *last_yield, uint64_t now)
+{
+    if (now - *last_yield >= RM_SPIN_YIELD_NS) {
+        sched_yield();
+        *last_yield = now;
+    } else {
+        rm_cpu_relax();
+    }
+}
+
 /* Progress as the driver until done, the deadline, or idle_ns of nothing
  * (yielding to lockers, as the progress thread does); one pass at least. */
 static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadline,
                   uint64_t idle_ns)
 {
-    uint64_t last_event = rm_now_ns(), now = last_event;
+    uint64_t last_event = rm_now_ns(), now = last_event, last_yield = now;
     unsigned n = 1; /* one pass at least; and on while passes find events */
 
     idle_ns = spin_budget(ctx, idle_ns);
@@ -272,7 +292,7 @@ static void drive(remora_context_h ctx, const atomic_int *done, uint64_t deadlin
         if (n)
             last_event = now;
         else
-            rm_cpu_relax();
+            spin_pause(&last_yield, now);
     }
 }
 
@@ -618,7 +638,7 @@ static void stand_aside(remora_context_h ctx)
 static void *progress_thread(void *arg)
 {
     remora_context_h ctx = arg;
-    uint64_t last_event  = rm_now_ns(), next_poll = 0, next_tick = 0;
+    uint64_t last_event  = rm_now_ns(), next_poll = 0, next_tick = 0, last_yield = 0;
 
     while (!atomic_load(&ctx->stop)) {
         run_deferred(ctx);
@@ -642,7 +662,7 @@ static void *progress_thread(void *arg)
             last_event = rm_now_ns();
             next_poll  = 0;
         } else {
-            rm_cpu_relax();
+            spin_pause(&last_yield, now);
         }
     }
     rm_spin_give();
