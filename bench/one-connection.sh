@@ -7,7 +7,10 @@
 # 256 MiB region (the source out of the caches), under the default.
 #   bench/one-connection.sh [BUILD_DIR] [REPS]      (defaults: build, 5)
 # Prints one line per round (GB/s), then each setting's median and its
-# ratio to the median `ucp_am_bw`.
+# ratio to the median `ucp_am_bw`; then, REPS times, where the CPU goes: the
+# share of a core each side spent in user space and in the kernel, for a
+# longer `ucp_am_bw` (its client sends, its server receives) and for remora's
+# default (the server sends, the client receives), each over its wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -49,10 +52,10 @@ am_bw() {
     awk '/Final/ {printf "%.3f\n", $6 * 1048576 / 1e9}'
   wait $s 2>/dev/null || true
 }
-# read ENVNAME TARGET DEPTH: GB/s of one `remora bench` second
+# read ENVNAME TARGET DEPTH [SECONDS]: GB/s of `remora bench` (1 second by default)
 rd() {
   # shellcheck disable=SC2086
-  env ${envs[$1]} "$remora" bench "$2" --size 1M --depth "$3" --seconds 1 --json |
+  env ${envs[$1]} "$remora" bench "$2" --size 1M --depth "$3" --seconds "${4:-1}" --json |
     grep -o '"gbps":[0-9.]*' | cut -d: -f2
 }
 for r in $(seq "$REPS"); do
@@ -66,6 +69,36 @@ for r in $(seq "$REPS"); do
   g=$(rd default "${addr[default]}/a" 4 || true); echo "$g" >>"$tmp/v.cold"; line="$line cold $g"
   echo "$line"
 done
+# CPU: user and kernel seconds per wall second of each side.
+TIMEFORMAT='%U %S %R'
+hz=$(getconf CLK_TCK)
+ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
+share() { awk "BEGIN { printf \"%.2f+%.2f\", ($1) / ($3), ($2) / ($3) }"; } # U S WALL (expressions)
+cpu_am_bw() {
+  port=$((port + 1))
+  ( time ucx_perftest -p $port >/dev/null 2>&1 ) 2>"$tmp/t.recv" &
+  local s=$!
+  for _ in $(seq 50); do grep -q ":$port " <<<"$(ss -ltn 2>/dev/null)" && break; sleep 0.05; done
+  { time ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n 10000 >"$tmp/t.out" 2>/dev/null ; } 2>"$tmp/t.send"
+  wait $s 2>/dev/null || true
+  read -r su ss sw <"$tmp/t.send"; read -r ru rs rw <"$tmp/t.recv"
+  echo "am_bw $(awk '/Final/ {printf "%.3f", $6 * 1048576 / 1e9}' "$tmp/t.out") GB/s:" \
+       "sender $(share "$su" "$ss" "$sw") receiver $(share "$ru" "$rs" "$rw")"
+}
+cpu_remora() {
+  local p=${pids[0]} t0 t1 w0 w1
+  read -r -a t0 < <(ticks "$p"); w0=$(date +%s.%N)
+  { time rd default "${addr[default]}/hot" 4 3 >"$tmp/t.out" ; } 2>"$tmp/t.recv"
+  read -r -a t1 < <(ticks "$p"); w1=$(date +%s.%N)
+  read -r ru rs rw <"$tmp/t.recv"
+  echo "remora $(cat "$tmp/t.out") GB/s: server (sender)" \
+       "$(share "$((t1[0] - t0[0])) / $hz" "$((t1[1] - t0[1])) / $hz" "$w1 - $w0")" \
+       "client (receiver) $(share "$ru" "$rs" "$rw")"
+}
+for r in $(seq "$REPS"); do
+  echo "cpu round $r (user+kernel cores): $(cpu_am_bw); $(cpu_remora)"
+done
+
 med() { sort -g "$tmp/v.$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 ref=$(med am_bw)
 printf '%-10s %8s %8s\n' setting GB/s "x am_bw"
