@@ -10,7 +10,8 @@
  * - Progress: the progress thread spins for spin_us after the last event, then
  *   arms the worker and sleeps on its event fd. No thread spins while more
  *   threads are runnable than there are cores, beyond the spinners the spin
- *   slots allow, or while every slot is taken (spin_load; spin.h). A thread
+ *   slots allow, or while every slot is taken (spin_load; spin.h); a spinner
+ *   yields its core every 10 us, to a thread its sends woke beside it. A thread
  *   blocked in a remora call becomes the "driver" and progresses the worker
  *   itself (no hand-off to another thread on the latency path); the progress
  *   thread stands aside while a driver exists. Only one driver at a time;
