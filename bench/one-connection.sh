@@ -43,14 +43,17 @@ for n in "${names[@]}"; do
 done
 
 port=$((20000 + RANDOM % 20000))
+# am_bw [ITERS]: GB/s of one `ucp_am_bw` of ITERS MiB (default 2000); each
+# side's user, kernel and wall seconds go to $tmp/t.send and $tmp/t.recv
+TIMEFORMAT='%U %S %R'
 am_bw() {
   port=$((port + 1))
-  ucx_perftest -p $port >/dev/null 2>&1 &
+  ( time ucx_perftest -p $port >/dev/null 2>&1 ) 2>"$tmp/t.recv" &
   local s=$!
   for _ in $(seq 50); do grep -q ":$port " <<<"$(ss -ltn 2>/dev/null)" && break; sleep 0.05; done
-  ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n 2000 2>/dev/null |
-    awk '/Final/ {printf "%.3f\n", $6 * 1048576 / 1e9}'
+  { time ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n "${1:-2000}" >"$tmp/t.out" 2>/dev/null ; } 2>"$tmp/t.send"
   wait $s 2>/dev/null || true
+  awk '/Final/ {printf "%.3f\n", $6 * 1048576 / 1e9}' "$tmp/t.out"
 }
 # read ENVNAME TARGET DEPTH [SECONDS]: GB/s of `remora bench` (1 second by default)
 rd() {
@@ -70,23 +73,16 @@ for r in $(seq "$REPS"); do
   echo "$line"
 done
 # CPU: user and kernel seconds per wall second of each side.
-TIMEFORMAT='%U %S %R'
 hz=$(getconf CLK_TCK)
 ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 share() { awk "BEGIN { printf \"%.2f+%.2f\", ($1) / ($3), ($2) / ($3) }"; } # U S WALL (expressions)
 cpu_am_bw() {
-  port=$((port + 1))
-  ( time ucx_perftest -p $port >/dev/null 2>&1 ) 2>"$tmp/t.recv" &
-  local s=$!
-  for _ in $(seq 50); do grep -q ":$port " <<<"$(ss -ltn 2>/dev/null)" && break; sleep 0.05; done
-  { time ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n 10000 >"$tmp/t.out" 2>/dev/null ; } 2>"$tmp/t.send"
-  wait $s 2>/dev/null || true
+  local g; g=$(am_bw 10000)
   read -r su ss sw <"$tmp/t.send"; read -r ru rs rw <"$tmp/t.recv"
-  echo "am_bw $(awk '/Final/ {printf "%.3f", $6 * 1048576 / 1e9}' "$tmp/t.out") GB/s:" \
-       "sender $(share "$su" "$ss" "$sw") receiver $(share "$ru" "$rs" "$rw")"
+  echo "am_bw $g GB/s: sender $(share "$su" "$ss" "$sw") receiver $(share "$ru" "$rs" "$rw")"
 }
 cpu_remora() {
-  local p=${pids[0]} t0 t1 w0 w1
+  local p=${pids[0]} t0 t1 w0 w1 # pids[0]: the default setting's server
   read -r -a t0 < <(ticks "$p"); w0=$(date +%s.%N)
   { time rd default "${addr[default]}/hot" 4 3 >"$tmp/t.out" ; } 2>"$tmp/t.recv"
   read -r -a t1 < <(ticks "$p"); w1=$(date +%s.%N)
