@@ -404,6 +404,46 @@ static void driver_sleep(remora_context_h ctx, const atomic_int *done, uint64_t 
     atomic_store(&ctx->driver_asleep, 0);
 }
 
+/*
+ * Hand-offs as the driver leaves (rm_engine_bulk_add). A caller that comes
+ * straight back (a loop posting its next request and waiting again) drives
+ * the transfers in flight itself: waking the progress thread for it cost
+ * two context switches and a futex round per request, and one connection's
+ * 1 MiB reads at depth 4 ran about 9 % slower with it than without on a
+ * 16-core host (docs/performance.md, session 35). Callers that stay away (a ring subscriber checking each
+ * frame, an application working on its block) get the hand-off. How long
+ * they stay away is a moving average over the last eight returns, starting
+ * above the line: a caller gets hand-offs until it has shown it is quick.
+ */
+uint64_t rm_engine_away_avg(uint64_t avg_ns, uint64_t away_ns)
+{
+    if (away_ns > RM_HAND_OFF_AWAY_MAX_NS)
+        away_ns = RM_HAND_OFF_AWAY_MAX_NS; /* one long pause must not stand for ages */
+    return avg_ns - avg_ns / 8 + away_ns / 8;
+}
+
+int rm_engine_hand_off_due(uint64_t avg_ns) { return avg_ns >= RM_HAND_OFF_AWAY_NS; }
+
+static void driver_returns(remora_context_h ctx)
+{
+    uint64_t left = atomic_load_explicit(&ctx->driver_left_ns, memory_order_relaxed);
+
+    if (left != 0)
+        atomic_store_explicit(&ctx->away_avg_ns,
+                              rm_engine_away_avg(atomic_load_explicit(&ctx->away_avg_ns,
+                                                                      memory_order_relaxed),
+                                                 rm_now_ns() - left),
+                              memory_order_relaxed);
+}
+
+static void driver_leaves(remora_context_h ctx)
+{
+    if (atomic_load(&ctx->bulk) > 0 &&
+        rm_engine_hand_off_due(atomic_load_explicit(&ctx->away_avg_ns, memory_order_relaxed)))
+        wake_progress_thread(ctx); /* they move while our caller works */
+    atomic_store_explicit(&ctx->driver_left_ns, rm_now_ns(), memory_order_relaxed);
+}
+
 remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done,
                                     uint64_t deadline, uint64_t idle_ns)
 {
@@ -412,6 +452,7 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
             return REMORA_ERR_TIMED_OUT;
         int expected = 0;
         if (atomic_compare_exchange_strong(&ctx->driver, &expected, 1)) {
+            driver_returns(ctx);
             while (!atomic_load(done) && rm_now_ns() < deadline && !atomic_load(&ctx->stop)) {
                 drive(ctx, done, deadline, idle_ns);
                 if (!atomic_load(done))
@@ -420,8 +461,7 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
             atomic_store(&ctx->driver, 0);
             rm_spin_give(); /* our caller works on, or we sleep as a waiter */
             if (atomic_load(done)) {
-                if (atomic_load(&ctx->bulk) > 0)
-                    wake_progress_thread(ctx); /* they move while our caller works */
+                driver_leaves(ctx);
                 break;
             }
             /* Deadline or shutdown: the progress thread sleeps on the
@@ -1067,6 +1107,7 @@ static remora_context_h context_alloc(void)
     if (ctx != NULL) {
         ctx->spin_us    = RM_DEFAULT_SPIN_US;
         ctx->spin_load  = 1;
+        ctx->away_avg_ns = RM_HAND_OFF_AWAY_START_NS;
         ctx->epfd       = -1;
         ctx->watch_epfd = -1;
     }

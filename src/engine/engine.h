@@ -153,6 +153,8 @@ struct remora_context {
     atomic_int      thread_asleep;/* progress thread is in epoll_wait */
     atomic_int      driver_asleep;/* the driver sleeps on efd (engine.c, driver_sleep) */
     atomic_int      bulk;         /* large transfers in flight (rm_engine_bulk_add) */
+    _Atomic uint64_t driver_left_ns; /* when the last driver left, its operation done */
+    _Atomic uint64_t away_avg_ns;    /* how long callers stay away between waits (engine.c) */
     atomic_int      gpu_ucx;      /* GPU memory UCX moves now (rm_engine_gpu_ucx_add) */
     _Atomic uint64_t gpu_ucx_ns;  /* ... and when the last such move started */
     pthread_mutex_t wait_mx;
@@ -252,10 +254,23 @@ void rm_engine_hand_off(remora_context_h ctx);
  * starts, -1 when it ends. A driver whose own operation completed while any
  * is in flight hands progress to the progress thread as it leaves, so that
  * they move while the caller works (rather than when the progress thread
- * next looks: up to 10 ms). Small ones do without: a wake-up per message
+ * next looks: up to 10 ms), unless callers come back to wait within
+ * RM_HAND_OFF_AWAY_NS (a loop that posts the next request and waits again:
+ * it drives them itself). Small ones do without: a wake-up per message
  * costs more than the wait it saves. Any thread, lock or not. */
 #define RM_ENGINE_BULK_MIN (256u << 10)
 void rm_engine_bulk_add(remora_context_h ctx, int n);
+/* The hand-off rule (engine.c, driver_leaves), pure for its tests: the
+ * moving average of how long callers stay away between waits after one more
+ * return away_ns after the last (each return counts 1/8, at most
+ * RM_HAND_OFF_AWAY_MAX_NS); a hand-off is due from RM_HAND_OFF_AWAY_NS on.
+ * A new context starts at RM_HAND_OFF_AWAY_START_NS: hand-offs until its
+ * callers have shown they come back quickly (about a dozen returns). */
+#define RM_HAND_OFF_AWAY_NS       50000ull
+#define RM_HAND_OFF_AWAY_START_NS (4 * RM_HAND_OFF_AWAY_NS)
+#define RM_HAND_OFF_AWAY_MAX_NS   (100 * RM_HAND_OFF_AWAY_NS)
+uint64_t rm_engine_away_avg(uint64_t avg_ns, uint64_t away_ns);
+int rm_engine_hand_off_due(uint64_t avg_ns);
 /* Sends and receives of GPU memory that UCX moves itself (CUDA-enabled UCX:
  * cuda_ipc, cuda_copy), +1 when one is pending in UCX, -1 when it ended.
  * While any is, the progress thread and a driving caller poll instead of
