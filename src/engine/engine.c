@@ -410,10 +410,9 @@ static void driver_sleep(remora_context_h ctx, const atomic_int *done, uint64_t 
  * the transfers in flight itself: waking the progress thread for it cost
  * two context switches and a futex round per request, and one connection's
  * 1 MiB reads at depth 4 ran about 9 % slower with it than without on a
- * 16-core host (docs/performance.md, session 35). Callers that stay away (a ring subscriber checking each
- * frame, an application working on its block) get the hand-off. How long
- * they stay away is a moving average over the last eight returns, starting
- * above the line: a caller gets hand-offs until it has shown it is quick.
+ * 16-core host (docs/performance.md, session 35). Callers that stay away
+ * (a ring subscriber checking each frame, an application working on its
+ * block) get the hand-off. The rule itself is in engine.h.
  */
 uint64_t rm_engine_away_avg(uint64_t avg_ns, uint64_t away_ns)
 {
@@ -424,15 +423,15 @@ uint64_t rm_engine_away_avg(uint64_t avg_ns, uint64_t away_ns)
 
 int rm_engine_hand_off_due(uint64_t avg_ns) { return avg_ns >= RM_HAND_OFF_AWAY_NS; }
 
-static void driver_returns(remora_context_h ctx)
+/* A caller takes the driver's seat at `now`: how long callers stayed away
+ * since the last one left with its operation done goes into the average. */
+static void driver_returns(remora_context_h ctx, uint64_t now)
 {
     uint64_t left = atomic_load_explicit(&ctx->driver_left_ns, memory_order_relaxed);
+    uint64_t avg  = atomic_load_explicit(&ctx->away_avg_ns, memory_order_relaxed);
 
     if (left != 0)
-        atomic_store_explicit(&ctx->away_avg_ns,
-                              rm_engine_away_avg(atomic_load_explicit(&ctx->away_avg_ns,
-                                                                      memory_order_relaxed),
-                                                 rm_now_ns() - left),
+        atomic_store_explicit(&ctx->away_avg_ns, rm_engine_away_avg(avg, now - left),
                               memory_order_relaxed);
 }
 
@@ -448,11 +447,12 @@ remora_status_t rm_engine_wait_spin(remora_context_h ctx, const atomic_int *done
                                     uint64_t deadline, uint64_t idle_ns)
 {
     while (!atomic_load(done)) {
-        if (rm_now_ns() >= deadline)
+        uint64_t now = rm_now_ns();
+        if (now >= deadline)
             return REMORA_ERR_TIMED_OUT;
         int expected = 0;
         if (atomic_compare_exchange_strong(&ctx->driver, &expected, 1)) {
-            driver_returns(ctx);
+            driver_returns(ctx, now);
             while (!atomic_load(done) && rm_now_ns() < deadline && !atomic_load(&ctx->stop)) {
                 drive(ctx, done, deadline, idle_ns);
                 if (!atomic_load(done))
@@ -1105,11 +1105,11 @@ static remora_context_h context_alloc(void)
     remora_context_h ctx = calloc(1, sizeof(*ctx));
 
     if (ctx != NULL) {
-        ctx->spin_us    = RM_DEFAULT_SPIN_US;
-        ctx->spin_load  = 1;
+        ctx->spin_us     = RM_DEFAULT_SPIN_US;
+        ctx->spin_load   = 1;
         ctx->away_avg_ns = RM_HAND_OFF_AWAY_START_NS;
-        ctx->epfd       = -1;
-        ctx->watch_epfd = -1;
+        ctx->epfd        = -1;
+        ctx->watch_epfd  = -1;
     }
     return ctx;
 }
