@@ -31,6 +31,7 @@ extern char **environ;
 static char   g_tmpdir[256];
 static char   g_name[64] = "it";
 static pid_t  g_children[IT_MAX_CHILDREN];
+static char   g_child_log[IT_MAX_CHILDREN][512]; /* each child's stderr */
 static pid_t  g_main_pid;
 static bool   g_keep_tmp;
 static unsigned g_seq;
@@ -55,11 +56,12 @@ void it_sleep_ms(unsigned ms)
 
 /* ---------------------------------------------------------------- registry */
 
-static void child_add(pid_t pid)
+static void child_add(pid_t pid, const char *log_path)
 {
     for (int i = 0; i < IT_MAX_CHILDREN; i++) {
         if (g_children[i] == 0) {
             g_children[i] = pid;
+            snprintf(g_child_log[i], sizeof(g_child_log[i]), "%s", log_path);
             return;
         }
     }
@@ -118,15 +120,44 @@ static void kill_and_reap(pid_t pid)
     child_del(pid);
 }
 
+/* The last lines of a leftover child's stderr, to stdout: CI keeps a failed
+ * test's output, not its temporary directory. */
+static void print_log_tail(const char *path)
+{
+    size_t len = 0;
+    char *log = it_read_file(path, &len);
+    size_t from = len, lines = 0;
+
+    if (log == NULL)
+        return;
+    while (from > 0 && lines <= 30)
+        if (log[--from] == '\n')
+            lines++;
+    printf("harness: ---- the end of %s ----\n%s\nharness: ---- end ----\n", path,
+           log + from + (from > 0));
+    free(log);
+}
+
 void it_reap_all(void)
 {
     if (getpid() != g_main_pid)
         return;
     for (int i = 0; i < IT_MAX_CHILDREN; i++) {
-        if (g_children[i] != 0) {
-            fprintf(stderr, "harness: killing leftover child %d\n", (int)g_children[i]);
-            kill_and_reap(g_children[i]);
+        pid_t pid = g_children[i];
+        int wstatus;
+        if (pid == 0)
+            continue;
+        /* One that ended by itself (a server that crashed, say) is the
+         * likely cause of the failure that left it here. */
+        if (waitpid(pid, &wstatus, WNOHANG) == pid) {
+            printf("harness: leftover child %d had ended (status %d)\n", (int)pid,
+                   decode_status(wstatus));
+            print_log_tail(g_child_log[i]);
+            child_del(pid);
+            continue;
         }
+        fprintf(stderr, "harness: killing leftover child %d\n", (int)pid);
+        kill_and_reap(pid);
     }
 }
 
@@ -361,7 +392,7 @@ static pid_t spawn(const spawn_spec_t *sp)
         _exit(127);
     }
     free(env);
-    child_add(pid);
+    child_add(pid, sp->err_path);
     return pid;
 }
 
