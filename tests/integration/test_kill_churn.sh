@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Clients killed mid-transfer, three at a time, for CHURN_SECONDS (default 60):
+# Clients killed mid-transfer, three at a time, for CHURN_SECONDS (default 45):
 # 64 B and 4 MiB read benches and 1 MiB write benches, each SIGKILLed 0.2-0.5 s
 # after it starts. The server must keep running, serve a last client
 # byte-exact, and shut down cleanly. On UCX 1.13 with zero-copy sends this
@@ -8,7 +8,7 @@
 # Usage: test_kill_churn.sh REMORA_BIN
 set -u
 remora=$1
-seconds=${CHURN_SECONDS:-60}
+seconds=${CHURN_SECONDS:-45}
 dir=$(mktemp -d)
 pid=
 cleanup() {
