@@ -29,7 +29,8 @@
 # a failed health check of the live server.
 #
 # The no-token mode's seeds hold live worker addresses of this host, so they
-# are written afresh into BUILD_DIR/fuzz-boot-notoken-seeds on every run.
+# are written afresh into BUILD_DIR/fuzz-boot-notoken-seeds on every run. As
+# root that mode runs in a network namespace of its own (see isolated below).
 set -euo pipefail
 
 duration=${1:-60}
@@ -136,6 +137,25 @@ run_fuzzer() {
     echo "run.sh: $name: passed: ${runs:-?} runs in ${time:-$secs} s, no crash (log: $log)"
 }
 
+# isolated CMD...: CMD in a network namespace of its own with only loopback
+# up, where one can be made (root, unshare, ip), else as it is. The no-token
+# mode hands fuzzed worker addresses to UCX, which connects to whatever TCP
+# port of this machine they name and trusts what answers: on a machine with
+# other services listening it found those rather than remora's code
+# (docs/security.md 3.5). In the namespace the harness's server is alone.
+isolated() {
+    if [ "$isolate" = 1 ]; then
+        unshare -n sh -c 'ip link set lo up && exec "$@"' isolated "$@"
+    else
+        "$@"
+    fi
+}
+isolate=0
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v ip >/dev/null &&
+    unshare -n sh -c 'ip link set lo up' 2>/dev/null; then
+    isolate=1
+fi
+
 rc=0
 echo "run.sh: fuzzing ${duration}s: fuzz_wire ${wire_duration}s, fuzz_boot ${boot_duration}s per mode"
 run_fuzzer fuzz_wire "$wire_duration" "$build/fuzz_wire.log" \
@@ -162,14 +182,19 @@ if [ "$boot_duration" -gt 0 ]; then
     nt_seeds=$build/fuzz-boot-notoken-seeds
     nt_work=$build/fuzz-boot-notoken-corpus
     rm -rf "$nt_seeds" && mkdir -p "$nt_seeds" "$nt_work"
-    FUZZ_BOOT_NOTOKEN=1 FUZZ_BOOT_WRITE_SEEDS=$nt_seeds "$boot" -runs=0 "$nt_seeds" \
+    if [ "$isolate" = 1 ]; then
+        echo "run.sh: no-token mode in a network namespace of its own (loopback only)"
+    else
+        echo "run.sh: no-token mode beside this machine's listening ports (no namespace: not root, or no unshare/ip)"
+    fi
+    FUZZ_BOOT_NOTOKEN=1 FUZZ_BOOT_WRITE_SEEDS=$nt_seeds isolated "$boot" -runs=0 "$nt_seeds" \
         >"$build/fuzz_boot_notoken_seeds.log" 2>&1 ||
         { cat "$build/fuzz_boot_notoken_seeds.log" >&2; exit 1; }
     # Past findings first, replayed one by one, then fuzzing.
     FUZZ_BOOT_NOTOKEN=1 run_fuzzer fuzz_boot_findings 10 "$build/fuzz_boot_findings.log" \
-        "$boot" tests/fuzz/findings/* -detect_leaks=0 || rc=$?
+        isolated "$boot" tests/fuzz/findings/* -detect_leaks=0 || rc=$?
     FUZZ_BOOT_NOTOKEN=1 run_fuzzer fuzz_boot_notoken "$boot_duration" \
-        "$build/fuzz_boot_notoken.log" "$boot" "$nt_work" "$nt_seeds" -max_len=4096 \
+        "$build/fuzz_boot_notoken.log" isolated "$boot" "$nt_work" "$nt_seeds" -max_len=4096 \
         -detect_leaks=0 || rc=$?
 fi
 if [ "$rc" != 0 ]; then
