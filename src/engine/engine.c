@@ -926,6 +926,17 @@ int rm_ucx_at_least(unsigned major, unsigned minor)
     return ma > major || (ma == major && mi >= minor);
 }
 
+/* Connection-manager endpoints by default from UCX 1.16 on; REMORA_CM=1 or 0
+ * decides otherwise. UCX 1.13's manager crashed the server in about one test
+ * run in six when a client was killed while connecting (1.16 survived 600
+ * kills in a row: docs/performance.md, session 28). */
+int rm_ucx_cm_wanted(void)
+{
+    const char *opt = getenv("REMORA_CM");
+
+    return opt ? strcmp(opt, "1") == 0 : rm_ucx_at_least(1, 16);
+}
+
 /* A UCX boolean setting's value, as UCX reads it. */
 static int ucx_yes(const char *v)
 {
@@ -950,17 +961,8 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
      * failed wakes up from a stop; it runs only with heartbeats off. */
     if (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)
         ucp_config_modify(config, "KEEPALIVE_INTERVAL", ctx->hb_interval_ns ? "inf" : "1s");
-    /* With peer-failure handling, UCX gives worker-address endpoints no
-     * zero-copy lanes over TCP: rendezvous data goes as active-message
-     * fragments of one TCP segment each. UCX's 8 KiB segments cost a
-     * syscall and a header per 8 KiB; 256 KiB ones read 3x faster
-     * (docs/performance.md). The receive segment must hold a whole one.
-     * UCX takes transport settings here by their unprefixed names; only its
-     * TCP transport has these two. */
-    if (getenv("UCX_TCP_TX_SEG_SIZE") == NULL && getenv("UCX_TCP_RX_SEG_SIZE") == NULL) {
-        ucp_config_modify(config, "RX_SEG_SIZE", "512k");
-        ucp_config_modify(config, "TX_SEG_SIZE", "256k");
-    }
+    /* UCX's TCP segment sizes, which peers must agree on: tcp_segs.c. */
+    rm_tcp_segs_config(ctx, config);
     /* UCX 1.13's TCP transport handles a batch of socket events per pass.
      * Handling one can send on another endpoint (a rendezvous reply, RTR in,
      * data out on the connection the other way); if that peer has died, the
@@ -1041,6 +1043,7 @@ static ucs_status_t create_worker(remora_context_h ctx)
         (status = set_am_handler(ctx, RM_AM_ID_TO_SERVER)) != UCS_OK ||
         (status = set_am_handler(ctx, RM_AM_ID_TO_CLIENT)) != UCS_OK)
         return status;
+    rm_tcp_segs_known(ctx);
     return UCS_OK;
 }
 

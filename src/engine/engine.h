@@ -190,6 +190,8 @@ struct remora_context {
     int             shm_ok;          /* same-host mappings allowed (UCX may use shared memory) */
     int             ucx_cuda;        /* UCX handles CUDA memory (threads get a CUDA context) */
     int             connect_blocks;  /* UCX's TCP connect() blocks: peers are probed first */
+    uint32_t        tcp_tx_seg;      /* UCX's TCP segment sizes in bytes (tcp_segs.c); */
+    uint32_t        tcp_rx_seg;      /* 0: not known, or no TCP transport */
 
     /* Stream-ordered operations (src/gpu/stream.c), an upper layer: it sets
      * these on first use (under its own lock); the lower layers call them. */
@@ -294,6 +296,19 @@ void rm_engine_serving_remove(remora_context_h ctx, uint64_t instance);
 int rm_engine_serving(remora_context_h ctx, uint64_t instance);
 /* Whether the UCX loaded at run time is major.minor or later. */
 int rm_ucx_at_least(unsigned major, unsigned minor);
+/* Whether servers connect clients through UCX's connection manager
+ * (REMORA_CM, else from UCX 1.16 on) rather than by worker addresses. */
+int rm_ucx_cm_wanted(void);
+/* UCX's TCP segment sizes (tcp_segs.c): chosen into the UCX config (the
+ * environment's win) and recorded in the context; then, once the worker
+ * exists, forgotten if it has no TCP interface. */
+void rm_tcp_segs_config(remora_context_h ctx, ucp_config_t *config);
+void rm_tcp_segs_known(remora_context_h ctx);
+/* Whether a peer's TCP segments (from its hello; sent = 0: an older remora)
+ * and ours fit each other: REMORA_OK, or REMORA_ERR_UNSUPPORTED with why
+ * (n bytes) saying what does not fit and what to set. */
+remora_status_t rm_tcp_segs_fit(remora_context_h ctx, int sent, uint32_t peer_tx,
+                                uint32_t peer_rx, char *why, size_t n);
 /*
  * A GPU copy that takes no thread while it runs (staged transfers): it goes
  * on the context's own CUDA stream, and done(copy, status) runs with the lock

@@ -629,6 +629,7 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
 {
     rm_hello_t mine = {.proto_min = RM_PROTO_VERSION, .proto_max = RM_PROTO_VERSION}, theirs;
     unsigned major, minor, release;
+    char why[256];
     rm_boot_frame_t f;
     const uint8_t *body;
     uint32_t len;
@@ -637,6 +638,8 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
 
     ucp_get_version(&major, &minor, &release);
     mine.ucx_version = major << 16 | minor;
+    mine.tcp_tx_seg  = c->ctx->tcp_tx_seg;
+    mine.tcp_rx_seg  = c->ctx->tcp_rx_seg;
     memcpy(mine.host_id, c->ctx->host_id, RM_HOST_ID_LEN);
     rm_auth_nonce(mine.nonce);
     mine.flags = c->encrypt ? RM_HELLO_ENCRYPT : 0;
@@ -652,6 +655,11 @@ static remora_status_t handshake_hello(remora_client_h c, uint64_t deadline)
         return REMORA_ERR_PROTOCOL;
     if (theirs.proto_min > RM_PROTO_VERSION || theirs.proto_max < RM_PROTO_VERSION)
         return REMORA_ERR_VERSION;
+    if (rm_tcp_segs_fit(c->ctx, theirs.tcp_segs_sent, theirs.tcp_tx_seg, theirs.tcp_rx_seg, why,
+                        sizeof(why)) != REMORA_OK) {
+        rm_error("cannot connect to this server: %s", why);
+        return REMORA_ERR_UNSUPPORTED;
+    }
     if (theirs.flags & RM_HELLO_AUTH_REQUIRED) {
         st = handshake_auth(c, deadline, &mine, &theirs);
     } else if (c->token) {

@@ -1009,6 +1009,7 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
     rm_hello_t in, out = {0};
     rm_wbuf_t w;
     unsigned major, minor, release;
+    char why[256] = "";
     int rc;
 
     if (f->type != RM_BOOT_HELLO || rm_hello_decode(f->payload, f->len, &in) != 0)
@@ -1023,6 +1024,11 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
                 s->encrypt ? "does not use" : "asks for", s->encrypt ? "requires it" : "has it off");
         return conn_refuse(c, RM_BOOT_HELLO_REPLY, REMORA_ERR_ENCRYPTION);
     }
+    /* A client whose TCP segments do not fit ours gets our hello, so that it
+     * can say why itself, and then a refusal (older clients do not check). */
+    if (rm_tcp_segs_fit(s->ctx, in.tcp_segs_sent, in.tcp_tx_seg, in.tcp_rx_seg, why,
+                        sizeof(why)) != REMORA_OK)
+        rm_warn_peer("refusing client %s: %s", c->peer_host, why);
     memcpy(c->client_nonce, in.nonce, RM_NONCE_LEN);
     ucp_get_version(&major, &minor, &release);
     out.proto_min = out.proto_max = RM_PROTO_VERSION;
@@ -1030,6 +1036,8 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
                       RM_HELLO_STATS;
     out.instance    = s->instance;
     out.ucx_version = major << 16 | minor;
+    out.tcp_tx_seg  = s->ctx->tcp_tx_seg;
+    out.tcp_rx_seg  = s->ctx->tcp_rx_seg;
     memcpy(out.host_id, s->ctx->host_id, RM_HOST_ID_LEN);
     memcpy(out.nonce, c->server_nonce, RM_NONCE_LEN);
     rm_wbuf_init(&w);
@@ -1038,7 +1046,7 @@ static int boot_hello(rm_conn_t *c, const rm_boot_frame_t *f)
                   : rm_boot_send_reply(c->peer.sock.fd, RM_BOOT_HELLO_REPLY, 0, REMORA_OK, w.data,
                                        w.len);
     rm_wbuf_free(&w);
-    c->state = s->token ? CONN_AUTH : CONN_CONNECT;
+    c->state = why[0] ? CONN_MISFIT : s->token ? CONN_AUTH : CONN_CONNECT;
     return rc;
 }
 
@@ -1199,6 +1207,9 @@ static int conn_boot_step(rm_conn_t *c, const rm_boot_frame_t *f)
 {
     switch (c->state) {
     case CONN_HELLO:   return boot_hello(c, f);
+    case CONN_MISFIT:
+        return conn_refuse(c, f->type == RM_BOOT_AUTH ? RM_BOOT_AUTH_REPLY : RM_BOOT_CONNECT_REPLY,
+                           REMORA_ERR_UNSUPPORTED);
     case CONN_AUTH:    return boot_auth(c, f);
     case CONN_CONNECT: return boot_connect(c, f);
     /* The client's endpoint exists and its heartbeats may start before UCX
@@ -1582,17 +1593,6 @@ remora_status_t remora_server_create(remora_context_h ctx, const remora_server_p
     return server_create(ctx, params, NULL, server_p);
 }
 
-/* Connection-manager endpoints (conn_open_cm) by default from UCX 1.16 on;
- * REMORA_CM=1 or 0 decides otherwise. UCX 1.13's manager crashed the server
- * in about one test run in six when a client was killed while connecting
- * (1.16 survived 600 kills in a row: docs/performance.md, session 28). */
-static int server_wants_cm(void)
-{
-    const char *opt = getenv("REMORA_CM");
-
-    return opt ? strcmp(opt, "1") == 0 : rm_ucx_at_least(1, 16);
-}
-
 static remora_status_t server_create(remora_context_h ctx, const remora_server_params_t *params,
                                      remora_server_h main, remora_server_h *server_p)
 {
@@ -1610,7 +1610,7 @@ static remora_status_t server_create(remora_context_h ctx, const remora_server_p
     s->main           = main;
     s->instance       = main ? main->instance : rm_auth_random_u64(); /* one server to clients */
     s->born_ns        = rm_now_ns();
-    s->cm             = main ? main->cm : server_wants_cm(); /* one server to clients */
+    s->cm             = main ? main->cm : rm_ucx_cm_wanted(); /* one server to clients */
     if (params && (params->field_mask & REMORA_SERVER_FIELD_CONN_CB)) {
         s->conn_cb  = params->conn_cb;
         s->conn_arg = params->conn_arg;

@@ -53,6 +53,7 @@ typedef struct rm_retired {
  * connections have a UCX endpoint. */
 typedef enum {
     CONN_HELLO,
+    CONN_MISFIT,   /* its UCX's TCP segments do not fit ours: its next frame is refused */
     CONN_AUTH,
     CONN_CONNECT,
     CONN_REACH,    /* its worker address's interfaces are probed (engine/reach.h) */

@@ -320,6 +320,8 @@ void rm_hello_encode(rm_wbuf_t *w, const rm_hello_t *h)
     rm_wbuf_bytes(w, h->nonce, RM_NONCE_LEN);
     rm_wbuf_u64(w, h->instance);
     rm_wbuf_u32(w, h->ucx_version);
+    rm_wbuf_u32(w, h->tcp_tx_seg);
+    rm_wbuf_u32(w, h->tcp_rx_seg);
 }
 
 int rm_hello_decode(const void *buf, size_t len, rm_hello_t *h)
@@ -339,6 +341,9 @@ int rm_hello_decode(const void *buf, size_t len, rm_hello_t *h)
         memcpy(h->nonce, p, RM_NONCE_LEN);
     h->instance    = rm_rbuf_u64(&r);
     h->ucx_version = rm_rbuf_u32(&r);
+    h->tcp_segs_sent = !r.failed && r.left >= 8;
+    h->tcp_tx_seg    = h->tcp_segs_sent ? rm_rbuf_u32(&r) : 0;
+    h->tcp_rx_seg    = h->tcp_segs_sent ? rm_rbuf_u32(&r) : 0;
     /* Trailing bytes are allowed: a later version may append fields. */
     return r.failed || h->proto_min > h->proto_max ? -1 : 0;
 }

@@ -206,6 +206,11 @@ typedef struct rm_hello {
     uint64_t instance;             /* server: random per server object (0 from clients):
                                       a client tells a restarted server from the same one */
     uint32_t ucx_version;          /* the sender's UCX runtime, major << 16 | minor */
+    /* The sender's UCX TCP segment sizes in bytes, 0 where not known (no
+     * TCP transport, a setting not understood). Appended after the first
+     * 70 bytes; tcp_segs_sent is 0 for a peer that sends none (older). */
+    uint32_t tcp_tx_seg, tcp_rx_seg;
+    uint8_t  tcp_segs_sent;
 } rm_hello_t;
 
 /* AUTH_REQUIRED (server): a token is due. ENCRYPT (either side): this side

@@ -190,7 +190,8 @@ static void fuzz_hdr(const uint8_t *in, size_t n)
 
 /* ------------------------------------------------------------- hello */
 
-#define HELLO_LEN (4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN + 8 + 4) /* 70 */
+#define HELLO_LEN (4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN + 8 + 4) /* 70: an older peer's */
+#define HELLO_SEGS_LEN (HELLO_LEN + 4 + 4) /* 78: with the TCP segment sizes */
 
 static void fuzz_hello(const uint8_t *in, size_t n)
 {
@@ -205,9 +206,13 @@ static void fuzz_hello(const uint8_t *in, size_t n)
         return;
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &h);
+    CHECK(h.tcp_segs_sent == (n >= HELLO_SEGS_LEN));
+    if (!h.tcp_segs_sent)
+        CHECK(h.tcp_tx_seg == 0 && h.tcp_rx_seg == 0);
     if (!w.failed) {
-        CHECK(w.len == HELLO_LEN);
-        CHECK(memcmp(w.data, in, HELLO_LEN) == 0); /* trailing input bytes are ignored */
+        CHECK(w.len == HELLO_SEGS_LEN);
+        /* trailing input bytes are ignored; absent sizes are sent as 0 */
+        CHECK(memcmp(w.data, in, h.tcp_segs_sent ? HELLO_SEGS_LEN : HELLO_LEN) == 0);
     }
     rm_wbuf_free(&w);
 }

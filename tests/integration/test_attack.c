@@ -319,7 +319,7 @@ static void test_pre_auth_no_endpoint(void **state)
     rm_wbuf_free(&w);
     assert_int_equal(rb_recv(&b, WAIT_MS, false, &f), 0);
     assert_int_equal(f.type, RM_BOOT_HELLO_REPLY);
-    assert_int_equal(f.len, 4 + 70); /* status and hello: no worker address */
+    assert_int_equal(f.len, 4 + 78); /* status and hello: no worker address */
     rm_hello_t theirs;
     assert_int_equal(rm_hello_decode(f.payload + 4, f.len - 4, &theirs), 0);
     assert_true(theirs.flags & RM_HELLO_AUTH_REQUIRED);

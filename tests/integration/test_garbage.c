@@ -45,7 +45,7 @@
 #define BOOT_TIMEOUT_MS 5000
 enum { T_HELLO = 1, T_HELLO_REPLY = 2, T_AUTH = 3, T_CONNECT = 5, T_CONNECT_REPLY = 6,
        T_HEARTBEAT = 7 };
-#define HELLO_LEN 70u
+#define HELLO_LEN 78u /* TCP segment sizes 0: not known, not checked (§4.2) */
 
 static int tcp_connect(const char *addr)
 {
@@ -151,7 +151,7 @@ static void boot_hdr(uint8_t *p, uint16_t version, uint8_t type, uint8_t flags, 
         p[8 + i] = (uint8_t)(len >> (8 * i));
 }
 
-/* A complete HELLO frame (12 + 70 bytes) for protocol 2..2. */
+/* A complete HELLO frame (12 + 78 bytes) for protocol 2..2. */
 static size_t hello_frame(uint8_t *p)
 {
     boot_hdr(p, BOOT_VERSION, T_HELLO, 0, HELLO_LEN);

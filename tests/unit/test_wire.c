@@ -621,6 +621,8 @@ static rm_hello_t sample_hello(void)
         h.nonce[i] = (uint8_t)(0x80 + i);
     h.instance    = 0x0102030405060708ull;
     h.ucx_version = 1u << 16 | 13u; /* UCX 1.13 */
+    h.tcp_tx_seg  = 256u << 10;
+    h.tcp_rx_seg  = 512u << 10;
     return h;
 }
 
@@ -632,21 +634,23 @@ static int hello_decode_exact(const void *buf, size_t len, rm_hello_t *h)
     return rc;
 }
 
-/* A hello survives a round trip; it is 70 bytes: magic "RMRA" LE, versions,
- * flags, host id, nonce, u64 instance, u32 UCX version. */
+/* A hello survives a round trip; it is 78 bytes: magic "RMRA" LE, versions,
+ * flags, host id, nonce, u64 instance, u32 UCX version, then the u32 TCP
+ * segment sizes (sent and received). */
 static void test_hello_round_trip(void **state)
 {
     static const uint8_t head[] = {0x52, 0x4d, 0x52, 0x41, 1, 0, 3, 0, 1, 0};
     static const uint8_t tail[] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
-                                   0x0d, 0x00, 0x01, 0x00};
+                                   0x0d, 0x00, 0x01, 0x00, 0x00, 0x00, 0x04, 0x00,
+                                   0x00, 0x00, 0x08, 0x00};
     rm_hello_t in = sample_hello(), out;
     rm_wbuf_t w;
 
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &in);
     assert_int_equal(w.failed, 0);
-    assert_int_equal(w.len, 70);
-    assert_int_equal(w.len, 4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN + 8 + 4);
+    assert_int_equal(w.len, 78);
+    assert_int_equal(w.len, 4 + 2 + 2 + 2 + RM_HOST_ID_LEN + RM_NONCE_LEN + 8 + 4 + 4 + 4);
     assert_memory_equal(w.data, head, sizeof(head));
     assert_memory_equal(w.data + 10, in.host_id, RM_HOST_ID_LEN);
     assert_memory_equal(w.data + 10 + RM_HOST_ID_LEN, in.nonce, RM_NONCE_LEN);
@@ -661,6 +665,9 @@ static void test_hello_round_trip(void **state)
     assert_memory_equal(out.nonce, in.nonce, RM_NONCE_LEN);
     assert_true(out.instance == in.instance);
     assert_int_equal(out.ucx_version, in.ucx_version);
+    assert_int_equal(out.tcp_segs_sent, 1);
+    assert_int_equal(out.tcp_tx_seg, in.tcp_tx_seg);
+    assert_int_equal(out.tcp_rx_seg, in.tcp_rx_seg);
 
     /* proto_min == proto_max (the server's choice) is fine too. */
     in.proto_min = in.proto_max = 2;
@@ -714,7 +721,8 @@ static void test_hello_min_above_max(void **state)
     rm_wbuf_free(&w);
 }
 
-/* Every truncation of a hello is rejected. */
+/* Every truncation into the first 70 bytes is rejected. A hello of 70 to 77
+ * bytes is an older peer's: valid, with no TCP segment sizes. */
 static void test_hello_truncated(void **state)
 {
     rm_hello_t in = sample_hello(), out;
@@ -722,8 +730,16 @@ static void test_hello_truncated(void **state)
 
     rm_wbuf_init(&w);
     rm_hello_encode(&w, &in);
-    for (size_t n = 0; n < w.len; n++)
+    for (size_t n = 0; n < 70; n++)
         assert_int_equal(hello_decode_exact(w.data, n, &out), -1);
+    for (size_t n = 70; n < w.len; n++) {
+        memset(&out, 0xff, sizeof(out));
+        assert_int_equal(hello_decode_exact(w.data, n, &out), 0);
+        assert_int_equal(out.tcp_segs_sent, 0);
+        assert_int_equal(out.tcp_tx_seg, 0);
+        assert_int_equal(out.tcp_rx_seg, 0);
+        assert_int_equal(out.ucx_version, in.ucx_version);
+    }
     rm_wbuf_free(&w);
 }
 
