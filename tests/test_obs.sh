@@ -40,6 +40,14 @@ stop() {
 }
 
 # jq-less checks: python3 EXPR over the JSON object in file F ("d").
+# wait_line FILE REGEX: until a line of FILE matches (at most 5 s). A client
+# that exits has closed its connection, but the server may not have seen it
+# yet; a server stopped before then closes it itself, and logs nothing for it.
+wait_line() {
+  for _ in $(seq 100); do grep -Eq "$2" "$1" && return 0; sleep 0.05; done
+  return 1
+}
+
 check_json() {
   python3 - "$1" "$2" <<'EOF' || fail "check $2 on $(cat "$1")"
 import json, sys
@@ -266,11 +274,13 @@ EOF
 connlog)
   start s serve --listen 127.0.0.1:0 --region a=64K
   "$remora" ping "$addr" -n 1 >/dev/null || fail "ping"
+  wait_line "$tmp/s.err" '^remora serve: client 127\.0\.0\.1:[0-9]+ disconnected'
   stop "$last_pid"
   grep -Eq '^remora serve: client 127\.0\.0\.1:[0-9]+ connected' "$tmp/s.err" || { cat "$tmp/s.err"; fail "no connect line"; }
   grep -Eq '^remora serve: client 127\.0\.0\.1:[0-9]+ disconnected' "$tmp/s.err" || { cat "$tmp/s.err"; fail "no disconnect line"; }
   start t stream serve --listen 127.0.0.1:0 --ring r=64x16 --rate 100
   "$remora" stream read "$addr/r" --count 3 >/dev/null || fail "stream read"
+  wait_line "$tmp/t.err" '^remora stream serve: client 127\.0\.0\.1:[0-9]+ disconnected'
   stop "$last_pid"
   grep -Eq '^remora stream serve: client 127\.0\.0\.1:[0-9]+ connected' "$tmp/t.err" || { cat "$tmp/t.err"; fail "no stream connect line"; }
   grep -Eq '^remora stream serve: client 127\.0\.0\.1:[0-9]+ disconnected' "$tmp/t.err" || { cat "$tmp/t.err"; fail "no stream disconnect line"; }
