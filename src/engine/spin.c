@@ -133,6 +133,10 @@ void rm_spin_table_give(rm_spin_table_t *t, int slot)
 static rm_spin_table_t *proc_table;
 static pthread_once_t   proc_once = PTHREAD_ONCE_INIT;
 static _Thread_local int held = -1;
+/* Slots this process's threads hold now, and have taken since it started
+ * (rm_spin_held, tests/integration/test_in_process.c). */
+static atomic_uint held_here;
+static atomic_ulong taken_here;
 
 /* A child of fork() does not hold its parent's slot. */
 static void forget_in_child(void) { held = -1; }
@@ -167,7 +171,11 @@ int rm_spin_take(void)
     if (proc_table == NULL)
         return 1;
     held = rm_spin_table_take(proc_table);
-    return held >= 0;
+    if (held < 0)
+        return 0;
+    atomic_fetch_add_explicit(&held_here, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&taken_here, 1, memory_order_relaxed);
+    return 1;
 }
 
 void rm_spin_give(void)
@@ -176,6 +184,14 @@ void rm_spin_give(void)
         return;
     rm_spin_table_give(proc_table, held);
     held = -1;
+    atomic_fetch_sub_explicit(&held_here, 1, memory_order_relaxed);
+}
+
+unsigned rm_spin_held(unsigned long *taken_p)
+{
+    if (taken_p)
+        *taken_p = atomic_load_explicit(&taken_here, memory_order_relaxed);
+    return atomic_load_explicit(&held_here, memory_order_relaxed);
 }
 
 unsigned rm_spin_slots(void)

@@ -58,5 +58,10 @@ int  rm_spin_take(void);
 void rm_spin_give(void);
 /* How many slots the process's table has; 0: no table, no limit. */
 unsigned rm_spin_slots(void);
+/* How many slots this process's threads hold now; *taken_p (if not NULL):
+ * how many times they took one since the process started. For tests: a
+ * thread that sleeps holding a slot keeps every other process on the host
+ * from spinning. */
+unsigned rm_spin_held(unsigned long *taken_p);
 
 #endif

@@ -6,17 +6,20 @@
  * (REMORA_CM=0, the default before) the connect fails cleanly with
  * REMORA_ERR_UNSUPPORTED instead of mixing up the two roles.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include <remora/remora.h>
 
+#include "engine/spin.h"
 #include "remote/server.h"
 
 typedef struct {
@@ -87,11 +90,52 @@ static void test_same_context(void **state)
     remora_client_disconnect(c);
 }
 
+/* Spin slots (src/engine/spin.h) are given back: once reads are done and
+ * the server's and client's progress threads have gone to sleep, no thread
+ * of this process holds one. Where no table is open (REMORA_SPIN_SLOTS=0,
+ * 8 cores or more by default) or other processes held every slot throughout,
+ * nothing was taken and the test says so and skips. */
+static void test_spin_slots_given_back(void **state)
+{
+    fixture_t *f = *state;
+    remora_context_h ctx;
+    remora_client_h c;
+    static uint8_t buf[64 << 10];
+    unsigned long before, after;
+    unsigned held = 0;
+
+    if (rm_spin_slots() == 0) {
+        printf("# no spin-slot table in this process (REMORA_SPIN_SLOTS)\n");
+        skip();
+    }
+    rm_spin_held(&before);
+    assert_int_equal(remora_context_create(NULL, &ctx), REMORA_OK);
+    assert_int_equal(remora_client_connect(ctx, f->addr, NULL, &c), REMORA_OK);
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(remora_client_read(c, "r", 0, buf, sizeof(buf)), REMORA_OK);
+    rm_spin_held(&after);
+    if (after == before) {
+        printf("# no slot was free during the reads (other processes held all %u)\n",
+               rm_spin_slots());
+        skip();
+    }
+    /* Idle: every thread gives its slot back before it sleeps. */
+    for (int i = 0; i < 200 && (held = rm_spin_held(NULL)) != 0; i++)
+        usleep(10000);
+    printf("# %lu slots taken during 200 reads; held once idle: %u\n", after - before,
+           held);
+    assert_int_equal(held, 0);
+    remora_client_disconnect(c);
+    remora_context_destroy(ctx);
+    assert_int_equal(rm_spin_held(NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_context_reads_exact_bytes),
         cmocka_unit_test(test_same_context),
+        cmocka_unit_test(test_spin_slots_given_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
