@@ -25,10 +25,10 @@
 #include "engine.h"
 #include "ucx_addr.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include <ucs/config/parser.h>
 
 /* UCX's defaults, and what remora picks for worker-address endpoints (and
  * what every remora before the hello carried sizes used). */
@@ -37,48 +37,35 @@
 #define SEG_OLD_TX  (256u << 10)
 #define SEG_OLD_RX  (512u << 10)
 
-/* A UCX memory-units setting ("64k", "65536", "1MB") in bytes; 0 for what
- * this does not read ("auto", "inf", fractions) or past 4 GiB. */
+/* A UCX memory-units setting in bytes, read by the parser UCX reads it
+ * with; 0 for "auto", "inf" or past 4 GiB (not known, not checked). */
 static uint32_t memunits(const char *s)
 {
-    char *end;
-    unsigned long long v;
-    unsigned shift = 0;
+    size_t v;
 
-    if (s == NULL || !isdigit((unsigned char)*s))
-        return 0;
-    v = strtoull(s, &end, 10);
-    switch (tolower((unsigned char)*end)) {
-    case 'k': shift = 10; end++; break;
-    case 'm': shift = 20; end++; break;
-    case 'g': shift = 30; end++; break;
-    default:  break;
-    }
-    if (tolower((unsigned char)*end) == 'b')
-        end++;
-    if (*end != '\0' || v > (UINT32_MAX >> shift))
-        return 0;
-    return (uint32_t)(v << shift);
+    return ucs_config_sscanf_memunits(s, &v, NULL) && v <= UINT32_MAX ? (uint32_t)v : 0;
 }
 
 void rm_tcp_segs_config(remora_context_h ctx, ucp_config_t *config)
 {
     const char *tx = getenv("UCX_TCP_TX_SEG_SIZE"), *rx = getenv("UCX_TCP_RX_SEG_SIZE");
-    /* REMORA_CM=0 (or UCX before 1.16) means worker-address endpoints. */
-    int zcopy_lanes = rm_ucx_cm_wanted();
+    char v[16];
 
-    if (tx == NULL && rx == NULL) {
-        /* UCX takes transport settings here by their unprefixed names; only
-         * its TCP transport has these two. */
-        ucp_config_modify(config, "TX_SEG_SIZE", zcopy_lanes ? "8k" : "256k");
-        ucp_config_modify(config, "RX_SEG_SIZE", zcopy_lanes ? "64k" : "512k");
-        ctx->tcp_tx_seg = zcopy_lanes ? SEG_UCX_TX : SEG_OLD_TX;
-        ctx->tcp_rx_seg = zcopy_lanes ? SEG_UCX_RX : SEG_OLD_RX;
+    if (tx != NULL || rx != NULL) { /* the user's: the one not set keeps UCX's default */
+        ctx->tcp_tx_seg = tx ? memunits(tx) : SEG_UCX_TX;
+        ctx->tcp_rx_seg = rx ? memunits(rx) : SEG_UCX_RX;
         return;
     }
-    /* The user's: the one not set keeps UCX's default. */
-    ctx->tcp_tx_seg = tx ? memunits(tx) : SEG_UCX_TX;
-    ctx->tcp_rx_seg = rx ? memunits(rx) : SEG_UCX_RX;
+    /* REMORA_CM=0 (or UCX before 1.16) means worker-address endpoints. */
+    int zcopy_lanes = rm_ucx_cm_wanted();
+    ctx->tcp_tx_seg = zcopy_lanes ? SEG_UCX_TX : SEG_OLD_TX;
+    ctx->tcp_rx_seg = zcopy_lanes ? SEG_UCX_RX : SEG_OLD_RX;
+    /* UCX takes transport settings here by their unprefixed names; only its
+     * TCP transport has these two. */
+    snprintf(v, sizeof(v), "%u", ctx->tcp_tx_seg);
+    ucp_config_modify(config, "TX_SEG_SIZE", v);
+    snprintf(v, sizeof(v), "%u", ctx->tcp_rx_seg);
+    ucp_config_modify(config, "RX_SEG_SIZE", v);
 }
 
 static void count_one(void *arg, const struct sockaddr_storage *ss)
@@ -101,6 +88,20 @@ static unsigned kib(uint32_t bytes)
     return (bytes + 1023) >> 10;
 }
 
+/* One side's sends do not fit the other's receive segments: why, and the
+ * setting (var) to change on this side to value bytes. */
+static remora_status_t misfit(char *why, size_t n, const char *sender, uint32_t sends,
+                              const char *receiver, uint32_t receives, const char *var,
+                              uint32_t value)
+{
+    snprintf(why, n,
+             "%s UCX sends TCP segments of %u KiB, larger than %s receive segments (%u KiB): "
+             "set %s=%uk here, or run both on one remora and UCX version with one REMORA_CM "
+             "(remora uses 8k/64k with UCX's connection manager, 256k/512k without)",
+             sender, kib(sends), receiver, kib(receives), var, kib(value));
+    return REMORA_ERR_UNSUPPORTED;
+}
+
 remora_status_t rm_tcp_segs_fit(remora_context_h ctx, int sent, uint32_t peer_tx,
                                 uint32_t peer_rx, char *why, size_t n)
 {
@@ -108,23 +109,11 @@ remora_status_t rm_tcp_segs_fit(remora_context_h ctx, int sent, uint32_t peer_tx
         peer_tx = SEG_OLD_TX;
         peer_rx = SEG_OLD_RX;
     }
-    if (ctx->tcp_rx_seg && peer_tx > ctx->tcp_rx_seg) {
-        snprintf(why, n,
-                 "the peer's UCX sends TCP segments of %u KiB, larger than this side's "
-                 "receive segments (%u KiB): set UCX_TCP_RX_SEG_SIZE=%uk here, or run both "
-                 "on one remora and UCX version with one REMORA_CM (remora uses 8k/64k with "
-                 "UCX's connection manager, 256k/512k without)",
-                 kib(peer_tx), kib(ctx->tcp_rx_seg), kib(peer_tx));
-        return REMORA_ERR_UNSUPPORTED;
-    }
-    if (peer_rx && ctx->tcp_tx_seg > peer_rx) {
-        snprintf(why, n,
-                 "this side's UCX sends TCP segments of %u KiB, larger than the peer's "
-                 "receive segments (%u KiB): set UCX_TCP_TX_SEG_SIZE=%uk here, or run both "
-                 "on one remora and UCX version with one REMORA_CM (remora uses 8k/64k with "
-                 "UCX's connection manager, 256k/512k without)",
-                 kib(ctx->tcp_tx_seg), kib(peer_rx), kib(peer_rx));
-        return REMORA_ERR_UNSUPPORTED;
-    }
+    if (ctx->tcp_rx_seg && peer_tx > ctx->tcp_rx_seg)
+        return misfit(why, n, "the peer's", peer_tx, "this side's", ctx->tcp_rx_seg,
+                      "UCX_TCP_RX_SEG_SIZE", peer_tx);
+    if (peer_rx && ctx->tcp_tx_seg > peer_rx)
+        return misfit(why, n, "this side's", ctx->tcp_tx_seg, "the peer's", peer_rx,
+                      "UCX_TCP_TX_SEG_SIZE", peer_rx);
     return REMORA_OK;
 }
