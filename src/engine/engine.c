@@ -985,6 +985,17 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
      * UCX_ZCOPY_THRESH wins. */
     if (getenv("UCX_ZCOPY_THRESH") == NULL && !rm_ucx_at_least(1, 16))
         ucp_config_modify(config, "ZCOPY_THRESH", "inf");
+    /* UCX 1.13's protocols v2 (opt-in before 1.16: UCX_PROTO_ENABLE=y)
+     * overflow a stack buffer inside ucp_am_send_nbx for every message sent
+     * with UCP_AM_SEND_FLAG_REPLY, which all of ours are: a process that
+     * opted in aborted on its first send ("stack smashing detected"), a
+     * server on its first reply. UCX 1.16 has them on by default, sound. */
+    const char *v2 = getenv("UCX_PROTO_ENABLE");
+    if (v2 != NULL && ucx_yes(v2) && !rm_ucx_at_least(1, 16)) {
+        rm_warn("UCX_PROTO_ENABLE=%s ignored: this UCX's protocols v2 abort on remora's "
+                "messages (UCX 1.16 and later use them by default)", v2);
+        ucp_config_modify(config, "PROTO_ENABLE", "n");
+    }
     /* UCX's TCP transport connects inside ucp_ep_create with a blocking
      * connect(): an interface of the peer's that drops SYNs holds the
      * thread for minutes. UCX 1.16 connects without blocking and passes our
