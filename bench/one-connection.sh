@@ -11,6 +11,10 @@
 # share of a core each side spent in user space and in the kernel, for a
 # longer `ucp_am_bw` (its client sends, its server receives) and for remora's
 # default (the server sends, the client receives), each over its wall time.
+# With PERF set (a perf binary, e.g. PERF=perf; the GPU hosts have none:
+# scripts/gpu-deps.sh --perf bundles Debian's), last: where each side's time
+# goes, a `perf record` of 3 s of each of the four processes, printed as the
+# share of its samples per library and its top symbols.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -102,3 +106,30 @@ for n in am_bw "${names[@]}" depth8 cold; do
   m=$(med "$n")
   printf '%-10s %8.3f %7.2fx\n' "$n" "$m" "$(awk -v a="$m" -v b="$ref" 'BEGIN { print (b > 0 ? a / b : 0) }')"
 done
+
+# profile NAME PID: 3 s of PID's samples; its shares per library and top symbols
+profile() {
+  $PERF record -q -F 1999 -o "$tmp/$1.data" -p "$2" -- sleep 3 >/dev/null 2>&1 || { echo "  $1: perf record failed"; return; }
+  echo "  $1 (share of its samples per library, then its top symbols):"
+  $PERF report -i "$tmp/$1.data" --no-children --sort dso --stdio 2>/dev/null | awk '/%/ && n++ < 6 { print "    " $0 }'
+  $PERF report -i "$tmp/$1.data" --no-children --sort dso,sym --stdio 2>/dev/null | awk '/%/ && n++ < 10 { print "    " $0 }'
+}
+if [ -n "${PERF:-}" ]; then
+  echo "where the time goes (perf, 3 s of each side at full load):"
+  ( sleep 0.5; profile remora_server "${pids[0]}" ) &
+  pf=$!
+  "$remora" bench "${addr[default]}/hot" --size 1M --depth 4 --seconds 5 --json >/dev/null &
+  rb=$!
+  sleep 0.5; profile remora_client "$rb" >"$tmp/p.client"
+  wait "$pf" "$rb"; cat "$tmp/p.client"
+  port=$((port + 1))
+  ucx_perftest -p $port >/dev/null 2>&1 &
+  pr=$!
+  sleep 0.4
+  ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n 25000 >/dev/null 2>&1 &
+  ps=$!
+  sleep 0.5; profile am_bw_receiver "$pr" >"$tmp/p.recv" & pf=$!
+  profile am_bw_sender "$ps"
+  wait "$pf" "$ps" "$pr" 2>/dev/null || true
+  cat "$tmp/p.recv"
+fi
