@@ -126,10 +126,13 @@ if [ -n "${PERF:-}" ]; then
   ucx_perftest -p $port >/dev/null 2>&1 &
   pr=$!
   sleep 0.4
-  ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n 25000 >/dev/null 2>&1 &
+  # long enough on any machine; stopped once both sides are profiled
+  ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n 10000000 >/dev/null 2>&1 &
   ps=$!
   sleep 0.5; profile am_bw_receiver "$pr" >"$tmp/p.recv" & pf=$!
   profile am_bw_sender "$ps"
-  wait "$pf" "$ps" "$pr" 2>/dev/null || true
+  wait "$pf"
+  kill "$ps" "$pr" 2>/dev/null || true
+  wait "$ps" "$pr" 2>/dev/null || true
   cat "$tmp/p.recv"
 fi
