@@ -944,6 +944,65 @@ static int ucx_yes(const char *v)
            strcmp(v, "1") == 0;
 }
 
+/* UCX's TCP transport: the segments peers agree on, socket events per
+ * pass, connects. */
+static void config_tcp(remora_context_h ctx, ucp_config_t *config)
+{
+    /* UCX's TCP segment sizes, which peers must agree on: tcp_segs.c. */
+    rm_tcp_segs_config(ctx, config);
+    /* UCX 1.13's TCP transport handles a batch of socket events per pass.
+     * Handling one can send on another endpoint (a rendezvous reply, RTR in,
+     * data out on the connection the other way); if that peer has died, the
+     * send marks its endpoint closed while its hang-up is still due in the
+     * batch, and UCX aborts (tcp_iface.c:307, "conn_state != CLOSED"; a
+     * server whose ring subscribers were killed mid-push, 3 runs in 8 of
+     * 16 x 40 kills). Our own sends from its callbacks (a ring push started
+     * by another's completion) can do the same. One event a pass leaves no
+     * stale event for either: a failed endpoint is out of the event set
+     * before the next epoll_wait. */
+    if (getenv("UCX_TCP_MAX_POLL") == NULL)
+        ucp_config_modify(config, "MAX_POLL", "1");
+    /* UCX's TCP transport connects inside ucp_ep_create with a blocking
+     * connect(): an interface of the peer's that drops SYNs holds the
+     * thread for minutes. UCX 1.16 connects without blocking and passes our
+     * suite so; 1.13 then aborts in ucp_worker_destroy on a wire-up reply
+     * left pending (docs/security.md 3.5). Where connects block, peers'
+     * interfaces are probed first (reach.h). */
+    const char *nb = getenv("UCX_TCP_CONN_NB");
+    ctx->connect_blocks = nb ? !ucx_yes(nb) : !rm_ucx_at_least(1, 16);
+    if (nb == NULL && !ctx->connect_blocks)
+        ucp_config_modify(config, "CONN_NB", "y");
+}
+
+/* What UCX before 1.16 needs so that no peer, and no setting, aborts the
+ * process inside it. */
+static void config_old_ucx(ucp_config_t *config)
+{
+    if (rm_ucx_at_least(1, 16))
+        return;
+    /* UCX 1.13 fails a dead peer's send requests while a zero-copy TCP send
+     * of one is still UCX's own, and that send's later completion aborts
+     * the process (uct_iface.h:884 "comp->count > 0"): clients killed
+     * mid-transfer, three at a time, took a server down within two minutes
+     * in each of 3 runs, and in none of 3 with copied sends
+     * (docs/security.md 3.5). Copying costs about a third of one
+     * connection's loopback throughput. Not seen on 1.16; the user's
+     * UCX_ZCOPY_THRESH wins. */
+    if (getenv("UCX_ZCOPY_THRESH") == NULL)
+        ucp_config_modify(config, "ZCOPY_THRESH", "inf");
+    /* UCX 1.13's protocols v2 (opt-in before 1.16: UCX_PROTO_ENABLE=y)
+     * overflow a stack buffer inside ucp_am_send_nbx for every message sent
+     * with UCP_AM_SEND_FLAG_REPLY, which all of ours are: a process that
+     * opted in aborted on its first send ("stack smashing detected"), a
+     * server on its first reply. UCX 1.16 has them on by default, sound. */
+    const char *v2 = getenv("UCX_PROTO_ENABLE");
+    if (v2 != NULL && ucx_yes(v2)) {
+        rm_warn("UCX_PROTO_ENABLE=%s ignored: this UCX's protocols v2 abort on remora's "
+                "messages (UCX 1.16 and later use them by default)", v2);
+        ucp_config_modify(config, "PROTO_ENABLE", "n");
+    }
+}
+
 static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const char *bind_host)
 {
     ucp_config_t *config;
@@ -961,51 +1020,8 @@ static ucs_status_t create_ucp(remora_context_h ctx, const char *name, const cha
      * failed wakes up from a stop; it runs only with heartbeats off. */
     if (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)
         ucp_config_modify(config, "KEEPALIVE_INTERVAL", ctx->hb_interval_ns ? "inf" : "1s");
-    /* UCX's TCP segment sizes, which peers must agree on: tcp_segs.c. */
-    rm_tcp_segs_config(ctx, config);
-    /* UCX 1.13's TCP transport handles a batch of socket events per pass.
-     * Handling one can send on another endpoint (a rendezvous reply, RTR in,
-     * data out on the connection the other way); if that peer has died, the
-     * send marks its endpoint closed while its hang-up is still due in the
-     * batch, and UCX aborts (tcp_iface.c:307, "conn_state != CLOSED"; a
-     * server whose ring subscribers were killed mid-push, 3 runs in 8 of
-     * 16 x 40 kills). Our own sends from its callbacks (a ring push started
-     * by another's completion) can do the same. One event a pass leaves no
-     * stale event for either: a failed endpoint is out of the event set
-     * before the next epoll_wait. */
-    if (getenv("UCX_TCP_MAX_POLL") == NULL)
-        ucp_config_modify(config, "MAX_POLL", "1");
-    /* UCX 1.13 fails a dead peer's send requests while a zero-copy TCP send
-     * of one is still UCX's own, and that send's later completion aborts
-     * the process (uct_iface.h:884 "comp->count > 0"): clients killed
-     * mid-transfer, three at a time, took a server down within two minutes
-     * in each of 3 runs, and in none of 3 with copied sends
-     * (docs/security.md 3.5). Copying costs about a third of one
-     * connection's loopback throughput. Not seen on 1.16; the user's
-     * UCX_ZCOPY_THRESH wins. */
-    if (getenv("UCX_ZCOPY_THRESH") == NULL && !rm_ucx_at_least(1, 16))
-        ucp_config_modify(config, "ZCOPY_THRESH", "inf");
-    /* UCX 1.13's protocols v2 (opt-in before 1.16: UCX_PROTO_ENABLE=y)
-     * overflow a stack buffer inside ucp_am_send_nbx for every message sent
-     * with UCP_AM_SEND_FLAG_REPLY, which all of ours are: a process that
-     * opted in aborted on its first send ("stack smashing detected"), a
-     * server on its first reply. UCX 1.16 has them on by default, sound. */
-    const char *v2 = getenv("UCX_PROTO_ENABLE");
-    if (v2 != NULL && ucx_yes(v2) && !rm_ucx_at_least(1, 16)) {
-        rm_warn("UCX_PROTO_ENABLE=%s ignored: this UCX's protocols v2 abort on remora's "
-                "messages (UCX 1.16 and later use them by default)", v2);
-        ucp_config_modify(config, "PROTO_ENABLE", "n");
-    }
-    /* UCX's TCP transport connects inside ucp_ep_create with a blocking
-     * connect(): an interface of the peer's that drops SYNs holds the
-     * thread for minutes. UCX 1.16 connects without blocking and passes our
-     * suite so; 1.13 then aborts in ucp_worker_destroy on a wire-up reply
-     * left pending (docs/security.md 3.5). Where connects block, peers'
-     * interfaces are probed first (reach.h). */
-    const char *nb = getenv("UCX_TCP_CONN_NB");
-    ctx->connect_blocks = nb ? !ucx_yes(nb) : !rm_ucx_at_least(1, 16);
-    if (nb == NULL && !ctx->connect_blocks)
-        ucp_config_modify(config, "CONN_NB", "y");
+    config_tcp(ctx, config);
+    config_old_ucx(config);
     ucp_params_t params = {
         .field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                              UCP_PARAM_FIELD_NAME,
