@@ -4,7 +4,7 @@
 # processes over loopback. One case per CTest entry:
 #   test_obs.sh REMORA_BIN SRC_DIR CASE
 # CASE: counters | token | metrics | metricsslow | connlog | help |
-#       didyoumean | notring | portinuse | json | config
+#       didyoumean | notring | portinuse | notransport | json | config
 # Every case prints PASS or FAIL lines and exits non-zero on a failure.
 set -u
 remora=$1
@@ -339,6 +339,20 @@ portinuse)
     [ "$(wc -l <"$tmp/e")" -eq 1 ] || { cat "$tmp/e"; fail "$c: more than one line"; }
   done
   pass "a port in use is said in one line, without internal log lines"
+  stop "$last_pid"
+  ;;
+notransport)
+  # A client whose UCX keeps only transports that cannot report a dead peer
+  # (shared memory): refused at connect, both sides saying why; the server
+  # serves the next client.
+  start s serve --listen 127.0.0.1:0 --region a=4K
+  UCX_TLS=sm,self timeout 30 "$remora" ls "$addr" >/dev/null 2>"$tmp/e"; rc=$?
+  [ $rc -eq 1 ] || { cat "$tmp/e"; fail "exit $rc"; }
+  grep -Eq "no UCX transport (in common|here reaches)" "$tmp/e" || { cat "$tmp/e"; fail "client: no reason"; }
+  grep -q "UCX  WARN" "$tmp/e" && { cat "$tmp/e"; fail "client: UCX warned of settings no transport took"; }
+  "$remora" ls "$addr" >/dev/null 2>"$tmp/e2" || { cat "$tmp/e2"; fail "the next client was not served"; }
+  grep -q "no UCX transport here reaches that peer" "$tmp/s.err" || { cat "$tmp/s.err"; fail "server: no reason"; }
+  pass "a client with only shared-memory transports is refused at connect, both sides saying why"
   stop "$last_pid"
   ;;
 json)

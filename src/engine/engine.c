@@ -944,10 +944,27 @@ static int ucx_yes(const char *v)
            strcmp(v, "1") == 0;
 }
 
+/* Whether UCX may load its TCP transport under this UCX_TLS (NULL: all). */
+static int tls_has_tcp(const char *tls)
+{
+    if (tls == NULL)
+        return 1;
+    if (tls[0] == '^')
+        return strstr(tls, "tcp") == NULL;
+    return strstr(tls, "tcp") != NULL || strstr(tls, "all") != NULL;
+}
+
 /* UCX's TCP transport: the segments peers agree on, socket events per
- * pass, connects. */
+ * pass, connects. Not set where TCP is left out (UCX would warn of
+ * settings no transport took); config_rma leaves it out for REMORA_RMA=1. */
 static void config_tcp(remora_context_h ctx, ucp_config_t *config)
 {
+    const char *tls = getenv("UCX_TLS");
+
+    if (!tls_has_tcp(tls ? tls : ctx->rma == REMORA_RMA_VERBS ? "^tcp" : NULL)) {
+        ctx->connect_blocks = 0; /* nothing of UCX's TCP to probe for */
+        return;
+    }
     /* UCX's TCP segment sizes, which peers must agree on: tcp_segs.c. */
     rm_tcp_segs_config(ctx, config);
     /* UCX 1.13's TCP transport handles a batch of socket events per pass.

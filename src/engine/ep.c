@@ -180,6 +180,19 @@ remora_status_t rm_peer_attach(rm_peer_t *peer)
     return rm_engine_peer_add(peer->ctx, peer) == 0 ? REMORA_OK : REMORA_ERR_NO_MEMORY;
 }
 
+/* The failure a setting causes rather than the network: every endpoint
+ * needs dead-peer detection, which UCX's shared-memory transports lack, so
+ * UCX_TLS without tcp (or REMORA_RMA=1, which takes tcp out) on a machine
+ * without RDMA leaves nothing to reach a peer with. */
+static void warn_unreachable(remora_context_h ctx)
+{
+    const char *tls = getenv("UCX_TLS");
+
+    rm_warn("no UCX transport here reaches that peer and reports its death (UCX_TLS=%s%s): "
+            "remora needs tcp or an RDMA transport; shared memory cannot report a dead peer",
+            tls ? tls : "all", ctx->rma == REMORA_RMA_VERBS ? ", tcp left out by REMORA_RMA=1" : "");
+}
+
 static remora_status_t create_ep(rm_peer_t *peer, const ucp_ep_params_t *params)
 {
     ucs_status_t status = ucp_ep_create(peer->ctx->worker, params, &peer->ep);
@@ -187,6 +200,8 @@ static remora_status_t create_ep(rm_peer_t *peer, const ucp_ep_params_t *params)
 
     if (status != UCS_OK) {
         rm_debug("ucp_ep_create failed: %s", ucs_status_string(status));
+        if (status == UCS_ERR_UNREACHABLE)
+            warn_unreachable(peer->ctx);
         return rm_status_from_ucs(status);
     }
     if ((rs = rm_peer_attach(peer)) != REMORA_OK) {

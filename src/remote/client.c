@@ -759,6 +759,10 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
     if (st == REMORA_ERR_TIMED_OUT && rm_now_ns() < deadline) /* the server's answer */
         rm_error("the server could not reach this process's UCX interfaces within %u ms "
                  "(UCX_NET_DEVICES here can leave a silent one out)", RM_REACH_LIMIT_MS);
+    if (st == REMORA_ERR_TRANSPORT) /* the one refusal of its endpoint to us (server.c) */
+        rm_error("the server could not open a UCX endpoint to this process: it has no UCX "
+                 "transport in common with this one that reports a dead peer (its log says "
+                 "more; UCX_TLS and REMORA_RMA at both ends)");
     if (st == REMORA_OK)
         st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
     if (st == REMORA_OK)
