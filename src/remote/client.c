@@ -760,9 +760,9 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
         rm_error("the server could not reach this process's UCX interfaces within %u ms "
                  "(UCX_NET_DEVICES here can leave a silent one out)", RM_REACH_LIMIT_MS);
     if (st == REMORA_ERR_TRANSPORT) /* the one refusal of its endpoint to us (server.c) */
-        rm_error("the server could not open a UCX endpoint to this process: it has no UCX "
-                 "transport in common with this one that reports a dead peer (its log says "
-                 "more; UCX_TLS and REMORA_RMA at both ends)");
+        rm_error("the server could not open a UCX endpoint to this process (its log says "
+                 "why): the UCX settings at both ends (UCX_TLS, REMORA_RMA, ...) must leave "
+                 "them a transport in common that reports a dead peer");
     if (st == REMORA_OK)
         st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
     if (st == REMORA_OK)

@@ -1097,8 +1097,11 @@ static int conn_endpoint(rm_conn_t *c, const uint8_t *addr)
 {
     remora_context_h ctx = c->server->ctx;
 
-    if (rm_peer_create_ep(&c->peer, addr) != REMORA_OK) {
-        rm_warn("could not set up a connection for client %s", c->peer_host);
+    remora_status_t st = rm_peer_create_ep(&c->peer, addr);
+
+    if (st != REMORA_OK) {
+        rm_warn("could not set up a connection for client %s: UCX could not make an endpoint "
+                "to its worker address (%s)", c->peer_host, remora_status_string(st));
         return conn_refuse(c, RM_BOOT_CONNECT_REPLY, REMORA_ERR_TRANSPORT);
     }
     if (connect_reply(c, 0, ctx->worker_addr, ctx->worker_addr_len) != 0)
