@@ -883,6 +883,9 @@ static void config_bind(ucp_config_t *config, const char *bind_host)
  * out of the context: UCX emulates RMA over it and the emulation checks no
  * address, so any peer reaching UCX's TCP port could read and write all of
  * this process (docs/security.md). */
+/* What config_rma gives UCX for REMORA_RMA=1 when the environment says nothing. */
+#define TLS_NO_TCP "^tcp"
+
 static int config_rma(ucp_config_t *config, int rma)
 {
     const char *tls = getenv("UCX_TLS");
@@ -890,7 +893,7 @@ static int config_rma(ucp_config_t *config, int rma)
     if (rma != REMORA_RMA_VERBS)
         return rma;
     if (tls == NULL) {
-        ucp_config_modify(config, "TLS", "^tcp");
+        ucp_config_modify(config, "TLS", TLS_NO_TCP);
         return rma;
     }
     if (strstr(tls, "tcp") != NULL && tls[0] != '^') {
@@ -944,6 +947,13 @@ static int ucx_yes(const char *v)
            strcmp(v, "1") == 0;
 }
 
+const char *rm_engine_ucx_tls(remora_context_h ctx)
+{
+    const char *tls = getenv("UCX_TLS");
+
+    return tls == NULL && ctx->rma == REMORA_RMA_VERBS ? TLS_NO_TCP : tls;
+}
+
 /* Whether UCX may load its TCP transport under this UCX_TLS (NULL: all). */
 static int tls_has_tcp(const char *tls)
 {
@@ -956,12 +966,10 @@ static int tls_has_tcp(const char *tls)
 
 /* UCX's TCP transport: the segments peers agree on, socket events per
  * pass, connects. Not set where TCP is left out (UCX would warn of
- * settings no transport took); config_rma leaves it out for REMORA_RMA=1. */
+ * settings no transport took). After config_rma, which may leave it out. */
 static void config_tcp(remora_context_h ctx, ucp_config_t *config)
 {
-    const char *tls = getenv("UCX_TLS");
-
-    if (!tls_has_tcp(tls ? tls : ctx->rma == REMORA_RMA_VERBS ? "^tcp" : NULL)) {
+    if (!tls_has_tcp(rm_engine_ucx_tls(ctx))) {
         ctx->connect_blocks = 0; /* nothing of UCX's TCP to probe for */
         return;
     }

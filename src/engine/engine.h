@@ -296,6 +296,9 @@ void rm_engine_serving_remove(remora_context_h ctx, uint64_t instance);
 int rm_engine_serving(remora_context_h ctx, uint64_t instance);
 /* Whether the UCX loaded at run time is major.minor or later. */
 int rm_ucx_at_least(unsigned major, unsigned minor);
+/* The UCX_TLS this context's UCX was given: the environment's, or "^tcp"
+ * where REMORA_RMA=1 left tcp out itself; NULL: UCX's default, all. */
+const char *rm_engine_ucx_tls(remora_context_h ctx);
 /* Whether servers connect clients through UCX's connection manager
  * (REMORA_CM, else from UCX 1.16 on) rather than by worker addresses. */
 int rm_ucx_cm_wanted(void);

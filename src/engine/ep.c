@@ -186,11 +186,11 @@ remora_status_t rm_peer_attach(rm_peer_t *peer)
  * without RDMA leaves nothing to reach a peer with. */
 static void warn_unreachable(remora_context_h ctx)
 {
-    const char *tls = getenv("UCX_TLS");
+    const char *env = getenv("UCX_TLS"), *tls = rm_engine_ucx_tls(ctx);
 
     rm_warn("no UCX transport here reaches that peer and reports its death (UCX_TLS=%s%s): "
             "remora needs tcp or an RDMA transport; shared memory cannot report a dead peer",
-            tls ? tls : "all", ctx->rma == REMORA_RMA_VERBS ? ", tcp left out by REMORA_RMA=1" : "");
+            tls ? tls : "all", tls != env ? ", as REMORA_RMA=1 sets it" : "");
 }
 
 static remora_status_t create_ep(rm_peer_t *peer, const ucp_ep_params_t *params)

@@ -1096,8 +1096,7 @@ static int connect_reply(rm_conn_t *c, unsigned flags, const void *payload, size
 static int conn_endpoint(rm_conn_t *c, const uint8_t *addr)
 {
     remora_context_h ctx = c->server->ctx;
-
-    remora_status_t st = rm_peer_create_ep(&c->peer, addr);
+    remora_status_t st   = rm_peer_create_ep(&c->peer, addr);
 
     if (st != REMORA_OK) {
         rm_warn("could not set up a connection for client %s: UCX could not make an endpoint "
