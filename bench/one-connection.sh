@@ -12,7 +12,7 @@
 # longer `ucp_am_bw` (its client sends, its server receives) and for remora's
 # default (the server sends, the client receives), each over its wall time.
 # With PERF set (a perf binary, e.g. PERF=perf; the GPU hosts have none:
-# scripts/gpu-deps.sh --perf bundles Debian's), last: where each side's time
+# GPU_DEPS_PERF=1 scripts/gpu-deps.sh bundles Debian's), last: where each side's time
 # goes, a `perf record` of 3 s of each of the four processes, printed as the
 # share of its samples per library and its top symbols.
 set -euo pipefail

@@ -102,7 +102,7 @@ f=$tmp/fast.json
 printf "   %d frames, %.3f GB/s, drops %d, discarded copies %d, torn %d, corrupt %d\n" \
   "$(field "$f" elements)" "$(field "$f" gbps)" "$(field "$f" drops)" "$(field "$f" discarded)" \
   "$(field "$f" torn)" "$(field "$f" corrupt)"
-ref=$(grep -o '"gbps":[0-9.]*' "$tmp/fastref.json" | cut -d: -f2)
+ref=$(field "$tmp/fastref.json" gbps)
 [ -n "$ref" ] && awk -v r="$(field "$f" gbps)" -v p="$ref" 'BEGIN {
   printf "   plain 1 MiB reads of the same server meanwhile: %.3f GB/s; the consumer got %.2fx that, checking every frame\n", p, r / p }'
 [ "$(field "$f" torn)" = 0 ] && [ "$(field "$f" corrupt)" = 0 ] || { echo "FAILED: torn or corrupt frames" >&2; exit 1; }

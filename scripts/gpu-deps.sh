@@ -47,5 +47,4 @@ bundle_perf() { # DEST: this machine's perf (linux-perf), its libraries but the 
   chmod +x "$1/perf/perf"
   du -sh "$1/perf"
 }
-[ "${GPU_DEPS_PERF:-0}" = 1 ] && bundle_perf "$dest"
-exit 0
+if [ "${GPU_DEPS_PERF:-0}" = 1 ]; then bundle_perf "$dest"; fi
