@@ -90,6 +90,16 @@ static void test_same_context(void **state)
     remora_client_disconnect(c);
 }
 
+/* Slots this process holds once its threads have gone idle (at most 2 s). */
+static unsigned held_once_idle(void)
+{
+    unsigned held;
+
+    for (int i = 0; i < 200 && (held = rm_spin_held(NULL)) != 0; i++)
+        usleep(10000);
+    return held;
+}
+
 /* Spin slots (src/engine/spin.h) are given back: once reads are done and
  * the server's and client's progress threads have gone to sleep, no thread
  * of this process holds one. Where no table is open (REMORA_SPIN_SLOTS=0,
@@ -102,7 +112,7 @@ static void test_spin_slots_given_back(void **state)
     remora_client_h c;
     static uint8_t buf[64 << 10];
     unsigned long before, after;
-    unsigned held = 0;
+    unsigned held;
 
     if (rm_spin_slots() == 0) {
         printf("# no spin-slot table in this process (REMORA_SPIN_SLOTS)\n");
@@ -115,8 +125,7 @@ static void test_spin_slots_given_back(void **state)
         assert_int_equal(remora_client_read(c, "r", 0, buf, sizeof(buf)), REMORA_OK);
     rm_spin_held(&after);
     /* Idle: every thread gives its slot back before it sleeps. */
-    for (int i = 0; i < 200 && (held = rm_spin_held(NULL)) != 0; i++)
-        usleep(10000);
+    held = held_once_idle();
     remora_client_disconnect(c);
     remora_context_destroy(ctx);
     if (after == before) {
@@ -130,9 +139,7 @@ static void test_spin_slots_given_back(void **state)
     /* And after: the fixture's server spins on the disconnect it is told of,
      * then sleeps again, giving its slot back (the destroyed context's
      * threads are gone). */
-    for (int i = 0; i < 200 && rm_spin_held(NULL) != 0; i++)
-        usleep(10000);
-    assert_int_equal(rm_spin_held(NULL), 0);
+    assert_int_equal(held_once_idle(), 0);
 }
 
 int main(void)
