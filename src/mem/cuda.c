@@ -605,7 +605,8 @@ remora_status_t rm_cuda_ptr_kind(const void *p, rm_ptr_kind_t *kind, int *device
 
 /* ---------------------------------------------------------------- memory */
 
-remora_status_t rm_cuda_mem_alloc(int device, size_t length, void **p)
+/* managed: cuMemAllocManaged, else cuMemAlloc, in device's primary context. */
+static remora_status_t mem_alloc(int device, size_t length, void **p, int managed)
 {
     CUdeviceptr d = 0;
     remora_status_t status;
@@ -614,27 +615,23 @@ remora_status_t rm_cuda_mem_alloc(int device, size_t length, void **p)
         return REMORA_ERR_INVALID_PARAM;
     if ((status = ctx_push(device)) != REMORA_OK)
         return status;
-    status = cu_check(cu.MemAlloc(&d, length), "cuMemAlloc");
+    status = managed ? cu_check(cu.MemAllocManaged(&d, length, CU_MEM_ATTACH_GLOBAL),
+                                "cuMemAllocManaged")
+                     : cu_check(cu.MemAlloc(&d, length), "cuMemAlloc");
     ctx_pop();
     if (status == REMORA_OK)
         *p = vptr(d);
     return status;
 }
 
+remora_status_t rm_cuda_mem_alloc(int device, size_t length, void **p)
+{
+    return mem_alloc(device, length, p, 0);
+}
+
 remora_status_t rm_cuda_mem_alloc_managed(int device, size_t length, void **p)
 {
-    CUdeviceptr d = 0;
-    remora_status_t status;
-
-    if (p == NULL || length == 0)
-        return REMORA_ERR_INVALID_PARAM;
-    if ((status = ctx_push(device)) != REMORA_OK)
-        return status;
-    status = cu_check(cu.MemAllocManaged(&d, length, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
-    ctx_pop();
-    if (status == REMORA_OK)
-        *p = vptr(d);
-    return status;
+    return mem_alloc(device, length, p, 1);
 }
 
 remora_status_t rm_cuda_mem_free(int device, void *p)
