@@ -16,6 +16,7 @@
 
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -232,6 +233,9 @@ int  cli_interrupted(void);
  *  loop can end on cli_interrupted(); release puts the old handlers back. */
 void cli_catch_interrupts(void);
 void cli_release_interrupts(void);
+/** Block SIGINT and SIGTERM, put in *signals, for a server that waits for
+ *  them (sigwaitinfo); before any thread exists, so that all inherit it. */
+void cli_block_stop_signals(sigset_t *signals);
 /** Report an interrupted transfer into file; returns the exit code, 128 + sig. */
 int  cli_interrupted_error(const char *cmd, const char *target, const char *file, int sig);
 

@@ -86,6 +86,14 @@ void cli_release_interrupts(void)
     }
 }
 
+void cli_block_stop_signals(sigset_t *signals)
+{
+    sigemptyset(signals);
+    sigaddset(signals, SIGINT);
+    sigaddset(signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, signals, NULL);
+}
+
 /* Name the temporary file (for the handler), or forget it (name NULL). */
 static void cli_output_arm(const char *name)
 {

@@ -553,10 +553,7 @@ static int cli_serve_run(const cli_command_t *cmd, int argc, char **argv)
     if (rc != CLI_CONTINUE) {
         return rc;
     }
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL); /* before any thread exists */
+    cli_block_stop_signals(&signals); /* before any thread exists */
     rc = cli_session_context_at(&sv.s, cmd, o.listen);
     if (rc != 0) {
         return rc;

@@ -466,10 +466,7 @@ static int cli_stream_serve(const cli_command_t *cmd, int argc, char **argv)
     o.gpu    = -1;
     if ((rc = cli_parse_args(cmd, argc, argv, &parser, NULL)) != CLI_CONTINUE)
         return rc;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL); /* before any thread exists */
+    cli_block_stop_signals(&signals); /* before any thread exists */
     if ((rc = cli_session_context_at(&s, cmd, o.listen)) != 0)
         return rc;
     s.target_text = o.listen;
