@@ -139,6 +139,21 @@ void rm_client_op_abandon(rm_op_t *op)
         atomic_store(&op->done, 1); /* its finish frees it */
 }
 
+remora_status_t rm_client_op_wait(remora_client_h c, rm_op_t *op, uint64_t deadline)
+{
+    remora_status_t st;
+
+    rm_engine_unlock(c->ctx);
+    rm_engine_kick(c->ctx);
+    st = rm_engine_wait(c->ctx, &op->done, deadline);
+    rm_engine_lock(c->ctx);
+    if (st != REMORA_OK && !atomic_load(&op->done)) {
+        atomic_store(&op->done, 1);
+        return REMORA_ERR_TIMED_OUT;
+    }
+    return REMORA_OK;
+}
+
 static rm_op_t *op_by_req_id(remora_client_h c, uint64_t req_id)
 {
     rm_list_t *pos, *tmp;
@@ -180,18 +195,12 @@ remora_status_t rm_client_call_until(remora_client_h c, uint64_t deadline, uint8
         rm_engine_unlock(c->ctx);
         return REMORA_ERR_NO_MEMORY;
     }
-    rm_engine_unlock(c->ctx);
-    rm_engine_kick(c->ctx);
-
-    st = rm_engine_wait(c->ctx, &op->done, deadline);
-    rm_engine_lock(c->ctx);
-    if (st != REMORA_OK && !atomic_load(&op->done)) {
-        /* Timed out: leave the op to be freed by its late reply (or the
+    if (rm_client_op_wait(c, op, deadline) != REMORA_OK) {
+        /* Timed out: the op is left to be freed by its late reply (or the
          * close). A server that answers none of them (heartbeats going)
          * would have them pile up for as long as the caller retries: past
          * RM_CLIENT_ABANDONED_MAX the connection goes, as a data request's
          * timeout takes it (review). */
-        atomic_store(&op->done, 1);
         op->abandoned = 1;
         int give_up = ++c->nabandoned > RM_CLIENT_ABANDONED_MAX;
         rm_engine_unlock(c->ctx);

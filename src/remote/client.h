@@ -253,6 +253,10 @@ rm_op_t *rm_client_op_send(remora_client_h c, rm_hdr_t *hdr, uint8_t reply_type,
 void     rm_client_op_free(rm_op_t *op);
 /* The waiter gives up on a control op: free it now if finished, else when it finishes. */
 void     rm_client_op_abandon(rm_op_t *op);
+/* Wait for a control op just sent until the deadline, with the lock dropped
+ * (held on entry and again on return). REMORA_ERR_TIMED_OUT: the op is marked
+ * done, for its late reply (or the close) to free; else op->status says. */
+remora_status_t rm_client_op_wait(remora_client_h c, rm_op_t *op, uint64_t deadline);
 /* Send a control message and wait for its reply until the deadline (lock
  * not held). On REMORA_OK the reply body, if any, is handed over in *body_p
  * (free()); returns the reply's status. rm_client_call: until the client's

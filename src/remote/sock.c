@@ -592,13 +592,7 @@ remora_status_t remora_sock_connect(remora_client_h c, const char *service, int 
         rm_engine_unlock(c->ctx);
         return REMORA_ERR_NO_MEMORY;
     }
-    rm_engine_unlock(c->ctx);
-    rm_engine_kick(c->ctx);
-
-    st = rm_engine_wait(c->ctx, &op->done, deadline);
-    rm_engine_lock(c->ctx);
-    if (st != REMORA_OK && !atomic_load(&op->done)) {
-        atomic_store(&op->done, 1); /* its late reply frees it */
+    if (rm_client_op_wait(c, op, deadline) != REMORA_OK) { /* its late reply frees op */
         sock_free(s);
         rm_engine_unlock(c->ctx);
         return REMORA_ERR_TIMED_OUT;
