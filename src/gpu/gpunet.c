@@ -106,6 +106,18 @@ static int sock_alloc(remora_gpunet_h g, int kind)
     return -1;
 }
 
+/* sock_alloc for a TCP socket, which the slot then holds; -1 (fd closed) when none is free. */
+static int sock_alloc_fd(remora_gpunet_h g, int kind, int fd)
+{
+    int i = sock_alloc(g, kind);
+
+    if (i < 0)
+        close(fd);
+    else
+        g->ps[i].fd = fd;
+    return i;
+}
+
 static void sock_publish(remora_gpunet_h g, int i, int state)
 {
     st_rel32(&g->sh[i].state, state);
@@ -236,11 +248,8 @@ static int connect_tcp(remora_gpunet_h g, const char *hp, unsigned slot, uint32_
         close(fd);
         return st;
     }
-    if ((i = sock_alloc(g, BK_TCP_CONNECTING)) < 0) {
-        close(fd);
+    if ((i = sock_alloc_fd(g, BK_TCP_CONNECTING, fd)) < 0)
         return REMORA_ERR_BUSY;
-    }
-    g->ps[i].fd        = fd;
     g->ps[i].pend_slot = (int)slot;
     g->ps[i].pend_seq  = seq;
     g->ps[i].deadline  = rm_now_ns() + g->timeout_ns;
@@ -365,11 +374,8 @@ static int bind_any(remora_gpunet_h g, const char *addr)
             close(fd);
             return st;
         }
-        if ((i = sock_alloc(g, BK_TCP_LISTEN)) < 0) {
-            close(fd);
+        if ((i = sock_alloc_fd(g, BK_TCP_LISTEN, fd)) < 0)
             return REMORA_ERR_BUSY;
-        }
-        g->ps[i].fd = fd;
         tcp_watch(g, i, fd, BK_TCP_LISTEN);
         if ((g->ps[i].ufd = gp_listen(g, fd)) >= 0)
             tcp_watch(g, i, g->ps[i].ufd, BK_TCP_LISTEN);
@@ -418,12 +424,10 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
             return -1;
         }
         tcp_tune(g, fd);
-        if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
-            close(fd);
+        if ((i = sock_alloc_fd(g, BK_RESERVED, fd)) < 0) {
             *err = REMORA_ERR_BUSY;
             return -1;
         }
-        g->ps[i].fd = fd;
         tcp_watch(g, i, fd, BK_TCP);
         gn_hand_over(g, i, BK_TCP);
     } else {
@@ -943,6 +947,18 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
     return REMORA_OK;
 }
 
+/* Undo what create set up first (the locks, the socket tables) and free g:
+ * the last step of create's error path and of destroy. */
+static void gn_free(remora_gpunet_h g)
+{
+    pthread_mutex_destroy(&g->maps_lock);
+    wake_fini(g);
+    free(g->ps);
+    free(g->seen);
+    free(g->acc);
+    free(g);
+}
+
 remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
                                      const remora_gpunet_params_t *params,
                                      remora_gpunet_h *net_p)
@@ -1049,12 +1065,7 @@ err_free:
     for (unsigned w = 0; w < GN_WORKERS_MAX; w++)
         if (g->epfd[w] >= 0)
             close(g->epfd[w]);
-    pthread_mutex_destroy(&g->maps_lock);
-    wake_fini(g);
-    free(g->ps);
-    free(g->seen);
-    free(g->acc);
-    free(g);
+    gn_free(g);
     return st;
 }
 
@@ -1136,10 +1147,5 @@ void remora_gpunet_destroy(remora_gpunet_h g)
     rm_info("gpunet: proxy stopped; %zu bytes of queue memory kept for running kernels",
             g->mem_len);
     pthread_mutex_unlock(&parked_lock);
-    pthread_mutex_destroy(&g->maps_lock);
-    wake_fini(g);
-    free(g->ps);
-    free(g->seen);
-    free(g->acc);
-    free(g);
+    gn_free(g);
 }
