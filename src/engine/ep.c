@@ -101,6 +101,21 @@ static void fail_after_pass(rm_peer_t *peer, remora_status_t status)
     rm_engine_kick(peer->ctx);
 }
 
+/* The failure a setting causes rather than the network: every endpoint
+ * needs dead-peer detection, which UCX's shared-memory transports lack, so
+ * UCX_TLS without tcp (or REMORA_RMA=1, which takes tcp out) on a machine
+ * without RDMA leaves nothing to reach a peer with. UCX says so when the
+ * endpoint is made (worker addresses) or, through the connection manager,
+ * in its error callback once the wire-up found no lane. */
+static void warn_unreachable(remora_context_h ctx)
+{
+    const char *env = getenv("UCX_TLS"), *tls = rm_engine_ucx_tls(ctx);
+
+    rm_warn("no UCX transport here reaches that peer and reports its death (UCX_TLS=%s%s): "
+            "remora needs tcp or an RDMA transport; shared memory cannot report a dead peer",
+            tls ? tls : "all", tls != env ? ", as REMORA_RMA=1 sets it" : "");
+}
+
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     rm_peer_t *peer = arg;
@@ -110,6 +125,8 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (peer->failed || ep != peer->ep)
         return;
     rm_debug("endpoint %p failed: %s", (void *)ep, ucs_status_string(status));
+    if (status == UCS_ERR_UNREACHABLE && rm_engine_ucx_tls(peer->ctx) != NULL)
+        warn_unreachable(peer->ctx); /* with every transport, a network matter */
     peer->failed = 1; /* no more sends: they fail at once */
     rm_engine_peer_remove(peer->ctx, peer);
     if (peer->ctx->in_send && !peer->fail_later) {
@@ -178,19 +195,6 @@ remora_status_t rm_peer_attach(rm_peer_t *peer)
     if (peer->sends.next == NULL)
         rm_list_init(&peer->sends);
     return rm_engine_peer_add(peer->ctx, peer) == 0 ? REMORA_OK : REMORA_ERR_NO_MEMORY;
-}
-
-/* The failure a setting causes rather than the network: every endpoint
- * needs dead-peer detection, which UCX's shared-memory transports lack, so
- * UCX_TLS without tcp (or REMORA_RMA=1, which takes tcp out) on a machine
- * without RDMA leaves nothing to reach a peer with. */
-static void warn_unreachable(remora_context_h ctx)
-{
-    const char *env = getenv("UCX_TLS"), *tls = rm_engine_ucx_tls(ctx);
-
-    rm_warn("no UCX transport here reaches that peer and reports its death (UCX_TLS=%s%s): "
-            "remora needs tcp or an RDMA transport; shared memory cannot report a dead peer",
-            tls ? tls : "all", tls != env ? ", as REMORA_RMA=1 sets it" : "");
 }
 
 static remora_status_t create_ep(rm_peer_t *peer, const ucp_ep_params_t *params)

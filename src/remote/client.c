@@ -777,9 +777,18 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
     if (st == REMORA_OK)
         st = handshake_endpoint(c, &f, addr, len, deadline);
     /* A mitigation only (engine.h): a broken endpoint reports itself through
-     * its error callback like any other. */
-    if (st == REMORA_OK && rm_peer_wireup_wait(&c->peer, deadline) != REMORA_OK)
-        rm_info("endpoint wire-up did not finish within the handshake's deadline");
+     * its error callback like any other. One that failed already (through
+     * the connection manager, no lane in common) fails the connect. */
+    remora_status_t wst = st == REMORA_OK ? rm_peer_wireup_wait(&c->peer, deadline) : REMORA_OK;
+    if (wst != REMORA_OK) {
+        rm_engine_lock(ctx);
+        int failed = rm_peer_failing(&c->peer);
+        rm_engine_unlock(ctx);
+        if (failed)
+            st = wst;
+        else
+            rm_info("endpoint wire-up did not finish within the handshake's deadline");
+    }
     free(plain);
     return st;
 }
