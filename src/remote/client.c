@@ -714,8 +714,8 @@ static remora_status_t client_connect_cm(remora_client_h c, int fd,
 static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame_t *reply,
                                           const uint8_t *addr, uint32_t len, uint64_t deadline);
 
-/* A connection is made (lock held, in the section that created the endpoint):
- * the client is connected from here on. A reconnect also drops what was
+/* A connection is made (lock held, once its endpoint is wired up): the
+ * client is connected from here on. A reconnect also drops what was
  * learnt on the old connection and tells the application. */
 static void client_up(remora_client_h c)
 {
@@ -776,18 +776,26 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
         st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
     if (st == REMORA_OK)
         st = handshake_endpoint(c, &f, addr, len, deadline);
-    /* A mitigation only (engine.h): a broken endpoint reports itself through
-     * its error callback like any other. One that failed already (through
-     * the connection manager, no lane in common) fails the connect. */
+    /* The connection is up once the endpoint is wired up: then nothing a
+     * reconnected client's other threads send can overtake our first
+     * message, which through the connection manager must be the ticket (UCX
+     * 1.13 let a subscription's LOOKUP, sent as the link settled, reach the
+     * server first; the server closed the connection). The wait's timeout
+     * is a mitigation only (engine.h): a broken endpoint reports itself
+     * through its error callback like any other. One that failed already
+     * (through the connection manager, no lane in common) fails the connect. */
     remora_status_t wst = st == REMORA_OK ? rm_peer_wireup_wait(&c->peer, deadline) : REMORA_OK;
-    if (wst != REMORA_OK) {
+    if (st == REMORA_OK) {
         rm_engine_lock(ctx);
-        int failed = rm_peer_failing(&c->peer);
+        if (rm_peer_failing(&c->peer)) {
+            st = wst != REMORA_OK ? wst : REMORA_ERR_DISCONNECTED;
+        } else {
+            if (wst != REMORA_OK)
+                rm_info("endpoint wire-up did not finish within the handshake's deadline");
+            c->ready = 1;
+            client_up(c);
+        }
         rm_engine_unlock(ctx);
-        if (failed)
-            st = wst;
-        else
-            rm_info("endpoint wire-up did not finish within the handshake's deadline");
     }
     free(plain);
     return st;
@@ -853,8 +861,6 @@ static remora_status_t handshake_endpoint(remora_client_h c, const rm_boot_frame
     if (st == REMORA_OK) {
         rm_peer_live_start(&c->peer);
         c->native_rma = (rm_peer_rma_lanes(&c->peer) & ~RM_RMA_LANE_TCP) != 0;
-        c->ready      = 1;
-        client_up(c);
     }
     rm_engine_unlock(ctx);
     return st;
