@@ -743,6 +743,33 @@ static void client_up(remora_client_h c)
     rm_engine_complete(c->ctx, &c->link_settled);
 }
 
+/*
+ * The connection is up once its endpoint is wired up: then nothing a
+ * reconnected client's other threads send can overtake our first message,
+ * which through the connection manager must be the ticket (UCX 1.13 let a
+ * subscription's LOOKUP, sent as the link settled, reach the server first;
+ * the server closed the connection). The wait's timeout is a mitigation only
+ * (engine.h): a broken endpoint reports itself through its error callback
+ * like any other. One that failed already (through the connection manager,
+ * no lane in common) fails the connect.
+ */
+static remora_status_t client_settle(remora_client_h c, uint64_t deadline)
+{
+    remora_status_t wst = rm_peer_wireup_wait(&c->peer, deadline), st = REMORA_OK;
+
+    rm_engine_lock(c->ctx);
+    if (rm_peer_failing(&c->peer)) {
+        st = wst != REMORA_OK ? wst : REMORA_ERR_DISCONNECTED;
+    } else {
+        if (wst != REMORA_OK)
+            rm_info("endpoint wire-up did not finish within the handshake's deadline");
+        c->ready = 1;
+        client_up(c);
+    }
+    rm_engine_unlock(c->ctx);
+    return st;
+}
+
 /* CONNECT: exchange worker addresses (or get a connection-manager port) and
  * create the UCX endpoint the way the server said. */
 static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
@@ -776,27 +803,8 @@ static remora_status_t handshake_connect(remora_client_h c, uint64_t deadline)
         st = rm_client_seal_connect_reply(c, &f, &addr, &len, &plain);
     if (st == REMORA_OK)
         st = handshake_endpoint(c, &f, addr, len, deadline);
-    /* The connection is up once the endpoint is wired up: then nothing a
-     * reconnected client's other threads send can overtake our first
-     * message, which through the connection manager must be the ticket (UCX
-     * 1.13 let a subscription's LOOKUP, sent as the link settled, reach the
-     * server first; the server closed the connection). The wait's timeout
-     * is a mitigation only (engine.h): a broken endpoint reports itself
-     * through its error callback like any other. One that failed already
-     * (through the connection manager, no lane in common) fails the connect. */
-    remora_status_t wst = st == REMORA_OK ? rm_peer_wireup_wait(&c->peer, deadline) : REMORA_OK;
-    if (st == REMORA_OK) {
-        rm_engine_lock(ctx);
-        if (rm_peer_failing(&c->peer)) {
-            st = wst != REMORA_OK ? wst : REMORA_ERR_DISCONNECTED;
-        } else {
-            if (wst != REMORA_OK)
-                rm_info("endpoint wire-up did not finish within the handshake's deadline");
-            c->ready = 1;
-            client_up(c);
-        }
-        rm_engine_unlock(ctx);
-    }
+    if (st == REMORA_OK)
+        st = client_settle(c, deadline);
     free(plain);
     return st;
 }
