@@ -722,6 +722,7 @@ static void client_up(remora_client_h c)
     rm_event_item_t *e;
     int new_instance = c->hs_instance != c->server_instance;
 
+    c->ready           = 1;
     c->same_host       = c->hs_same_host;
     c->server_instance = c->hs_instance;
     if (c->conn_gen++ == 0)
@@ -763,7 +764,6 @@ static remora_status_t client_settle(remora_client_h c, uint64_t deadline)
     } else {
         if (wst != REMORA_OK)
             rm_info("endpoint wire-up did not finish within the handshake's deadline");
-        c->ready = 1;
         client_up(c);
     }
     rm_engine_unlock(c->ctx);
