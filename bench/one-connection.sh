@@ -4,7 +4,13 @@
 # settings, each round beside a `ucp_am_bw` (issue 15: where one
 # connection's time goes). One server per setting, started once; the client
 # runs under the same environment. Also depth 8, and 1 MiB blocks of a
-# 256 MiB region (the source out of the caches), under the default.
+# 256 MiB region (the source out of the caches), under the default; and, for
+# a cost per block against a cost per byte, 256 KiB blocks at depth 16 and
+# 4 MiB blocks at depth 4, each beside a `ucp_am_bw` of that size.
+# A second reference, am_bw_lo_v1, is `ucp_am_bw` on the loopback interface
+# alone with UCX's protocols v1: one TCP connection, as remora's server bound
+# to 127.0.0.1 has (the default `ucp_am_bw` splits its rendezvous data over
+# every interface; docs/performance.md, Session 41).
 #   bench/one-connection.sh [BUILD_DIR] [REPS]      (defaults: build, 5)
 # Prints one line per round (GB/s), then each setting's median and its
 # ratio to the median `ucp_am_bw`; then, REPS times, where the CPU goes: the
@@ -37,6 +43,7 @@ declare -A addr
 for n in "${names[@]}"; do
   # shellcheck disable=SC2086
   env ${envs[$n]} "$remora" serve --listen 127.0.0.1:0 --region hot=1M --region a=256M \
+    --region q=256K --region big=4M \
     >"$tmp/$n.out" 2>"$tmp/$n.err" &
   pids+=($!)
 done
@@ -47,24 +54,32 @@ for n in "${names[@]}"; do
 done
 
 port=$((20000 + RANDOM % 20000))
-# am_bw [ITERS]: GB/s of one `ucp_am_bw` of ITERS MiB (default 2000); each
-# side's user, kernel and wall seconds go to $tmp/t.send and $tmp/t.recv
+# am_bw [ITERS [SIZE]]: GB/s of one `ucp_am_bw` of ITERS messages of SIZE
+# bytes (defaults 2000, 1 MiB), under $AM_ENV; each side's user, kernel and
+# wall seconds go to $tmp/t.send and $tmp/t.recv
 TIMEFORMAT='%U %S %R'
+AM_ENV=
 am_bw() {
   port=$((port + 1))
-  ( time ucx_perftest -p $port >/dev/null 2>&1 ) 2>"$tmp/t.recv" &
+  # shellcheck disable=SC2086
+  ( time env $AM_ENV ucx_perftest -p $port >/dev/null 2>&1 ) 2>"$tmp/t.recv" &
   local s=$!
   for _ in $(seq 50); do grep -q ":$port " <<<"$(ss -ltn 2>/dev/null)" && break; sleep 0.05; done
-  { time ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s 1048576 -n "${1:-2000}" >"$tmp/t.out" 2>/dev/null ; } 2>"$tmp/t.send"
+  # shellcheck disable=SC2086
+  { time env $AM_ENV ucx_perftest 127.0.0.1 -p $port -t ucp_am_bw -s "${2:-1048576}" \
+      -n "${1:-2000}" >"$tmp/t.out" 2>/dev/null ; } 2>"$tmp/t.send"
   wait $s 2>/dev/null || true
   awk '/Final/ {printf "%.3f\n", $6 * 1048576 / 1e9}' "$tmp/t.out"
 }
-# read ENVNAME TARGET DEPTH [SECONDS]: GB/s of `remora bench` (1 second by default)
+# read ENVNAME TARGET DEPTH [SECONDS [SIZE]]: GB/s of `remora bench` (1 second
+# of 1 MiB blocks by default)
 rd() {
   # shellcheck disable=SC2086
-  env ${envs[$1]} "$remora" bench "$2" --size 1M --depth "$3" --seconds "${4:-1}" --json |
+  env ${envs[$1]} "$remora" bench "$2" --size "${5:-1M}" --depth "$3" --seconds "${4:-1}" --json |
     grep -o '"gbps":[0-9.]*' | cut -d: -f2
 }
+# keep NAME VALUE: one round's value of NAME, also on the round's line
+keep() { echo "${2:-0}" >>"$tmp/v.$1"; line="$line $1 ${2:-failed}"; }
 for r in $(seq "$REPS"); do
   line="round $r am_bw $(am_bw | tee -a "$tmp/v.am_bw")"
   for n in "${names[@]}"; do
@@ -74,6 +89,11 @@ for r in $(seq "$REPS"); do
   done
   g=$(rd default "${addr[default]}/hot" 8 || true); echo "$g" >>"$tmp/v.depth8"; line="$line depth8 $g"
   g=$(rd default "${addr[default]}/a" 4 || true); echo "$g" >>"$tmp/v.cold"; line="$line cold $g"
+  keep am_bw_lo_v1 "$(AM_ENV="UCX_NET_DEVICES=lo UCX_PROTO_ENABLE=n" am_bw)"
+  keep am_bw_256k "$(am_bw 8000 262144)"
+  keep blocks_256k "$(rd default "${addr[default]}/q" 16 1 256K || true)"
+  keep am_bw_4m "$(am_bw 500 4194304)"
+  keep blocks_4m "$(rd default "${addr[default]}/big" 4 1 4M || true)"
   echo "$line"
 done
 # CPU: user and kernel seconds per wall second of each side.
@@ -102,10 +122,17 @@ done
 med() { sort -g "$tmp/v.$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 ref=$(med am_bw)
 printf '%-10s %8s %8s\n' setting GB/s "x am_bw"
-for n in am_bw "${names[@]}" depth8 cold; do
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }'; }
+for n in am_bw am_bw_lo_v1 "${names[@]}" depth8 cold; do
   m=$(med "$n")
-  printf '%-10s %8.3f %7.2fx\n' "$n" "$m" "$(awk -v a="$m" -v b="$ref" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+  printf '%-11s %8.3f %7.2fx\n' "$n" "$m" "$(ratio "$m" "$ref")"
 done
+printf '%-11s %8.3f %7.2fx of am_bw_lo_v1\n' default "$(med default)" "$(ratio "$(med default)" "$(med am_bw_lo_v1)")"
+printf '%-11s %8.3f %7.2fx of am_bw at 256 KiB (%.3f)\n' blocks_256k "$(med blocks_256k)" \
+  "$(ratio "$(med blocks_256k)" "$(med am_bw_256k)")" "$(med am_bw_256k)"
+printf '%-11s %8.3f %7.2fx of am_bw at 4 MiB (%.3f)\n' blocks_4m "$(med blocks_4m)" \
+  "$(ratio "$(med blocks_4m)" "$(med am_bw_4m)")" "$(med am_bw_4m)"
+
 
 # profile NAME PID: 3 s of PID's samples; its shares per library and top symbols
 profile() {
