@@ -83,14 +83,13 @@ rd() {
 # keep NAME VALUE: one round's value of NAME, also on the round's line
 keep() { echo "${2:-0}" >>"$tmp/v.$1"; line="$line $1 ${2:-failed}"; }
 for r in $(seq "$REPS"); do
-  line="round $r am_bw $(am_bw | tee -a "$tmp/v.am_bw")"
+  line="round $r"
+  keep am_bw "$(am_bw)"
   for n in "${names[@]}"; do
-    g=$(rd "$n" "${addr[$n]}/hot" 4 || true)
-    echo "${g:-0}" >>"$tmp/v.$n"
-    line="$line $n ${g:-failed}"
+    keep "$n" "$(rd "$n" "${addr[$n]}/hot" 4 || true)"
   done
-  g=$(rd default "${addr[default]}/hot" 8 || true); echo "$g" >>"$tmp/v.depth8"; line="$line depth8 $g"
-  g=$(rd default "${addr[default]}/a" 4 || true); echo "$g" >>"$tmp/v.cold"; line="$line cold $g"
+  keep depth8 "$(rd default "${addr[default]}/hot" 8 || true)"
+  keep cold "$(rd default "${addr[default]}/a" 4 || true)"
   keep am_bw_lo_v1 "$(AM_ENV="UCX_NET_DEVICES=lo UCX_PROTO_ENABLE=n" am_bw)"
   keep am_bw_256k "$(am_bw 8000 262144)"
   keep blocks_256k "$(rd default "${addr[default]}/q" 16 1 256K || true)"
@@ -137,7 +136,6 @@ printf '%-15s %8.3f %7.2fx of am_bw at 256 KiB, 1 MiB in flight\n' blocks_256k_d
   "$(med blocks_256k_d4)" "$(ratio "$(med blocks_256k_d4)" "$(med am_bw_256k)")"
 printf '%-15s %8.3f %7.2fx of am_bw at 4 MiB (%.3f)\n' blocks_4m "$(med blocks_4m)" \
   "$(ratio "$(med blocks_4m)" "$(med am_bw_4m)")" "$(med am_bw_4m)"
-
 
 # profile NAME PID: 3 s of PID's samples; its shares per library and top symbols
 profile() {
