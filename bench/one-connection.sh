@@ -86,16 +86,16 @@ for r in $(seq "$REPS"); do
   line="round $r"
   keep am_bw "$(am_bw)"
   for n in "${names[@]}"; do
-    keep "$n" "$(rd "$n" "${addr[$n]}/hot" 4 || true)"
+    keep "$n" "$(rd "$n" "${addr[$n]}/hot" 4)"
   done
-  keep depth8 "$(rd default "${addr[default]}/hot" 8 || true)"
-  keep cold "$(rd default "${addr[default]}/a" 4 || true)"
+  keep depth8 "$(rd default "${addr[default]}/hot" 8)"
+  keep cold "$(rd default "${addr[default]}/a" 4)"
   keep am_bw_lo_v1 "$(AM_ENV="UCX_NET_DEVICES=lo UCX_PROTO_ENABLE=n" am_bw)"
   keep am_bw_256k "$(am_bw 8000 262144)"
-  keep blocks_256k "$(rd default "${addr[default]}/q" 16 1 256K || true)"
-  keep blocks_256k_d4 "$(rd default "${addr[default]}/q" 4 1 256K || true)"
+  keep blocks_256k "$(rd default "${addr[default]}/q" 16 1 256K)"
+  keep blocks_256k_d4 "$(rd default "${addr[default]}/q" 4 1 256K)"
   keep am_bw_4m "$(am_bw 500 4194304)"
-  keep blocks_4m "$(rd default "${addr[default]}/big" 4 1 4M || true)"
+  keep blocks_4m "$(rd default "${addr[default]}/big" 4 1 4M)"
   echo "$line"
 done
 # CPU: user and kernel seconds per wall second of each side.
@@ -129,13 +129,15 @@ for n in am_bw am_bw_lo_v1 "${names[@]}" depth8 cold; do
   m=$(med "$n")
   printf '%-15s %8.3f %7.2fx\n' "$n" "$m" "$(ratio "$m" "$ref")"
 done
-printf '%-15s %8.3f %7.2fx of am_bw_lo_v1\n' default "$(med default)" "$(ratio "$(med default)" "$(med am_bw_lo_v1)")"
-printf '%-15s %8.3f %7.2fx of am_bw at 256 KiB (%.3f)\n' blocks_256k "$(med blocks_256k)" \
-  "$(ratio "$(med blocks_256k)" "$(med am_bw_256k)")" "$(med am_bw_256k)"
-printf '%-15s %8.3f %7.2fx of am_bw at 256 KiB, 1 MiB in flight\n' blocks_256k_d4 \
-  "$(med blocks_256k_d4)" "$(ratio "$(med blocks_256k_d4)" "$(med am_bw_256k)")"
-printf '%-15s %8.3f %7.2fx of am_bw at 4 MiB (%.3f)\n' blocks_4m "$(med blocks_4m)" \
-  "$(ratio "$(med blocks_4m)" "$(med am_bw_4m)")" "$(med am_bw_4m)"
+# against NAME REF: NAME's median and its ratio to REF's, named with REF's median
+against() {
+  printf '%-15s %8.3f %7.2fx of %s (%.3f)\n' "$1" "$(med "$1")" "$(ratio "$(med "$1")" "$(med "$2")")" \
+    "$2" "$(med "$2")"
+}
+against default am_bw_lo_v1
+against blocks_256k am_bw_256k
+against blocks_256k_d4 am_bw_256k
+against blocks_4m am_bw_4m
 
 # profile NAME PID: 3 s of PID's samples; its shares per library and top symbols
 profile() {
