@@ -25,9 +25,10 @@
  *   and 1 ms once quiet for GN_DOZE_NS: kernel↔CPU round trips stay near
  *   the PCIe latency while work flows, and an idle proxy costs little. A
  *   worker (not 0) without sockets sleeps until handed one.
- * - Blocking work inside the proxy is limited to remora connection set-up
- *   (handshake with a server), bounded by the proxy's timeout; TCP connects
- *   are non-blocking and completed by the loop.
+ * - Nothing blocks the proxy's loop: TCP connects are non-blocking and
+ *   completed by the loop, remora:// connects (a handshake, a round trip)
+ *   are made by a connector thread and finished by the loop
+ *   (gpunet_connect.c).
  * - Destroy: the thread stops, every socket fails with REMORA_ERR_CANCELED,
  *   alive drops to 0 (kernels' calls return at once), and the queue memory
  *   is kept until process exit: a kernel may still read it.
@@ -76,7 +77,7 @@ static int owner_ep(remora_gpunet_h g, int i, int kind)
 
 /* ------------------------------------------------------------ sockets */
 
-static void complete(remora_gpunet_h g, unsigned slot, uint32_t seq, int32_t result)
+void gn_complete(remora_gpunet_h g, unsigned slot, uint32_t seq, int32_t result)
 {
     rg_cmd_t *c = &g->cmds[slot];
     c->result = result;
@@ -85,7 +86,7 @@ static void complete(remora_gpunet_h g, unsigned slot, uint32_t seq, int32_t res
 
 /* Worker 0 only. Data sockets are allocated BK_RESERVED and handed to their
  * owner with gn_hand_over() once their backend is set up. */
-static int sock_alloc(remora_gpunet_h g, int kind)
+int gn_sock_alloc(remora_gpunet_h g, int kind)
 {
     for (unsigned i = 0; i < g->max_socks; i++) {
         if (kind_of(&g->ps[i]) != BK_NONE || g->sh[i].state != RG_SOCK_FREE)
@@ -106,10 +107,10 @@ static int sock_alloc(remora_gpunet_h g, int kind)
     return -1;
 }
 
-/* sock_alloc for a TCP socket, which the slot then holds; -1 (fd closed) when none is free. */
+/* gn_sock_alloc for a TCP socket, which the slot then holds; -1 (fd closed) when none is free. */
 static int sock_alloc_fd(remora_gpunet_h g, int kind, int fd)
 {
-    int i = sock_alloc(g, kind);
+    int i = gn_sock_alloc(g, kind);
 
     if (i < 0)
         close(fd);
@@ -118,7 +119,7 @@ static int sock_alloc_fd(remora_gpunet_h g, int kind, int fd)
     return i;
 }
 
-static void sock_publish(remora_gpunet_h g, int i, int state)
+void gn_sock_publish(remora_gpunet_h g, int i, int state)
 {
     st_rel32(&g->sh[i].state, state);
 }
@@ -219,7 +220,7 @@ static int gpu_peer_ready(remora_gpunet_h g, int i, int fd, int cfd)
     if (cfd >= 0)
         gn_watch_ctl(g, i, cfd);
     gn_hand_over(g, i, BK_GPU);
-    sock_publish(g, i, RG_SOCK_OPEN);
+    gn_sock_publish(g, i, RG_SOCK_OPEN);
     return i;
 }
 
@@ -233,7 +234,7 @@ static int connect_tcp(remora_gpunet_h g, const char *hp, unsigned slot, uint32_
     if ((st = tcp_addr(hp, 0, &ss, &len)) != REMORA_OK)
         return st;
     if ((fd = gp_connect(g, (struct sockaddr *)&ss, &cfd)) >= 0) { /* a GPU socket on this host */
-        if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
+        if ((i = gn_sock_alloc(g, BK_RESERVED)) < 0) {
             close(fd);
             close(cfd);
             return REMORA_ERR_BUSY;
@@ -282,76 +283,15 @@ static int connect_progress(remora_gpunet_h g, int i)
     uint32_t seq  = p->pend_seq;
     if (st != REMORA_OK) {
         gn_sock_free(g, i);
-        complete(g, slot, seq, st);
+        gn_complete(g, slot, seq, st);
         return 1;
     }
     set_kind(p, BK_RESERVED);
     tcp_watch(g, i, p->fd, BK_TCP);
     gn_hand_over(g, i, BK_TCP); /* its owner pumps it from now on */
-    sock_publish(g, i, RG_SOCK_OPEN);
-    complete(g, slot, seq, i);
+    gn_sock_publish(g, i, RG_SOCK_OPEN);
+    gn_complete(g, slot, seq, i);
     return 1;
-}
-
-static remora_status_t client_for(remora_gpunet_h g, const char *hp, remora_client_h *c_p)
-{
-    remora_client_params_t cp = {.field_mask = REMORA_CLIENT_FIELD_TIMEOUT,
-                                 .timeout_ms = (int)(g->timeout_ns / 1000000u)};
-    remora_status_t st;
-
-    for (unsigned k = 0; k < g->nclients; k++)
-        if (strcmp(g->clients[k].addr, hp) == 0) {
-            *c_p = g->clients[k].client;
-            return REMORA_OK;
-        }
-    if (g->nclients == GN_CLIENTS_MAX)
-        return REMORA_ERR_BUSY;
-    if (g->cctx == NULL && (st = remora_context_create(NULL, &g->cctx)) != REMORA_OK)
-        return st;
-    if ((st = remora_client_connect(g->cctx, hp, &cp, c_p)) != REMORA_OK)
-        return st;
-    snprintf(g->clients[g->nclients].addr, sizeof(g->clients[0].addr), "%s", hp);
-    g->clients[g->nclients++].client = *c_p;
-    return REMORA_OK;
-}
-
-static int connect_remora(remora_gpunet_h g, const char *rest)
-{
-    char hp[128];
-    const char *slash = strchr(rest, '/');
-    remora_client_h c;
-    remora_sock_h s;
-    remora_status_t st;
-    int i;
-
-    if (slash == NULL || (size_t)(slash - rest) >= sizeof(hp) || slash[1] == '\0')
-        return REMORA_ERR_ADDRESS;
-    memcpy(hp, rest, (size_t)(slash - rest));
-    hp[slash - rest] = '\0';
-    if ((st = client_for(g, hp, &c)) != REMORA_OK)
-        return st;
-    st = remora_sock_connect(c, slash + 1, (int)(g->timeout_ns / 1000000u), &s);
-    if (st == REMORA_ERR_DISCONNECTED) { /* a stale cached connection: once more, afresh */
-        for (unsigned k = 0; k < g->nclients; k++)
-            if (g->clients[k].client == c) {
-                remora_client_disconnect(c);
-                g->clients[k] = g->clients[--g->nclients];
-                break;
-            }
-        if ((st = client_for(g, hp, &c)) != REMORA_OK)
-            return st;
-        st = remora_sock_connect(c, slash + 1, (int)(g->timeout_ns / 1000000u), &s);
-    }
-    if (st != REMORA_OK)
-        return st;
-    if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
-        remora_sock_close(s);
-        return REMORA_ERR_BUSY;
-    }
-    g->ps[i].rs = s;
-    gn_hand_over(g, i, BK_SOCK);
-    sock_publish(g, i, RG_SOCK_OPEN);
-    return i;
 }
 
 static int bind_any(remora_gpunet_h g, const char *addr)
@@ -387,7 +327,7 @@ static int bind_any(remora_gpunet_h g, const char *addr)
             return REMORA_ERR_UNSUPPORTED;
         if ((st = remora_sock_listen(g->server, addr + 7, &l)) != REMORA_OK)
             return st;
-        if ((i = sock_alloc(g, BK_SOCK_LISTEN)) < 0) {
+        if ((i = gn_sock_alloc(g, BK_SOCK_LISTEN)) < 0) {
             remora_sock_listener_destroy(l);
             return REMORA_ERR_BUSY;
         }
@@ -395,7 +335,7 @@ static int bind_any(remora_gpunet_h g, const char *addr)
     } else {
         return REMORA_ERR_ADDRESS;
     }
-    sock_publish(g, i, RG_SOCK_LISTEN);
+    gn_sock_publish(g, i, RG_SOCK_LISTEN);
     return i;
 }
 
@@ -409,7 +349,7 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
     if (p->kind == BK_TCP_LISTEN) {
         int fd = p->ufd >= 0 ? gp_accept(p->ufd) : -1;
         if (fd >= 0) { /* a GPU socket on this host */
-            if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
+            if ((i = gn_sock_alloc(g, BK_RESERVED)) < 0) {
                 close(fd);
                 *err = REMORA_ERR_BUSY;
                 return -1;
@@ -434,7 +374,7 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
         remora_sock_h s;
         if (!rm_sock_listener_hint(p->rl) || remora_sock_accept(p->rl, 0, &s) != REMORA_OK)
             return -1;
-        if ((i = sock_alloc(g, BK_RESERVED)) < 0) {
+        if ((i = gn_sock_alloc(g, BK_RESERVED)) < 0) {
             remora_sock_close(s);
             *err = REMORA_ERR_BUSY;
             return -1;
@@ -442,7 +382,7 @@ static int accept_one(remora_gpunet_h g, int ls, remora_status_t *err)
         g->ps[i].rs = s;
         gn_hand_over(g, i, BK_SOCK);
     }
-    sock_publish(g, i, RG_SOCK_OPEN);
+    gn_sock_publish(g, i, RG_SOCK_OPEN);
     return i;
 }
 
@@ -468,7 +408,7 @@ static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
     case RG_OP_CONNECT:
     case RG_OP_BIND:
         if (c->len == 0 || c->len > RG_ADDR_MAX) {
-            complete(g, slot, seq, REMORA_ERR_ADDRESS);
+            gn_complete(g, slot, seq, REMORA_ERR_ADDRESS);
             return;
         }
         memcpy(addr, c->data, c->len);
@@ -478,16 +418,16 @@ static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
         else if (strncmp(addr, "tcp://", 6) == 0)
             r = connect_tcp(g, addr + 6, slot, seq);
         else if (strncmp(addr, "remora://", 9) == 0)
-            r = connect_remora(g, addr + 9);
+            r = gn_connect_remora(g, addr + 9, slot, seq);
         else
             r = REMORA_ERR_ADDRESS;
         if (r != GN_PENDING)
-            complete(g, slot, seq, r);
+            gn_complete(g, slot, seq, r);
         return;
     case RG_OP_ACCEPT:
         if (!valid_sock(g, s) ||
             (g->ps[s].kind != BK_TCP_LISTEN && g->ps[s].kind != BK_SOCK_LISTEN)) {
-            complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
+            gn_complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
             return;
         }
         g->acc[slot] = (paccept_t){.active = 1, .sock = s, .seq = seq,
@@ -496,7 +436,7 @@ static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
     case RG_OP_SHUTDOWN:
     case RG_OP_CLOSE:
         if (!valid_sock(g, s)) {
-            complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
+            gn_complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
             return;
         }
         if (c->op == RG_OP_SHUTDOWN) {
@@ -506,13 +446,13 @@ static void handle_cmd(remora_gpunet_h g, unsigned slot, uint32_t seq)
         } else {
             /* The owner sends what the ring holds (nothing if the socket
              * failed) and frees it. */
-            sock_publish(g, s, RG_SOCK_CLOSING);
+            gn_sock_publish(g, s, RG_SOCK_CLOSING);
             set_flag(&g->ps[s].closing);
         }
-        complete(g, slot, seq, REMORA_OK);
+        gn_complete(g, slot, seq, REMORA_OK);
         return;
     default:
-        complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
+        gn_complete(g, slot, seq, REMORA_ERR_INVALID_PARAM);
     }
 }
 
@@ -529,7 +469,7 @@ static int accepts_progress(remora_gpunet_h g)
             continue;
         if (g->ps[a->sock].kind != BK_TCP_LISTEN && g->ps[a->sock].kind != BK_SOCK_LISTEN) {
             a->active = 0; /* closed under it */
-            complete(g, k, a->seq, REMORA_ERR_CANCELED);
+            gn_complete(g, k, a->seq, REMORA_ERR_CANCELED);
             continue;
         }
         if (g->ps[a->sock].kind == BK_TCP_LISTEN && !g->ps[a->sock].readable && !a->nonblock)
@@ -537,7 +477,7 @@ static int accepts_progress(remora_gpunet_h g)
         i = accept_one(g, a->sock, &err);
         if (i >= 0 || err != REMORA_OK || a->nonblock) {
             a->active = 0;
-            complete(g, k, a->seq, i >= 0 ? i : err != REMORA_OK ? err : REMORA_ERR_TIMED_OUT);
+            gn_complete(g, k, a->seq, i >= 0 ? i : err != REMORA_OK ? err : REMORA_ERR_TIMED_OUT);
             busy = 1;
         }
     }
@@ -738,6 +678,7 @@ static int step_control(remora_gpunet_h g)
     if (g->nworkers > 1)
         drain_epoll(g, g->epfd[0]); /* listeners (step_data drains it otherwise) */
     busy |= accepts_progress(g);
+    busy |= gn_connects_progress(g);
     for (unsigned i = 0; i < g->max_socks; i++) {
         psock_t *p = &g->ps[i];
         switch (kind_of(p)) {
@@ -951,6 +892,8 @@ static remora_status_t alloc_queues(remora_gpunet_h g)
  * the last step of create's error path and of destroy. */
 static void gn_free(remora_gpunet_h g)
 {
+    pthread_cond_destroy(&g->cn.cv);
+    pthread_mutex_destroy(&g->cn.mx);
     pthread_mutex_destroy(&g->maps_lock);
     wake_fini(g);
     free(g->ps);
@@ -1018,6 +961,7 @@ remora_status_t remora_gpunet_create(remora_context_h ctx, int device,
     }
     pthread_mutex_init(&g->maps_lock, NULL);
     wake_init(g);
+    gn_connect_init(g);
     if ((g->ps = calloc(g->max_socks, sizeof(*g->ps))) == NULL ||
         (g->seen = calloc(g->nslots, sizeof(*g->seen))) == NULL ||
         (g->acc = calloc(g->nslots, sizeof(*g->acc))) == NULL) {
@@ -1114,15 +1058,16 @@ void remora_gpunet_destroy(remora_gpunet_h g)
     if (g == NULL)
         return;
     stop_workers(g, g->nworkers);
+    gn_connect_stop(g);
     __atomic_store_n(&g->net->alive, 0u, __ATOMIC_RELEASE);
     for (unsigned k = 0; k < g->nslots; k++)
         if (g->acc[k].active)
-            complete(g, k, g->acc[k].seq, REMORA_ERR_CANCELED);
+            gn_complete(g, k, g->acc[k].seq, REMORA_ERR_CANCELED);
     for (unsigned i = 0; i < g->max_socks; i++) {
         if (g->ps[i].kind == BK_NONE)
             continue;
-        if (g->ps[i].kind == BK_TCP_CONNECTING)
-            complete(g, (unsigned)g->ps[i].pend_slot, g->ps[i].pend_seq, REMORA_ERR_CANCELED);
+        if (g->ps[i].kind == BK_TCP_CONNECTING || g->ps[i].kind == BK_SOCK_CONNECTING)
+            gn_complete(g, (unsigned)g->ps[i].pend_slot, g->ps[i].pend_seq, REMORA_ERR_CANCELED);
         st_rel32(&g->sh[i].error, REMORA_ERR_CANCELED);
         int err = g->sh[i].error;
         gn_sock_free(g, (int)i);

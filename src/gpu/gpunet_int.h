@@ -41,7 +41,7 @@
  * touches it). BK_GPU: a GPU socket of another proxy on this host, over a
  * local seqpacket socket (gpunet_peer.c). */
 enum { BK_NONE, BK_TCP, BK_TCP_CONNECTING, BK_TCP_LISTEN, BK_SOCK, BK_SOCK_LISTEN, BK_RESERVED,
-       BK_GPU };
+       BK_GPU, BK_SOCK_CONNECTING };
 
 /* A copy on a worker's copy queue (rm_copyq) and how it ended; polled by
  * the socket's owner after gp_poll_copies ran the callbacks. */
@@ -169,7 +169,7 @@ typedef struct psock {
     int      shut_done;
     uint64_t tx_tail, rx_head;
     uint32_t tx_seen;        /* the last dtx_seq answered (gn_answer_tx) */
-    int      pend_slot;      /* BK_TCP_CONNECTING: the command to answer */
+    int      pend_slot;      /* BK_TCP_CONNECTING, BK_SOCK_CONNECTING: the command to answer */
     uint32_t pend_seq;
     uint64_t deadline;
     gp_state_t gp;
@@ -184,6 +184,26 @@ typedef struct pclient {
     char            addr[128];
     remora_client_h client;
 } pclient_t;
+
+/* A remora:// connect handed to the connector thread (gpunet_connect.c). */
+typedef struct gn_rconn {
+    struct gn_rconn *next;
+    int              sock;   /* its slot, BK_SOCK_CONNECTING until finished */
+    unsigned         slot;   /* the command to answer */
+    uint32_t         seq;
+    remora_status_t  st;     /* the connector's result, and on success ... */
+    remora_sock_h    rs;     /* ... the socket */
+    char             host[128], service[RG_ADDR_MAX + 1];
+} gn_rconn_t;
+
+typedef struct gn_connector {
+    pthread_mutex_t mx;
+    pthread_cond_t  cv;
+    pthread_t       thread;
+    int             started, stop;            /* started: by worker 0 */
+    gn_rconn_t     *todo, **todo_tail, *done; /* under mx: FIFO in, any order out */
+    atomic_int      ndone;                    /* done is not empty: worker 0's cheap look */
+} gn_connector_t;
 
 struct remora_gpunet {
     remora_context_h ctx, cctx;  /* cctx: this proxy's own, for remora:// connects */
@@ -210,8 +230,9 @@ struct remora_gpunet {
     psock_t         *ps;
     uint32_t        *seen;
     paccept_t       *acc;
-    pclient_t        clients[GN_CLIENTS_MAX];
+    pclient_t        clients[GN_CLIENTS_MAX]; /* the connector's, with cctx */
     unsigned         nclients;
+    gn_connector_t   cn;
     unsigned         nworkers;   /* socket i's data is pumped by worker i % nworkers */
     int              epfd[GN_WORKERS_MAX];
     pthread_t        thread[GN_WORKERS_MAX];
@@ -244,6 +265,9 @@ static inline int flag(int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }
 static inline void set_flag(int *f) { __atomic_store_n(f, 1, __ATOMIC_RELEASE); }
 
 /* gpunet.c */
+int  gn_sock_alloc(remora_gpunet_h g, int kind); /* worker 0: a free slot of kind, or -1 */
+void gn_sock_publish(remora_gpunet_h g, int i, int state);
+void gn_complete(remora_gpunet_h g, unsigned slot, uint32_t seq, int32_t result); /* a command's answer */
 void gn_hand_over(remora_gpunet_h g, int i, int kind); /* set_kind, and its owner woken */
 int  gn_watch_ctl(remora_gpunet_h g, int i, int fd); /* a BK_GPU control fd to its owner's epoll */
 void gn_sock_free(remora_gpunet_h g, int i);
@@ -257,6 +281,13 @@ void gn_answer_tx(remora_gpunet_h g, int i, uint32_t seq, int32_t res);
  * d2d: both sides device-addressable (rm_copy_t.d2d). */
 remora_status_t gn_copy_start(remora_gpunet_h g, int i, gn_copy_t *c, void *dst, const void *src,
                               uint64_t n, int d2d);
+
+/* gpunet_connect.c: remora:// connects on a thread of their own. */
+void gn_connect_init(remora_gpunet_h g);
+/* Worker 0: start one (GN_PENDING), or a status at once. */
+int  gn_connect_remora(remora_gpunet_h g, const char *rest, unsigned slot, uint32_t seq);
+int  gn_connects_progress(remora_gpunet_h g); /* worker 0: finish those that ended; 1 if any */
+void gn_connect_stop(remora_gpunet_h g);      /* destroy: after the workers, before cctx goes */
 
 /* gpunet_bounce.c: direct sends to CPU and TCP peers (BK_TCP, BK_SOCK),
  * copied out of GPU memory through the worker's bounce buffer. */

@@ -484,6 +484,52 @@ static void test_64_sockets(void **state)
     remora_gpunet_destroy(g);
 }
 
+typedef struct silent_connect { rg_net_t *n; char addr[64]; int result; double ms; } silent_connect_t;
+
+static void *silent_connect(void *arg)
+{
+    silent_connect_t *sc = arg;
+    double t0 = it_now_ms();
+    sc->result = emu_cmd(sc->n, RG_OP_CONNECT, -1, 0, sc->addr, 0);
+    sc->ms     = it_now_ms() - t0;
+    return NULL;
+}
+
+/* A remora:// connect to a server that never answers (a listener nobody
+ * accepts from: the handshake waits out the budget) holds none of the
+ * proxy's other work: a TCP echo on another socket meanwhile takes a
+ * fraction of that budget, and the connect fails when it runs out. */
+static void test_connect_silent_server(void **state)
+{
+    remora_gpunet_h g = net_new(64u << 10, 4000);
+    rg_net_t *n = remora_gpunet_device_handle(g);
+    unsigned port;
+    int silent = tcp_listen_any(&port);
+    silent_connect_t sc = {.n = n};
+    char addr[64];
+    pthread_t t;
+
+    assert_true(silent >= 0);
+    snprintf(sc.addr, sizeof(sc.addr), "remora://127.0.0.1:%u/echo", port);
+    pthread_create(&t, NULL, silent_connect, &sc);
+    usleep(200000); /* the connect is under way */
+    snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", g_tcp_echo_port);
+    double t0 = it_now_ms();
+    int s = emu_cmd(n, RG_OP_CONNECT, -1, 0, addr, 0);
+    assert_true(s >= 0);
+    emu_echo(n, s, 100000, 4099, 7);
+    double ms = it_now_ms() - t0;
+    assert_int_equal(emu_cmd(n, RG_OP_CLOSE, s, 0, NULL, 0), 0);
+    pthread_join(t, NULL);
+    print_message("TCP echo beside a silent remora:// connect: %.0f ms; the connect: %d after "
+                  "%.0f ms\n", ms, sc.result, sc.ms);
+    assert_true(ms < 2000);
+    assert_true(sc.result < 0);
+    assert_true(sc.ms > 3000 && sc.ms < 12000);
+    close(silent);
+    remora_gpunet_destroy(g);
+}
+
 /* Connect a TCP client to port, send msg, read it back. */
 static void *cpu_tcp_client(void *arg)
 {
@@ -1043,6 +1089,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_echo_tcp),
         cmocka_unit_test(test_echo_remora),
         cmocka_unit_test(test_64_sockets),
+        cmocka_unit_test(test_connect_silent_server),
         cmocka_unit_test(test_device_server_tcp),
         cmocka_unit_test(test_device_server_remora),
         cmocka_unit_test(test_gpu_peer),
