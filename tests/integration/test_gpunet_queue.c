@@ -40,10 +40,18 @@ static uint64_t now_ns(void)
 }
 
 /* A GPU spins on its own silicon; the threads playing kernels here share two
- * CPUs with the proxy and UCX, so they nap between looks instead. */
-static void gpu_spin(void)
+ * CPUs with the proxy and UCX, so they nap between looks instead, longer as a
+ * wait goes on (*naps: its count so far; 20 µs, doubling every 64 naps up to
+ * 1 ms). 64 threads napping 20 µs each starved the proxy and the server on
+ * 2 cores under ASan, until connects queued behind one another ran past their
+ * 20 s (docs/gpunet.md). */
+static void gpu_spin(unsigned *naps)
 {
-    struct timespec ts = {0, 20000};
+    unsigned step = *naps / 64 < 6 ? *naps / 64 : 6;
+    long ns = 20000L << step;
+    struct timespec ts = {0, ns < 1000000 ? ns : 1000000};
+
+    (*naps)++;
     nanosleep(&ts, NULL);
 }
 
@@ -74,7 +82,7 @@ static int emu_cmd(rg_net_t *n, uint32_t op, int sock, uint32_t flags, const cha
 {
     uint64_t until = now_ns() + (timeout_ns ? timeout_ns : n->timeout_ns);
     int *locks = (int *)(uintptr_t)n->slot_locks;
-    unsigned slot = 0;
+    unsigned slot = 0, naps = 0;
     int got = 0;
 
     while (!got) {
@@ -87,7 +95,7 @@ static int emu_cmd(rg_net_t *n, uint32_t op, int sock, uint32_t flags, const cha
         if (!got && now_ns() > until)
             return REMORA_ERR_TIMED_OUT;
         if (!got)
-            gpu_spin();
+            gpu_spin(&naps);
     }
     rg_cmd_t *c = (rg_cmd_t *)(uintptr_t)n->cmds + slot;
     c->op = op;
@@ -99,6 +107,7 @@ static int emu_cmd(rg_net_t *n, uint32_t op, int sock, uint32_t flags, const cha
     uint32_t seq = c->seq + 1;
     __atomic_store_n(&c->seq, seq, __ATOMIC_RELEASE);
     int r = REMORA_ERR_TIMED_OUT;
+    naps = 0;
     for (;;) {
         if (__atomic_load_n(&c->done_seq, __ATOMIC_ACQUIRE) == seq) {
             r = c->result;
@@ -110,7 +119,7 @@ static int emu_cmd(rg_net_t *n, uint32_t op, int sock, uint32_t flags, const cha
         }
         if (now_ns() > until)
             break;
-        gpu_spin();
+        gpu_spin(&naps);
     }
     __atomic_store_n(&locks[slot], 0, __ATOMIC_RELEASE);
     return r;
@@ -122,6 +131,7 @@ static int32_t emu_await(rg_net_t *n, rg_sock_shm_t *sh, int send, uint32_t seq,
 {
     volatile uint32_t *done = send ? &sh->dtx_done : &sh->drx_done;
     uint64_t grace = 0;
+    unsigned naps = 0;
     for (;;) {
         if (__atomic_load_n(done, __ATOMIC_ACQUIRE) == seq)
             return send ? sh->dtx_res : sh->drx_res;
@@ -134,7 +144,7 @@ static int32_t emu_await(rg_net_t *n, rg_sock_shm_t *sh, int send, uint32_t seq,
         } else if (grace && t > grace) {
             return REMORA_ERR_TIMED_OUT;
         }
-        gpu_spin();
+        gpu_spin(&naps);
     }
 }
 
@@ -170,6 +180,7 @@ static int64_t emu_xfer(rg_net_t *n, int s, void *buf, int len, int send, uint64
     int big = n->direct_min && (uint64_t)len >= n->direct_min;
     uint64_t offer_min = req ? n->direct_min : n->bounce_min; /* socket.cuh tx_offers */
     int64_t avail;
+    unsigned naps = 0;
     if (send && offer_min && (uint64_t)len >= offer_min) {
         /* A GPU peer: host memory cannot be shared, the answer is "use the
          * ring". Other peers: the proxy copies the buffer out and sends it. */
@@ -212,7 +223,7 @@ static int64_t emu_xfer(rg_net_t *n, int s, void *buf, int len, int send, uint64
             return REMORA_ERR_CANCELED;
         if (now_ns() > until)
             return REMORA_ERR_TIMED_OUT;
-        gpu_spin();
+        gpu_spin(&naps);
     }
     if (avail > len)
         avail = len;
