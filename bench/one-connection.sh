@@ -8,7 +8,9 @@
 # a cost per block against a cost per byte, 256 KiB blocks at depth 16 and
 # 4 (4 MiB and 1 MiB of the client's buffers in flight; `ucp_am_bw`'s
 # receiver lands every message in one buffer) and 4 MiB blocks at depth 4,
-# each beside a `ucp_am_bw` of that size.
+# each beside a `ucp_am_bw` of that size; and the default's 1 MiB reads cut
+# by the client into 512 KiB and 256 KiB chunks (REMORA_CHUNK_SIZE: the same
+# buffers, twice and four times the rendezvous in flight).
 # A second reference, am_bw_lo_v1, is `ucp_am_bw` on the loopback interface
 # alone with UCX's protocols v1: one TCP connection, as remora's server bound
 # to 127.0.0.1 has (the default `ucp_am_bw` splits its rendezvous data over
@@ -40,7 +42,8 @@ trap cleanup EXIT
 names=(default rndv_am proto_n proto_y eager flush)
 declare -A envs=([default]="" [rndv_am]="UCX_RNDV_SCHEME=am" [proto_n]="UCX_PROTO_ENABLE=n"
                  [proto_y]="UCX_PROTO_ENABLE=y" [eager]="UCX_RNDV_THRESH=inf"
-                 [flush]="UCX_RNDV_PUT_FORCE_FLUSH=y")
+                 [flush]="UCX_RNDV_PUT_FORCE_FLUSH=y"
+                 [chunk512k]="REMORA_CHUNK_SIZE=524288" [chunk256k]="REMORA_CHUNK_SIZE=262144")
 declare -A addr
 for n in "${names[@]}"; do
   # shellcheck disable=SC2086
@@ -89,6 +92,8 @@ for r in $(seq "$REPS"); do
     keep "$n" "$(rd "$n" "${addr[$n]}/hot" 4)"
   done
   keep depth8 "$(rd default "${addr[default]}/hot" 8)"
+  keep chunk512k "$(rd chunk512k "${addr[default]}/hot" 4)"
+  keep chunk256k "$(rd chunk256k "${addr[default]}/hot" 4)"
   keep cold "$(rd default "${addr[default]}/a" 4)"
   keep am_bw_lo_v1 "$(AM_ENV="UCX_NET_DEVICES=lo UCX_PROTO_ENABLE=n" am_bw)"
   keep am_bw_256k "$(am_bw 8000 262144)"
@@ -125,7 +130,7 @@ med() { sort -g "$tmp/v.$1" | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : 
 ref=$(med am_bw)
 printf '%-15s %8s %8s\n' setting GB/s "x am_bw"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }'; }
-for n in am_bw am_bw_lo_v1 "${names[@]}" depth8 cold; do
+for n in am_bw am_bw_lo_v1 "${names[@]}" depth8 chunk512k chunk256k cold; do
   m=$(med "$n")
   printf '%-15s %8.3f %7.2fx\n' "$n" "$m" "$(ratio "$m" "$ref")"
 done
