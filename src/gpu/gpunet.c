@@ -266,7 +266,7 @@ static int connect_progress(remora_gpunet_h g, int i)
     socklen_t elen = sizeof(err);
     remora_status_t st;
 
-    if (g->cmds[p->pend_slot].seq != p->pend_seq) { /* the kernel gave up */
+    if (gn_pend_abandoned(g, p)) {
         gn_sock_free(g, i);
         return 1;
     }

@@ -66,8 +66,8 @@ static remora_status_t connect_one(remora_gpunet_h g, gn_rconn_t *j)
     remora_client_h c;
     remora_status_t st;
 
-    if (ld_acq32(&g->cmds[j->slot].seq) != j->seq)
-        return REMORA_ERR_CANCELED; /* the kernel gave up before we began */
+    if (gn_pend_abandoned(g, &g->ps[j->sock]))
+        return REMORA_ERR_CANCELED; /* not begun: nobody waits for it */
     if ((st = client_for(g, j->host, &c)) != REMORA_OK)
         return st;
     st = remora_sock_connect(c, j->service, ms, &j->rs);
@@ -98,7 +98,7 @@ static void *connector_main(void *arg)
         pthread_mutex_lock(&cn->mx);
         j->next  = cn->done;
         cn->done = j;
-        atomic_store(&cn->ndone, 1);
+        atomic_store(&cn->has_done, 1);
     }
     pthread_mutex_unlock(&cn->mx);
     return NULL;
@@ -128,10 +128,8 @@ int gn_connect_remora(remora_gpunet_h g, const char *rest, unsigned slot, uint32
     }
     memcpy(j->host, rest, (size_t)(slash - rest));
     snprintf(j->service, sizeof(j->service), "%s", slash + 1);
-    j->sock = i;
-    j->slot = slot;
-    j->seq  = seq;
-    g->ps[i].pend_slot = (int)slot; /* for destroy, as a TCP connect's */
+    j->sock            = i;
+    g->ps[i].pend_slot = (int)slot; /* the command, as a TCP connect's */
     g->ps[i].pend_seq  = seq;
     pthread_mutex_lock(&cn->mx);
     if (!cn->started && (rc = pthread_create(&cn->thread, NULL, connector_main, g)) == 0)
@@ -153,22 +151,24 @@ int gn_connect_remora(remora_gpunet_h g, const char *rest, unsigned slot, uint32
 /* Worker 0: a connect that ended, answered and its slot handed over or freed. */
 static void finish(remora_gpunet_h g, gn_rconn_t *j)
 {
-    psock_t *p = &g->ps[j->sock];
-    int abandoned = ld_acq32(&g->cmds[j->slot].seq) != j->seq;
+    psock_t *p    = &g->ps[j->sock];
+    unsigned slot = (unsigned)p->pend_slot;
+    uint32_t seq  = p->pend_seq;
+    int abandoned = gn_pend_abandoned(g, p);
     remora_status_t st = j->st == REMORA_OK && flag(&p->closing) ? REMORA_ERR_CANCELED : j->st;
 
     if (st == REMORA_OK && !abandoned) {
         p->rs = j->rs;
         gn_hand_over(g, j->sock, BK_SOCK);
         gn_sock_publish(g, j->sock, RG_SOCK_OPEN);
-        gn_complete(g, j->slot, j->seq, j->sock);
+        gn_complete(g, slot, seq, j->sock);
         return;
     }
     if (j->st == REMORA_OK)
         remora_sock_close(j->rs);
-    gn_sock_free(g, j->sock);
+    gn_sock_free(g, j->sock); /* free from here: its command was read above */
     if (!abandoned)
-        gn_complete(g, j->slot, j->seq, st);
+        gn_complete(g, slot, seq, st);
 }
 
 int gn_connects_progress(remora_gpunet_h g)
@@ -176,12 +176,12 @@ int gn_connects_progress(remora_gpunet_h g)
     gn_connector_t *cn = &g->cn;
     gn_rconn_t *j, *next;
 
-    if (!atomic_load(&cn->ndone))
+    if (!atomic_load(&cn->has_done))
         return 0;
     pthread_mutex_lock(&cn->mx);
     j        = cn->done;
     cn->done = NULL;
-    atomic_store(&cn->ndone, 0);
+    atomic_store(&cn->has_done, 0);
     pthread_mutex_unlock(&cn->mx);
     for (; j != NULL; j = next) {
         next = j->next;
@@ -213,5 +213,4 @@ void gn_connect_stop(remora_gpunet_h g)
             remora_sock_close(j->rs);
         free(j);
     }
-    cn->todo = cn->done = NULL;
 }

@@ -188,9 +188,7 @@ typedef struct pclient {
 /* A remora:// connect handed to the connector thread (gpunet_connect.c). */
 typedef struct gn_rconn {
     struct gn_rconn *next;
-    int              sock;   /* its slot, BK_SOCK_CONNECTING until finished */
-    unsigned         slot;   /* the command to answer */
-    uint32_t         seq;
+    int              sock;   /* its slot, BK_SOCK_CONNECTING until finished (pend_slot, pend_seq) */
     remora_status_t  st;     /* the connector's result, and on success ... */
     remora_sock_h    rs;     /* ... the socket */
     char             host[128], service[RG_ADDR_MAX + 1];
@@ -202,7 +200,7 @@ typedef struct gn_connector {
     pthread_t       thread;
     int             started, stop;            /* started: by worker 0 */
     gn_rconn_t     *todo, **todo_tail, *done; /* under mx: FIFO in, any order out */
-    atomic_int      ndone;                    /* done is not empty: worker 0's cheap look */
+    atomic_int      has_done;                 /* done is not empty: worker 0's cheap look */
 } gn_connector_t;
 
 struct remora_gpunet {
@@ -263,6 +261,13 @@ static inline int kind_of(psock_t *p) { return __atomic_load_n(&p->kind, __ATOMI
 static inline void set_kind(psock_t *p, int k) { __atomic_store_n(&p->kind, k, __ATOMIC_RELEASE); }
 static inline int flag(int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }
 static inline void set_flag(int *f) { __atomic_store_n(f, 1, __ATOMIC_RELEASE); }
+
+/* A connect in flight (BK_TCP_CONNECTING, BK_SOCK_CONNECTING) whose command
+ * the kernel gave up on: its slot holds a newer one. */
+static inline int gn_pend_abandoned(remora_gpunet_h g, psock_t *p)
+{
+    return ld_acq32(&g->cmds[p->pend_slot].seq) != p->pend_seq;
+}
 
 /* gpunet.c */
 int  gn_sock_alloc(remora_gpunet_h g, int kind); /* worker 0: a free slot of kind, or -1 */
