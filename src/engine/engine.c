@@ -964,6 +964,10 @@ static int tls_has_tcp(const char *tls)
     return strstr(tls, "tcp") != NULL || strstr(tls, "all") != NULL;
 }
 
+/* Host bulk bodies from this length on go by rendezvous on UCX's TCP
+ * transport (config_tcp). */
+#define RNDV_MIN (64u << 10)
+
 /* UCX's TCP transport: the segments peers agree on, socket events per
  * pass, connects. Not set where TCP is left out (UCX would warn of
  * settings no transport took). After config_rma, which may leave it out. */
@@ -975,6 +979,16 @@ static void config_tcp(remora_context_h ctx, ucp_config_t *config)
     }
     /* UCX's TCP segment sizes, which peers must agree on: tcp_segs.c. */
     rm_tcp_segs_config(ctx, config);
+    /* UCX 1.16's protocols send a 64-128 KiB active message whose buffer we
+     * registered as eager fragments of one TCP segment each: 1.0-1.3 GB/s
+     * on one connection, where the same bodies by rendezvous (its zero-copy
+     * lanes, the connection manager's endpoints) read 1.8-3.2, as much as
+     * ucp_am_bw at those sizes (an H100 host; docs/performance.md, session
+     * 43). Without those lanes (UCX 1.13) rendezvous data goes as active
+     * messages and gains nothing: UCX decides there. */
+    ctx->rndv_min = (uint32_t)rm_env_u64(
+        "REMORA_RNDV_MIN", rm_ucx_at_least(1, 16) && rm_ucx_cm_wanted() ? RNDV_MIN : 0, 0,
+        UINT32_MAX);
     /* UCX 1.13's TCP transport handles a batch of socket events per pass.
      * Handling one can send on another endpoint (a rendezvous reply, RTR in,
      * data out on the connection the other way); if that peer has died, the

@@ -192,6 +192,8 @@ struct remora_context {
     int             connect_blocks;  /* UCX's TCP connect() blocks: peers are probed first */
     uint32_t        tcp_tx_seg;      /* UCX's TCP segment sizes in bytes (tcp_segs.c); */
     uint32_t        tcp_rx_seg;      /* 0: not known, or no TCP transport */
+    uint32_t        rndv_min;        /* host bulk bodies this long go by rendezvous
+                                      * (ep.c; 0: UCX's protocol choice) */
 
     /* Stream-ordered operations (src/gpu/stream.c), an upper layer: it sets
      * these on first use (under its own lock); the lower layers call them. */

@@ -640,8 +640,9 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         /* Control bodies always go eager: receivers parse them in place. */
         .flags        = UCP_AM_SEND_FLAG_REPLY | (sp->bulk ? 0 : UCP_AM_SEND_FLAG_EAGER),
     };
-    if (sp->bulk && sp->cuda && sp->to_gpu && s->cipher == NULL &&
-        sp->body_len >= RM_SEND_GPU_RNDV_MIN)
+    if (sp->bulk && s->cipher == NULL &&
+        (sp->cuda ? sp->to_gpu && sp->body_len >= RM_SEND_GPU_RNDV_MIN
+                  : peer->ctx->rndv_min && sp->body_len >= peer->ctx->rndv_min))
         p.flags |= UCP_AM_SEND_FLAG_RNDV;
     s->ucp     = peer->ctx->ucp;
     s->memh    = NULL;
