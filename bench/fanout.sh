@@ -54,17 +54,30 @@ serve() { # ARGS...: start a stream server; sets $addr and $srv
 unserve() { kill "$srv" 2>/dev/null || true; wait "$srv" 2>/dev/null || true; srv=; }
 readers() { # N TARGET ARGS...: N subscribers at once; their JSON lines in $tmp/r.*
   local n=$1 t=$2; shift 2; local p=() i
-  rm -f "$tmp"/r.*
-  for i in $(seq "$n"); do "$remora" stream read "$t" --json "$@" >"$tmp/r.$i" 2>"$tmp/e.$i" & p+=($!); done
+  rm -f "$tmp"/r.* "$tmp"/er.*
+  for i in $(seq "$n"); do "$remora" stream read "$t" --json "$@" >"$tmp/r.$i" 2>"$tmp/er.$i" & p+=($!); done
   wait "${p[@]}" || true
   cat "$tmp"/r.* >>"$RESULTS"
+  failed_check r "$n" subscriber
+}
+# failed_check PREFIX N WHAT: a process that left no JSON line failed; say
+# why (its stderr) and count it, so that no row quietly averages over fewer.
+failures=0
+failed_check() {
+  local i
+  for i in $(seq "$2"); do
+    grep -q '^{' "$tmp/$1.$i" 2>/dev/null && continue
+    failures=$((failures + 1))
+    echo "  FAILED: $3 $i of $2 gave no result: $(tail -n 3 "$tmp/e$1.$i" 2>/dev/null | tr '\n' ' ')" >&2
+  done
 }
 plains() { # N TARGET SIZE: N concurrent plain readers; their JSON lines in $tmp/b.*
   local n=$1 t=$2 size=$3 p=() i
-  rm -f "$tmp"/b.*
-  for i in $(seq "$n"); do "$remora" bench "$t" --size "$size" --depth 1 --seconds "$SECS" --json >"$tmp/b.$i" 2>/dev/null & p+=($!); done
+  rm -f "$tmp"/b.* "$tmp"/eb.*
+  for i in $(seq "$n"); do "$remora" bench "$t" --size "$size" --depth 1 --seconds "$SECS" --json >"$tmp/b.$i" 2>"$tmp/eb.$i" & p+=($!); done
   wait "${p[@]}" || true
   cat "$tmp"/b.* >>"$RESULTS"
+  failed_check b "$n" "plain reader"
 }
 agg() { # FIELD FILES... -> sum min median max count
   python3 - "$@" <<'EOF'
@@ -115,7 +128,8 @@ for rnd in $(seq "$REPS"); do
     read -r drops _ _ _ _ < <(agg drops "$tmp"/r.*)
     read -r bad _ _ _ _ < <(agg torn "$tmp"/r.*)
     read -r c50 c99 < <(commit_cost)
-    put "l$n.p50" "$p50"; put "l$n.p99" "$p99"; put "l$n.drops" "$drops"; put "l$n.subs" "$cnt"
+    if [ "$cnt" -gt 0 ]; then put "l$n.p50" "$p50"; put "l$n.p99" "$p99"; fi
+    put "l$n.drops" "$drops"; put "l$n.subs" "$cnt"
     put "l$n.c50" "${c50:-0}"; put "l$n.c99" "${c99:-0}"; put "l$n.bad" "$bad"
     echo "  round $rnd: 64 B @ 10 kHz x $n: p50 $p50 us, worst p99 $p99 us, drops $drops, commit p50/p99 ${c50:-?}/${c99:-?} us" >&2
   done
@@ -174,4 +188,5 @@ for n in $BIG; do
   printf "%-44s %12.3f %12.3f %8s   %s\n" "1 MiB paced x $n: GB/s (ref: $n plain readers)" "$(med p$n.ring)" "$(med p$n.plain)" \
     "$(ratio "$(med p$n.ring)" "$(med p$n.plain)")" "(paced at $(med p$n.rate) Hz)"
 done
+[ "$failures" = 0 ] || echo "FAILED: $failures processes gave no result (their errors above); the medians leave them out"
 echo "raw results: $RESULTS"
