@@ -35,6 +35,9 @@ static const cli_config_var_t cli_config_vars[] = {
      "0: UCX's own TCP ports answer every host, not only connected ones (docs/security.md)"},
     {"REMORA_CHUNK_SIZE", "4194304", "client chunk size in bytes (4096 .. 2^30)"},
     {"REMORA_WINDOW", "4", "client chunks in flight per request (1 .. 64)"},
+    {"REMORA_RNDV_MIN", "auto",
+     "host data this long or longer is sent by UCX's rendezvous over TCP (0: UCX's choice; "
+     "auto: 65536 with UCX 1.16's connection manager, else 0)"},
     {"REMORA_LANES", "1", "connections a client spreads large transfers over (1 .. 8)"},
     {"REMORA_WORKERS", "auto", "UCX workers a server serves on (1 .. 8; auto: by the cores)"},
     {"REMORA_RECONNECT", "0", "1: clients reconnect by themselves after a lost connection"},
