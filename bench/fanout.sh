@@ -89,7 +89,7 @@ for p in sys.argv[2:]:
             v.append(float(json.loads(l).get(f, 0)))
 v.sort()
 if not v: print("0 0 0 0 0"); sys.exit()
-print(sum(v), v[0], v[len(v)//2], v[-1], len(v))
+print(round(sum(v), 4), v[0], v[len(v)//2], v[-1], len(v))
 EOF
 }
 produced() { # ELEM_BYTES FILES...: GB/s the producer committed while the subscribers ran
