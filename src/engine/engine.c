@@ -984,8 +984,9 @@ static void config_tcp(remora_context_h ctx, ucp_config_t *config)
      * on one connection, where the same bodies by rendezvous (its zero-copy
      * lanes, the connection manager's endpoints) read 1.8-3.2, as much as
      * ucp_am_bw at those sizes (an H100 host; docs/performance.md, session
-     * 43). Without those lanes (UCX 1.13) rendezvous data goes as active
-     * messages and gains nothing: UCX decides there. */
+     * 43). Without those lanes (UCX 1.13, zero copy off) rendezvous data
+     * goes as active messages, and the VM's figures were mixed: UCX decides
+     * there. Lanes and workers take the parent's (rm_engine_lane_create). */
     ctx->rndv_min = (uint32_t)rm_env_u64(
         "REMORA_RNDV_MIN", rm_ucx_at_least(1, 16) && rm_ucx_cm_wanted() ? RNDV_MIN : 0, 0,
         UINT32_MAX);
@@ -1209,6 +1210,10 @@ remora_status_t rm_engine_lane_create(remora_context_h parent, remora_context_h 
     ctx->shm_ok  = parent->shm_ok;
     ctx->ucx_cuda = parent->ucx_cuda;
     ctx->connect_blocks = parent->connect_blocks;
+    /* One UCX context: the same segments and protocol choice as the parent's. */
+    ctx->tcp_tx_seg = parent->tcp_tx_seg;
+    ctx->tcp_rx_seg = parent->tcp_rx_seg;
+    ctx->rndv_min   = parent->rndv_min;
     ctx->hb_interval_ns  = parent->hb_interval_ns;
     ctx->peer_timeout_ns = parent->peer_timeout_ns;
     memcpy(ctx->host_id, parent->host_id, RM_HOST_ID_LEN);
