@@ -5,7 +5,8 @@
  * memory units), and the rule a peer's hello is held to (each side's send
  * segments fit the other's receive segments; an older peer is taken for
  * 256k/512k; 0 is not checked). The refusals on real connections:
- * tests/integration/test_tcp_segs.c.
+ * tests/integration/test_tcp_segs.c. Also the rendezvous threshold for host
+ * bodies (REMORA_RNDV_MIN), and that lanes take the parent's settings.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,12 +115,64 @@ static void test_fit_rule(void **state)
     assert_int_equal(strlen(why), 7);
 }
 
+/* The context's rendezvous threshold under REMORA_RNDV_MIN=v (NULL: unset). */
+static uint32_t rndv_min(const char *v)
+{
+    remora_context_h ctx;
+    uint32_t min;
+
+    unsetenv("REMORA_RNDV_MIN");
+    if (v)
+        setenv("REMORA_RNDV_MIN", v, 1);
+    assert_int_equal(remora_context_create(NULL, &ctx), REMORA_OK);
+    min = ctx->rndv_min;
+    remora_context_destroy(ctx);
+    unsetenv("REMORA_RNDV_MIN");
+    return min;
+}
+
+/* 64 KiB where UCX 1.16's manager endpoints carry rendezvous by zero copy,
+ * else UCX's choice (0); the environment's value wins, a bad one is refused. */
+static void test_rndv_min(void **state)
+{
+    uint32_t dflt = rm_ucx_at_least(1, 16) && rm_ucx_cm_wanted() ? 64 * K : 0;
+    (void)state;
+
+    assert_int_equal(rndv_min(NULL), dflt);
+    assert_int_equal(rndv_min("4096"), 4096);
+    assert_int_equal(rndv_min("0"), 0);
+    assert_int_equal(rndv_min("lots"), dflt);
+    assert_int_equal(rndv_min("-1"), dflt);
+}
+
+/* A lane shares its parent's UCX context, so it sends and receives with the
+ * parent's segments and rendezvous threshold. */
+static void test_lane_takes_parent_settings(void **state)
+{
+    remora_context_h ctx, lane;
+    (void)state;
+
+    setenv("REMORA_RNDV_MIN", "12345", 1);
+    setenv("UCX_TCP_TX_SEG_SIZE", "16k", 1);
+    assert_int_equal(remora_context_create(NULL, &ctx), REMORA_OK);
+    unsetenv("REMORA_RNDV_MIN");
+    unsetenv("UCX_TCP_TX_SEG_SIZE");
+    assert_int_equal(rm_engine_lane_create(ctx, &lane), REMORA_OK);
+    assert_int_equal(lane->rndv_min, 12345);
+    assert_int_equal(lane->tcp_tx_seg, ctx->tcp_tx_seg);
+    assert_int_equal(lane->tcp_rx_seg, ctx->tcp_rx_seg);
+    remora_context_destroy(lane);
+    remora_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_by_version),
         cmocka_unit_test(test_environment_read_as_ucx_does),
         cmocka_unit_test(test_fit_rule),
+        cmocka_unit_test(test_rndv_min),
+        cmocka_unit_test(test_lane_takes_parent_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
