@@ -524,6 +524,16 @@ static void send_unlist(rm_send_t *s)
  * host memory the rendezvous only adds its round trips (docs/gpu-ucx.md). */
 #define RM_SEND_GPU_RNDV_MIN (16u << 10)
 
+/* Whether a bulk body goes by rendezvous whatever UCX would choose: GPU
+ * bodies bound for GPU memory from RM_SEND_GPU_RNDV_MIN, host bodies from
+ * the context's rndv_min (config_tcp; 0: never). */
+static int forced_rndv(const rm_peer_t *peer, const rm_send_params_t *sp)
+{
+    if (sp->cuda)
+        return sp->to_gpu && sp->body_len >= RM_SEND_GPU_RNDV_MIN;
+    return peer->ctx->rndv_min != 0 && sp->body_len >= peer->ctx->rndv_min;
+}
+
 /* UCX 1.16 aborts the process when it cancels a rendezvous send whose buffer
  * it registered itself (the assertion "memh == NULL || ... user memh" in
  * datatype_iter.inl, openucx/ucx#9528): exactly what happens to sends in
@@ -640,9 +650,7 @@ remora_status_t rm_peer_send(rm_peer_t *peer, unsigned am_id, const rm_hdr_t *hd
         /* Control bodies always go eager: receivers parse them in place. */
         .flags        = UCP_AM_SEND_FLAG_REPLY | (sp->bulk ? 0 : UCP_AM_SEND_FLAG_EAGER),
     };
-    if (sp->bulk && s->cipher == NULL &&
-        (sp->cuda ? sp->to_gpu && sp->body_len >= RM_SEND_GPU_RNDV_MIN
-                  : peer->ctx->rndv_min && sp->body_len >= peer->ctx->rndv_min))
+    if (sp->bulk && s->cipher == NULL && forced_rndv(peer, sp))
         p.flags |= UCP_AM_SEND_FLAG_RNDV;
     s->ucp     = peer->ctx->ucp;
     s->memh    = NULL;
